@@ -1,0 +1,32 @@
+# pollworker: `make test` runs every test, including the real-Redis ones.
+GO ?= go
+TESTFLAGS ?= -race -timeout 9m
+
+.PHONY: test check redis-server build demo
+
+test: redis-server check
+	$(GO) test $(TESTFLAGS) ./...
+
+check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+# redis-server is needed by the real-Redis tests: install it when missing
+# (as root, from the system package manager), else say what to install.
+redis-server:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing redis-server with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	  else \
+	    echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server) and run make test again"; exit 1; \
+	  fi; \
+	fi
+	@redis-server --version
+
+build:
+	$(GO) build -o bin/pollworker ./cmd/pollworker
+
+demo:
+	$(GO) run ./cmd/pollworker demo

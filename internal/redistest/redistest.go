@@ -1,0 +1,197 @@
+// Package redistest starts throwaway redis-server processes on free loopback
+// ports for tests, and stops them when the test ends.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Binary is the redis-server executable looked up on PATH.
+const Binary = "redis-server"
+
+// Server is one redis-server process bound to 127.0.0.1.
+type Server struct {
+	t    testing.TB
+	Port int
+	Dir  string
+	args []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Require skips the test when redis-server is missing, unless CI is set, in
+// which case it fails: CI must run every real-Redis test.
+func Require(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath(Binary)
+	if err != nil {
+		msg := "redis-server not found on PATH: run `make test` as root (it installs it) or `apt-get install redis-server`"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return path
+}
+
+// Start runs a redis-server without persistence on a free loopback port.
+// Extra args are redis-server command-line options ("--appendonly", "yes").
+// The server is stopped by t.Cleanup.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	Require(t)
+	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir(), args: args}
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Addr is host:port of the server.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// URL is a redis:// URL for the server.
+func (s *Server) URL() string { return "redis://" + s.Addr() }
+
+// Client returns a go-redis client for the server, closed by t.Cleanup.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	args := append([]string{
+		"--port", strconv.Itoa(s.Port),
+		"--bind", "127.0.0.1",
+		"--dir", s.Dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--loglevel", "warning",
+	}, s.args...)
+	cmd := exec.Command(Binary, args...)
+	logf, err := os.Create(filepath.Join(s.Dir, "redis.log"))
+	if err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("redistest: start redis-server: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	if err := waitReady(s.Addr(), done, 10*time.Second); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+		s.t.Fatalf("redistest: %v\n%s", err, log)
+	}
+}
+
+// Stop kills the server and waits for it to exit. Safe to call twice.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
+// Restart stops the server and starts it again on the same port and dir.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Running reports whether the process is up.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// Pid is the process id of the running server, or 0.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+func waitReady(addr string, done <-chan struct{}, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return fmt.Errorf("redis-server on %s exited during start", addr)
+		default:
+		}
+		if ping(addr) == nil {
+			return nil
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("redis-server on %s not ready after %v", addr, limit)
+}
+
+func ping(addr string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("ping: %q", line)
+	}
+	return nil
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("redistest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

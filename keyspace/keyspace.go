@@ -1,0 +1,146 @@
+// Package keyspace builds every Redis key and channel name that pollworker
+// uses, and validates the ids and prefixes that go into them.
+//
+// One function builds each kind of key, so the layout is defined in one
+// place:
+//
+//	<prefix>:node:<node>          heartbeat of a worker (JSON, TTL)
+//	<prefix>:nodes                sorted set of live workers scored by expiry (ms)
+//	<prefix>:lease:{<session>}    lease of a session: owner value, PX TTL
+//	<prefix>:fence:{<session>}    fencing counter of a session (never expires)
+//	<prefix>:events               Pub/Sub channel for releases and membership
+//	<prefix>:sessions             set of all session ids (the session index)
+//	<prefix>:sessions:rev         change counter of the session index
+//	<prefix>:results              capped stream of poll results
+//	<sessionPrefix>:<session>     a session's JSON definition
+//
+// The braces around the session id are a Redis Cluster hash tag: the lease
+// and fence keys of one session always share a slot, so one script may
+// touch both.
+package keyspace
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Defaults for the two prefixes.
+const (
+	DefaultPrefix        = "poll"
+	DefaultSessionPrefix = "session"
+	// MaxIDLen is the longest session or node id accepted.
+	MaxIDLen = 200
+)
+
+// ErrInvalidID is returned (wrapped) for an id or prefix that would build an
+// ambiguous or unsafe key.
+var ErrInvalidID = errors.New("keyspace: invalid id")
+
+// Space names the keys of one pollworker deployment. The zero value uses the
+// default prefixes "poll" and "session".
+type Space struct {
+	// Prefix is the namespace of worker keys; default "poll".
+	Prefix string
+	// SessionPrefix is the namespace of session definitions; default "session".
+	SessionPrefix string
+}
+
+// New returns a Space with the given prefixes (empty means default) after
+// validating them.
+func New(prefix, sessionPrefix string) (Space, error) {
+	s := Space{Prefix: prefix, SessionPrefix: sessionPrefix}
+	if err := s.Validate(); err != nil {
+		return Space{}, err
+	}
+	return s, nil
+}
+
+// Validate reports whether both prefixes are usable.
+func (s Space) Validate() error {
+	if err := validatePart("key prefix", s.prefix()); err != nil {
+		return err
+	}
+	if err := validatePart("session prefix", s.sessionPrefix()); err != nil {
+		return err
+	}
+	if s.prefix() == s.sessionPrefix() {
+		return fmt.Errorf("%w: key prefix and session prefix must differ (both %q)", ErrInvalidID, s.prefix())
+	}
+	return nil
+}
+
+func (s Space) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+func (s Space) sessionPrefix() string {
+	if s.SessionPrefix == "" {
+		return DefaultSessionPrefix
+	}
+	return s.SessionPrefix
+}
+
+// Lease is the lease key of a session.
+func (s Space) Lease(session string) string { return s.prefix() + ":lease:{" + session + "}" }
+
+// Fence is the fencing counter key of a session; it shares the lease's slot.
+func (s Space) Fence(session string) string { return s.prefix() + ":fence:{" + session + "}" }
+
+// Node is the heartbeat key of a worker.
+func (s Space) Node(node string) string { return s.prefix() + ":node:" + node }
+
+// NodeIndex is the sorted set of live workers, scored by expiry in ms.
+func (s Space) NodeIndex() string { return s.prefix() + ":nodes" }
+
+// Events is the Pub/Sub channel on which workers announce changes.
+func (s Space) Events() string { return s.prefix() + ":events" }
+
+// Session is the key holding a session's JSON definition.
+func (s Space) Session(session string) string { return s.sessionPrefix() + ":" + session }
+
+// SessionIndex is the set of all session ids.
+func (s Space) SessionIndex() string { return s.prefix() + ":sessions" }
+
+// SessionRev is the counter bumped on every change to a session.
+func (s Space) SessionRev() string { return s.prefix() + ":sessions:rev" }
+
+// Results is the capped stream of poll results.
+func (s Space) Results() string { return s.prefix() + ":results" }
+
+// ValidateID reports whether id may be used as a session or node id: 1 to
+// MaxIDLen bytes of ASCII letters, digits and . _ - : @ /, so that it can
+// never contain glob characters, braces (hash tags), spaces or CR/LF.
+func ValidateID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidID)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidID, len(id), MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if !idByte(id[i]) {
+			return fmt.Errorf("%w: %q has byte %q at %d (allowed: letters, digits, . _ - : @ /)", ErrInvalidID, id, id[i], i)
+		}
+	}
+	return nil
+}
+
+func validatePart(what, p string) error {
+	if err := ValidateID(p); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func idByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	case c == '.', c == '_', c == '-', c == ':', c == '@', c == '/':
+		return true
+	}
+	return false
+}

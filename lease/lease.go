@@ -1,0 +1,136 @@
+package lease
+
+import (
+	"context"
+
+	"k8s.io/utils/clock"
+	"sync"
+	"time"
+)
+
+// State is where a lease stands as seen by its holder.
+type State int
+
+// The states of a lease. Only Held allows polling.
+const (
+	// Held: the last acquire or renew succeeded and its deadline has not passed.
+	Held State = iota + 1
+	// Uncertain: a renewal failed or timed out; polling stops at once, the
+	// lease may come back to Held if a renewal succeeds before the deadline.
+	Uncertain
+	// Lost: the deadline passed or Redis said another owner holds the key.
+	Lost
+	// Released: the holder gave the lease up (handoff or shutdown).
+	Released
+)
+
+// String names the state.
+func (s State) String() string {
+	switch s {
+	case Held:
+		return "held"
+	case Uncertain:
+		return "uncertain"
+	case Lost:
+		return "lost"
+	case Released:
+		return "released"
+	}
+	return "unknown"
+}
+
+// Lease is one acquisition of one session's lease. Its fencing token and
+// owner value never change; its deadline moves forward with each renewal.
+type Lease struct {
+	session string
+	token   int64
+	owner   string
+
+	mu       sync.Mutex
+	state    State
+	deadline time.Time // local, monotonic: send time + TTL - drift
+	term     context.Context
+	cancel   context.CancelFunc
+	changed  chan struct{} // closed and replaced on every state change
+	reason   string
+	expiry   clock.Timer
+}
+
+// Session is the id of the leased session.
+func (l *Lease) Session() string { return l.session }
+
+// Token is the fencing token of this acquisition: strictly greater than the
+// token of every earlier acquisition of the same session.
+func (l *Lease) Token() int64 { return l.token }
+
+// Owner is the unique value stored in the lease key for this acquisition.
+func (l *Lease) Owner() string { return l.owner }
+
+// State is the current state.
+func (l *Lease) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state
+}
+
+// Reason says why the lease last left Held ("" while held).
+func (l *Lease) Reason() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reason
+}
+
+// Deadline is the local (monotonic) instant after which the holder must
+// assume the lease is gone.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Context returns the context of the current term: it is cancelled the
+// moment the lease stops being Held (uncertain, lost, released or past its
+// deadline). A poll must run under it. After a return to Held a new context
+// is returned.
+func (l *Lease) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.term
+}
+
+// Changed returns a channel closed at the next state change.
+func (l *Lease) Changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed
+}
+
+// setLocked moves the lease to st; it cancels the term when leaving Held and
+// opens a new one when entering Held. Caller holds l.mu.
+func (l *Lease) setLocked(st State, reason string) bool {
+	if l.state == st || l.state == Lost || l.state == Released {
+		return false
+	}
+	if l.state == Held {
+		l.cancel()
+	}
+	if st == Held {
+		l.term, l.cancel = context.WithCancel(context.Background())
+		reason = ""
+	}
+	if st == Lost || st == Released {
+		if l.expiry != nil {
+			l.expiry.Stop()
+		}
+	}
+	l.state, l.reason = st, reason
+	close(l.changed)
+	l.changed = make(chan struct{})
+	return true
+}
+
+func cancelledContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx, cancel
+}

@@ -1,0 +1,546 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
+
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/scripts/lua"
+)
+
+// Defaults of Config.
+const (
+	DefaultTTL       = 30 * time.Second
+	DefaultBatchSize = 500
+)
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("lease: invalid config")
+
+// Client is the part of go-redis the manager uses; *redis.Client,
+// *redis.ClusterClient, *redis.Ring and failover clients all satisfy it.
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// Config configures a Manager.
+type Config struct {
+	// Client is the Redis connection. Required.
+	Client Client
+	// Keys names the keys; the zero value uses the default prefixes.
+	Keys keyspace.Space
+	// Holder identifies this worker; it starts every owner value. Required.
+	Holder string
+	// TTL is the lease time to live; default 30s.
+	TTL time.Duration
+	// DriftMargin is taken off every local deadline; default TTL/100 + 2ms.
+	// It must be less than TTL/2.
+	DriftMargin time.Duration
+	// BatchSize is the number of sessions per script call; default 500.
+	// It bounds how long one call blocks Redis (~1µs per session).
+	BatchSize int
+	// Clock measures deadlines; default the real (monotonic) clock.
+	Clock clock.WithTickerAndDelayedExecution
+	// Logger receives lease events; default no-op.
+	Logger *zap.Logger
+	// OnChange, if set, is called after every state change of a lease,
+	// outside any lock, in the goroutine that made the change.
+	OnChange func(l *Lease, from, to State)
+}
+
+// Manager acquires, renews and releases the leases of one holder.
+// It starts no goroutines of its own (deadline timers aside); the caller
+// drives renewal by calling RenewAll on a ticker.
+type Manager struct {
+	cfg                     Config
+	acquire, renew, release *redis.Script
+	inspect                 *redis.Script
+	cluster                 bool
+	log                     *zap.Logger
+
+	mu      sync.Mutex
+	held    map[string]*Lease // Held or Uncertain
+	pending map[string]string // session -> owner value of an acquire whose reply was lost
+	stale   []*Lease          // lost locally but maybe still ours in Redis: release when next possible
+}
+
+// New validates cfg and returns a Manager.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: Client is required", ErrConfig)
+	}
+	if err := keyspace.ValidateID(cfg.Holder); err != nil {
+		return nil, fmt.Errorf("%w: Holder: %w", ErrConfig, err)
+	}
+	if err := cfg.Keys.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL < 10*time.Millisecond {
+		return nil, fmt.Errorf("%w: TTL must be at least 10ms, got %v", ErrConfig, cfg.TTL)
+	}
+	if cfg.DriftMargin == 0 {
+		cfg.DriftMargin = DefaultDriftMargin(cfg.TTL)
+	}
+	if cfg.DriftMargin < 0 || cfg.DriftMargin >= cfg.TTL/2 {
+		return nil, fmt.Errorf("%w: DriftMargin must be in [0, TTL/2), got %v with TTL %v", ErrConfig, cfg.DriftMargin, cfg.TTL)
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.BatchSize < 1 {
+		return nil, fmt.Errorf("%w: BatchSize must be positive, got %d", ErrConfig, cfg.BatchSize)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	_, cluster := cfg.Client.(*redis.ClusterClient)
+	return &Manager{
+		cfg:     cfg,
+		acquire: redis.NewScript(lua.Acquire),
+		renew:   redis.NewScript(lua.Renew),
+		release: redis.NewScript(lua.Release),
+		inspect: redis.NewScript(lua.Inspect),
+		cluster: cluster,
+		log:     cfg.Logger.With(zap.String("instance", cfg.Holder)),
+		held:    make(map[string]*Lease),
+		pending: make(map[string]string),
+	}, nil
+}
+
+// DefaultDriftMargin is TTL/100 + 2ms, the margin Redlock uses.
+func DefaultDriftMargin(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
+
+// TTL is the configured lease time to live.
+func (m *Manager) TTL() time.Duration { return m.cfg.TTL }
+
+// Get returns the Held or Uncertain lease of session, or nil.
+func (m *Manager) Get(session string) *Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held[session]
+}
+
+// Held returns every Held or Uncertain lease, sorted by session.
+func (m *Manager) Held() []*Lease {
+	m.mu.Lock()
+	out := make([]*Lease, 0, len(m.held))
+	for _, l := range m.held {
+		out = append(out, l)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].session < out[j].session })
+	return out
+}
+
+// Count is the number of Held or Uncertain leases.
+func (m *Manager) Count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.held)
+}
+
+// Result is the outcome of acquiring one session.
+type Result struct {
+	// Session is the session asked for.
+	Session string
+	// Lease is set when the lease is ours (new, or already held).
+	Lease *Lease
+	// Remaining is the other holder's remaining TTL when Lease is nil and
+	// Err is nil (-1 when the key has no expiry).
+	Remaining time.Duration
+	// Err is set when the outcome is unknown (the request failed); the lease
+	// is then not ours, and a later Acquire retries with the same owner value.
+	Err error
+}
+
+// Acquire tries to take the leases of sessions, in one pipeline of script
+// calls. Sessions already held return their lease; an Uncertain one is
+// returned as is.
+func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
+	results := make([]Result, len(sessions))
+	var todo []int
+	owners := make([]string, len(sessions))
+	m.mu.Lock()
+	for i, s := range sessions {
+		results[i].Session = s
+		if l, ok := m.held[s]; ok {
+			results[i].Lease = l
+			continue
+		}
+		if err := keyspace.ValidateID(s); err != nil {
+			results[i].Err = err
+			continue
+		}
+		owner, ok := m.pending[s]
+		if !ok {
+			owner = m.newOwner()
+			m.pending[s] = owner
+		}
+		owners[i] = owner
+		todo = append(todo, i)
+	}
+	m.mu.Unlock()
+	if len(todo) == 0 {
+		return results
+	}
+
+	ttlMs := m.cfg.TTL.Milliseconds()
+	calls := m.run(ctx, m.acquire, todo, sessions, func(idx []int) ([]string, []any) {
+		keys := make([]string, 0, 2*len(idx))
+		args := make([]any, 0, 1+len(idx))
+		args = append(args, ttlMs)
+		for _, i := range idx {
+			keys = append(keys, m.cfg.Keys.Lease(sessions[i]), m.cfg.Keys.Fence(sessions[i]))
+			args = append(args, owners[i])
+		}
+		return keys, args
+	})
+
+	var changes []change
+	for _, c := range calls {
+		vals, err := c.ints(2 * len(c.idx))
+		for j, i := range c.idx {
+			s := sessions[i]
+			if err != nil {
+				results[i].Err = fmt.Errorf("acquire %s: %w", s, err)
+				m.log.Warn("lease acquire uncertain", zap.String("session", s), zap.String("event", "acquire_error"), zap.Error(err))
+				continue
+			}
+			token, remaining := vals[2*j], vals[2*j+1]
+			if token <= 0 {
+				results[i].Remaining = time.Duration(remaining) * time.Millisecond
+				if remaining < 0 {
+					results[i].Remaining = time.Duration(remaining)
+				}
+				m.mu.Lock()
+				delete(m.pending, s) // someone else holds it: our value never landed
+				m.mu.Unlock()
+				continue
+			}
+			l, ch := m.adopt(s, owners[i], token, c.sent)
+			results[i].Lease = l
+			changes = append(changes, ch...)
+		}
+	}
+	m.notify(changes)
+	return results
+}
+
+// adopt records a successful acquisition sent at sent.
+func (m *Manager) adopt(session, owner string, token int64, sent time.Time) (*Lease, []change) {
+	deadline := sent.Add(m.cfg.TTL - m.cfg.DriftMargin)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pending, session)
+	if l, ok := m.held[session]; ok { // acquired twice in parallel calls
+		return l, nil
+	}
+	term, cancel := cancelledContext()
+	l := &Lease{session: session, token: token, owner: owner, term: term, cancel: cancel,
+		deadline: deadline, changed: make(chan struct{}), reason: "acquiring"}
+	now := m.cfg.Clock.Now()
+	if !now.Before(deadline) {
+		// The reply came too late to use; the key expires by itself (or a
+		// later release drops it).
+		l.state = Lost
+		l.reason = "acquired past deadline"
+		m.stale = append(m.stale, l)
+		return l, []change{{l, 0, Lost}}
+	}
+	l.state = Uncertain // setLocked(Held) below opens the term
+	l.setLocked(Held, "")
+	// The callback runs in its own goroutine, as time.AfterFunc does (fake
+	// clocks call it with their lock held).
+	l.expiry = m.cfg.Clock.AfterFunc(deadline.Sub(now), func() { go m.expire(l) })
+	m.held[session] = l
+	m.log.Info("lease acquired", zap.String("session", session), zap.String("event", "acquired"),
+		zap.Duration("ttl", m.cfg.TTL), zap.Int64("token", token))
+	return l, []change{{l, 0, Held}}
+}
+
+// expire runs when a lease's local deadline passes.
+func (m *Manager) expire(l *Lease) {
+	l.mu.Lock()
+	if l.state != Held && l.state != Uncertain {
+		l.mu.Unlock()
+		return
+	}
+	if m.cfg.Clock.Now().Before(l.deadline) { // renewed meanwhile; timer was reset
+		l.mu.Unlock()
+		return
+	}
+	from := l.state
+	l.setLocked(Lost, "deadline passed")
+	l.mu.Unlock()
+	m.forget(l)
+	m.log.Warn("lease lost", zap.String("session", l.session), zap.String("event", "lost"),
+		zap.Int64("token", l.token), zap.String("reason", "deadline passed"))
+	m.notify([]change{{l, from, Lost}})
+}
+
+func (m *Manager) forget(l *Lease) {
+	m.mu.Lock()
+	if m.held[l.session] == l {
+		delete(m.held, l.session)
+	}
+	m.mu.Unlock()
+}
+
+// RenewReport says what one renewal cycle did.
+type RenewReport struct {
+	// Renewed leases are Held with a new deadline.
+	Renewed int
+	// Lost leases were gone or owned by another in Redis.
+	Lost []*Lease
+	// Uncertain leases got no answer; their polling stopped.
+	Uncertain []*Lease
+	// Err is the first request error, if any.
+	Err error
+	// RoundTrip is how long the pipeline took.
+	RoundTrip time.Duration
+}
+
+// RenewAll renews every Held or Uncertain lease in one pipeline (one round
+// trip per shard) and reports exactly which were not renewed.
+func (m *Manager) RenewAll(ctx context.Context) RenewReport {
+	m.dropStale(ctx)
+	leases := m.Held()
+	if len(leases) == 0 {
+		return RenewReport{}
+	}
+	idx := make([]int, len(leases))
+	names := make([]string, len(leases))
+	for i, l := range leases {
+		idx[i], names[i] = i, l.session
+	}
+	ttlMs := m.cfg.TTL.Milliseconds()
+	start := m.cfg.Clock.Now()
+	calls := m.run(ctx, m.renew, idx, names, func(idx []int) ([]string, []any) {
+		keys := make([]string, 0, len(idx))
+		args := make([]any, 0, 1+len(idx))
+		args = append(args, ttlMs)
+		for _, i := range idx {
+			keys = append(keys, m.cfg.Keys.Lease(leases[i].session))
+			args = append(args, leases[i].owner)
+		}
+		return keys, args
+	})
+	rep := RenewReport{RoundTrip: m.cfg.Clock.Since(start)}
+	var changes []change
+	for _, c := range calls {
+		vals, err := c.ints(len(c.idx))
+		if err != nil && rep.Err == nil {
+			rep.Err = err
+		}
+		for j, i := range c.idx {
+			l := leases[i]
+			switch {
+			case err != nil:
+				if ch, ok := m.transition(l, Uncertain, "renew failed: "+err.Error()); ok {
+					changes = append(changes, ch)
+				}
+				rep.Uncertain = append(rep.Uncertain, l)
+			case vals[j] == 1:
+				if ch, ok := m.extend(l, c.sent); ok {
+					rep.Renewed++
+					if ch.to != 0 {
+						changes = append(changes, ch)
+					}
+				} else {
+					rep.Lost = append(rep.Lost, l)
+				}
+			default:
+				if ch, ok := m.transition(l, Lost, "not owner"); ok {
+					changes = append(changes, ch)
+				}
+				m.forget(l)
+				rep.Lost = append(rep.Lost, l)
+			}
+		}
+	}
+	if rep.Err != nil {
+		m.log.Warn("lease renewal failed", zap.String("event", "renew_error"),
+			zap.Int("uncertain", len(rep.Uncertain)), zap.Error(rep.Err))
+	}
+	m.notify(changes)
+	return rep
+}
+
+// extend applies a successful renewal sent at sent. It returns ok=false when
+// the lease can no longer be used (already lost, or the reply came too late).
+func (m *Manager) extend(l *Lease, sent time.Time) (change, bool) {
+	deadline := sent.Add(m.cfg.TTL - m.cfg.DriftMargin)
+	now := m.cfg.Clock.Now()
+	l.mu.Lock()
+	if l.state != Held && l.state != Uncertain {
+		l.mu.Unlock()
+		return change{}, false
+	}
+	if !now.Before(deadline) {
+		from := l.state
+		l.setLocked(Lost, "renewed past deadline")
+		l.mu.Unlock()
+		m.forget(l)
+		m.mu.Lock()
+		m.stale = append(m.stale, l)
+		m.mu.Unlock()
+		return change{l, from, Lost}, false
+	}
+	if deadline.After(l.deadline) {
+		l.deadline = deadline
+	}
+	l.expiry.Reset(l.deadline.Sub(now))
+	from := l.state
+	moved := l.setLocked(Held, "")
+	l.mu.Unlock()
+	if moved {
+		m.log.Info("lease held again", zap.String("session", l.session), zap.String("event", "recovered"), zap.Int64("token", l.token))
+		return change{l, from, Held}, true
+	}
+	return change{}, true
+}
+
+// transition moves l to st (Uncertain or Lost) and logs it.
+func (m *Manager) transition(l *Lease, st State, reason string) (change, bool) {
+	l.mu.Lock()
+	from := l.state
+	moved := l.setLocked(st, reason)
+	l.mu.Unlock()
+	if !moved {
+		return change{}, false
+	}
+	m.log.Warn("lease "+st.String(), zap.String("session", l.session), zap.String("event", st.String()),
+		zap.Int64("token", l.token), zap.String("reason", reason))
+	return change{l, from, st}, true
+}
+
+// dropStale deletes, where they still hold our owner value, the keys of
+// leases that were given up locally after Redis had extended them.
+func (m *Manager) dropStale(ctx context.Context) {
+	m.mu.Lock()
+	stale := m.stale
+	m.stale = nil
+	m.mu.Unlock()
+	if len(stale) == 0 {
+		return
+	}
+	// Best effort: if this fails the keys expire by their TTL.
+	_ = m.Release(ctx, stale...)
+}
+
+// Release gives up leases: each becomes Released locally at once, then is
+// deleted in Redis where it still holds our owner value. The caller must
+// have stopped every poll running under these leases first.
+func (m *Manager) Release(ctx context.Context, leases ...*Lease) error {
+	var changes []change
+	var todo []*Lease
+	for _, l := range leases {
+		if l == nil {
+			continue
+		}
+		l.mu.Lock()
+		from := l.state
+		moved := l.setLocked(Released, "released")
+		l.mu.Unlock()
+		m.forget(l)
+		todo = append(todo, l)
+		if moved {
+			changes = append(changes, change{l, from, Released})
+			m.log.Info("lease released", zap.String("session", l.session), zap.String("event", "released"), zap.Int64("token", l.token))
+		}
+	}
+	m.notify(changes)
+	if len(todo) == 0 {
+		return nil
+	}
+	idx := make([]int, len(todo))
+	names := make([]string, len(todo))
+	for i, l := range todo {
+		idx[i], names[i] = i, l.session
+	}
+	calls := m.run(ctx, m.release, idx, names, func(idx []int) ([]string, []any) {
+		keys := make([]string, 0, len(idx))
+		args := make([]any, 0, len(idx))
+		for _, i := range idx {
+			keys = append(keys, m.cfg.Keys.Lease(todo[i].session))
+			args = append(args, todo[i].owner)
+		}
+		return keys, args
+	})
+	for _, c := range calls {
+		if c.err != nil {
+			return fmt.Errorf("release: %w", c.err)
+		}
+	}
+	return nil
+}
+
+// ReleaseAll releases every lease the manager holds.
+func (m *Manager) ReleaseAll(ctx context.Context) error {
+	return m.Release(ctx, m.Held()...)
+}
+
+// Holding describes a lease as Redis sees it.
+type Holding struct {
+	// Session is the session id.
+	Session string
+	// Owner is the owner value, "" when nobody holds it.
+	Owner string
+	// Remaining is the key's TTL (0 when nobody holds it).
+	Remaining time.Duration
+}
+
+// Inspect reads who holds the leases of sessions, read-only.
+func (m *Manager) Inspect(ctx context.Context, sessions []string) ([]Holding, error) {
+	return Inspect(ctx, m.cfg.Client, m.cfg.Keys, sessions, m.cfg.BatchSize)
+}
+
+// HolderOf returns the holder id encoded in an owner value.
+func HolderOf(owner string) string {
+	for i := len(owner) - 1; i >= 0; i-- {
+		if owner[i] == '#' {
+			return owner[:i]
+		}
+	}
+	return owner
+}
+
+// newOwner returns holder#<16 hex>: unique per acquisition.
+func (m *Manager) newOwner() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return m.cfg.Holder + "#" + hex.EncodeToString(b[:])
+}
+
+type change struct {
+	l        *Lease
+	from, to State
+}
+
+func (m *Manager) notify(changes []change) {
+	if m.cfg.OnChange == nil {
+		return
+	}
+	for _, c := range changes {
+		m.cfg.OnChange(c.l, c.from, c.to)
+	}
+}

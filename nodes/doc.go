@@ -1,0 +1,40 @@
+// Package nodes is the membership registry of pollworker: each worker
+// heartbeats into Redis and discovers its live peers, so that rendezvous
+// hashing over the live set can decide who polls which session.
+//
+// A worker is live while its entry in the node index (a sorted set at
+// keyspace.Space.NodeIndex, scored by expiry in Redis server milliseconds)
+// has not expired. Heartbeat moves the entry's expiry to server time + TTL
+// and also refreshes a JSON Info at keyspace.Space.Node for the status
+// command. Members prunes expired entries and returns the live set. Both run
+// Lua scripts that read Redis TIME, so expiry is judged by one clock, the
+// server's, never by the workers' clocks. Discovery reads only the index: it
+// never uses SCAN or KEYS, whose cost grows with the whole keyspace.
+//
+// Guarantees:
+//   - A worker that stops heartbeating drops out of Members once TTL has
+//     passed since its last successful Heartbeat (by the server's clock).
+//   - Membership.Version, local to one Registry, increases exactly when the
+//     set of ids it observes changes, not when expiries move.
+//   - Leave removes the worker at once, for graceful shutdown.
+//
+// Non-guarantees:
+//   - Membership is eventually consistent. Two workers that call Members at
+//     different moments may briefly disagree on the live set, and so on who
+//     owns a session; a worker may still appear live up to TTL after it
+//     crashed, and a paused or partitioned worker may believe itself a member
+//     after the others have dropped it.
+//   - Versions are not comparable between Registries or across restarts.
+//   - Events published on keyspace.Space.Events are Pub/Sub: fire and
+//     forget, lost while a subscriber is disconnected. They are hints that
+//     speed up reaction, never the source of truth; workers must still poll
+//     Members periodically.
+//
+// Safety never depends on membership: two workers that disagree may both try
+// to poll a session, and only the session's lease (package lease) decides
+// which one may. Membership only spreads the work.
+//
+// Requires Redis 5 or newer (scripts call TIME before writing, which needs
+// script effects replication, the default since Redis 5). Each script touches
+// one key, so Redis Cluster works.
+package nodes

@@ -1,0 +1,71 @@
+package nodes
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// Info describes one worker; it is stored as JSON at keyspace.Space.Node with
+// the registry's TTL and read back by Registry.Get.
+type Info struct {
+	// ID is the node id, the member name in the node index.
+	ID string `json:"id"`
+	// Host is the worker's hostname.
+	Host string `json:"host"`
+	// PID is the worker's process id.
+	PID int `json:"pid"`
+	// Started is when the worker process started (RFC 3339 with nanoseconds).
+	Started time.Time `json:"started"`
+	// Version is the worker's build version, free text.
+	Version string `json:"version,omitempty"`
+}
+
+// processStart approximates the process start time: it is set once when the
+// package initialises and never changes.
+var processStart = time.Now().Round(0).UTC()
+
+// maxHostLen bounds the hostname part of DefaultID, keeping the id far below
+// keyspace.MaxIDLen.
+const maxHostLen = 100
+
+// DefaultID returns a node id unique to this process:
+// "<hostname>-<process start, unix ns>-<8 random hex digits>". Bytes of the
+// hostname that keyspace.ValidateID does not allow become '-'; an empty
+// hostname becomes "node".
+func DefaultID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read crashes the program instead
+	return defaultID(host, processStart, hex.EncodeToString(b[:]))
+}
+
+func defaultID(host string, start time.Time, random string) string {
+	return sanitizeHost(host) + "-" + strconv.FormatInt(start.UnixNano(), 10) + "-" + random
+}
+
+// sanitizeHost maps host to the bytes keyspace.ValidateID allows.
+func sanitizeHost(host string) string {
+	if len(host) > maxHostLen {
+		host = host[:maxHostLen]
+	}
+	if host == "" {
+		return "node"
+	}
+	b := []byte(host)
+	for i, c := range b {
+		if keyspace.ValidateID(string(c)) != nil {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}

@@ -1,0 +1,46 @@
+package nodes
+
+import (
+	"slices"
+	"time"
+)
+
+// Membership is one observation of the live workers. It is a value: the
+// slices belong to it and must not be modified.
+type Membership struct {
+	// Version increases, within one Registry, each time the set of Nodes
+	// differs from the previous observation; moving expiries do not change
+	// it. Zero means no observation yet.
+	Version uint64
+	// Nodes are the live node ids, sorted.
+	Nodes []string
+	// ExpiryMs[i] is the expiry of Nodes[i] in Redis server milliseconds
+	// since the Unix epoch: the last millisecond at which it counts as live.
+	ExpiryMs []int64
+	// ServerTimeMs is the Redis server time of the observation, in
+	// milliseconds since the Unix epoch.
+	ServerTimeMs int64
+}
+
+// Contains reports whether id is among the live nodes.
+func (m Membership) Contains(id string) bool {
+	_, ok := slices.BinarySearch(m.Nodes, id)
+	return ok
+}
+
+// Len is the number of live nodes.
+func (m Membership) Len() int { return len(m.Nodes) }
+
+// NextExpiry is how long after the observation the earliest-expiring node
+// drops out of Members unless it heartbeats again: its expiry minus
+// ServerTimeMs, plus the one millisecond in which it still counts as live.
+// It is false when there are no nodes. Measure it from when Members
+// returned; the caller's own entry counts too, so a re-discovery scheduled
+// by it may find nothing changed.
+func (m Membership) NextExpiry() (time.Duration, bool) {
+	if len(m.ExpiryMs) == 0 {
+		return 0, false
+	}
+	d := time.Duration(slices.Min(m.ExpiryMs)-m.ServerTimeMs+1) * time.Millisecond
+	return max(d, 0), true
+}

@@ -1,0 +1,312 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// DefaultTTL is how long a heartbeat keeps a worker live when Config.TTL is zero.
+const DefaultTTL = 30 * time.Second
+
+var (
+	// ErrInvalidConfig is returned (wrapped) by New for a Config it rejects.
+	ErrInvalidConfig = errors.New("nodes: invalid config")
+	// ErrUnexpectedReply is returned (wrapped) when a script's reply does not
+	// have the documented shape.
+	ErrUnexpectedReply = errors.New("nodes: unexpected script reply")
+)
+
+// Config configures a Registry.
+type Config struct {
+	// Client reaches Redis: a *redis.Client, *redis.ClusterClient, a
+	// Sentinel-backed client or anything else implementing redis.Cmdable.
+	// Required.
+	Client redis.Cmdable
+	// Keys names the node keys; the zero value uses the default prefixes.
+	Keys keyspace.Space
+	// ID is this worker's node id; it must pass keyspace.ValidateID and be
+	// unique among live workers. Default DefaultID().
+	ID string
+	// Version is the build version stored in Info; default empty.
+	Version string
+	// TTL is how long one heartbeat keeps the worker live; heartbeat well
+	// within it (for example every TTL/3). Truncated to milliseconds; at
+	// least 1ms. Default DefaultTTL (30s).
+	TTL time.Duration
+	// Logger receives membership changes and failures; default zap.NewNop().
+	Logger *zap.Logger
+}
+
+// Registry records this worker's heartbeats and observes its live peers. It
+// starts no goroutines: the caller drives Heartbeat and Members. It is safe
+// for concurrent use, but Membership.Version is only meaningful when one
+// loop calls Members.
+type Registry struct {
+	client redis.Cmdable
+	keys   keyspace.Space
+	id     string
+	ttl    time.Duration
+	info   Info
+	value  string // info as JSON, the heartbeat key's value
+	log    *zap.Logger
+
+	mu      sync.Mutex
+	version uint64   // guarded by mu
+	last    []string // guarded by mu; sorted ids of the last observation
+}
+
+// New validates cfg, fills in its defaults and returns a Registry. It does
+// not touch Redis.
+func New(cfg Config) (*Registry, error) {
+	if cfg.Client == nil {
+		return nil, fmt.Errorf("%w: Client is required", ErrInvalidConfig)
+	}
+	if err := cfg.Keys.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: Keys: %w", ErrInvalidConfig, err)
+	}
+	if cfg.ID == "" {
+		cfg.ID = DefaultID()
+	}
+	if err := keyspace.ValidateID(cfg.ID); err != nil {
+		return nil, fmt.Errorf("%w: ID: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case cfg.TTL == 0:
+		cfg.TTL = DefaultTTL
+	case cfg.TTL < time.Millisecond:
+		return nil, fmt.Errorf("%w: TTL %v must be at least 1ms", ErrInvalidConfig, cfg.TTL)
+	}
+	cfg.TTL = cfg.TTL.Truncate(time.Millisecond)
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	info := Info{ID: cfg.ID, Host: hostname(), PID: os.Getpid(), Started: processStart, Version: cfg.Version}
+	value, err := json.Marshal(info)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: encode info: %w", err)
+	}
+	return &Registry{
+		client: cfg.Client,
+		keys:   cfg.Keys,
+		id:     cfg.ID,
+		ttl:    cfg.TTL,
+		info:   info,
+		value:  string(value),
+		log:    cfg.Logger.With(zap.String("node", cfg.ID)),
+	}, nil
+}
+
+// ID is this worker's node id.
+func (r *Registry) ID() string { return r.id }
+
+// TTL is how long one heartbeat keeps this worker live.
+func (r *Registry) TTL() time.Duration { return r.ttl }
+
+// Info is what Heartbeat stores about this worker.
+func (r *Registry) Info() Info { return r.info }
+
+// Heartbeat marks this worker live for TTL from now (by the Redis server's
+// clock) and refreshes its Info, in one pipelined round trip; it also prunes
+// expired members from the index. If the script cache was flushed it takes
+// a second round trip to send the script source.
+func (r *Registry) Heartbeat(ctx context.Context) error {
+	keys := []string{r.keys.NodeIndex()}
+	ttlMs := r.ttl.Milliseconds()
+	var set *redis.StatusCmd
+	var script *redis.Cmd
+	// The pipeline's own error repeats the first failed command's; each
+	// command's error is checked below.
+	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		set = p.Set(ctx, r.keys.Node(r.id), r.value, r.ttl)
+		script = heartbeatScript.EvalSha(ctx, p, keys, r.id, ttlMs)
+		return nil
+	})
+	if err := set.Err(); err != nil {
+		return fmt.Errorf("heartbeat %s: set info: %w", r.id, err)
+	}
+	err := script.Err()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// A pipelined EVALSHA cannot fall back by itself; EVAL also caches
+		// the script for the next heartbeat.
+		err = heartbeatScript.Eval(ctx, r.client, keys, r.id, ttlMs).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("heartbeat %s: %w", r.id, err)
+	}
+	return nil
+}
+
+// Members prunes expired members and returns the live ones, in one script
+// call on the node index.
+func (r *Registry) Members(ctx context.Context) (Membership, error) {
+	reply, err := membersScript.Run(ctx, r.client, []string{r.keys.NodeIndex()}).Slice()
+	if err != nil {
+		return Membership{}, fmt.Errorf("members: %w", err)
+	}
+	m, err := parseMembers(reply)
+	if err != nil {
+		return Membership{}, fmt.Errorf("members: %w", err)
+	}
+	m.Version = r.observe(m.Nodes)
+	return m, nil
+}
+
+// observe records ids as the latest observation and returns its version,
+// bumping it when ids differ from the previous observation.
+func (r *Registry) observe(ids []string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.version > 0 && slices.Equal(ids, r.last) {
+		return r.version
+	}
+	joined, left := diff(r.last, ids)
+	r.version++
+	r.last = slices.Clone(ids)
+	r.log.Info("membership changed",
+		zap.Uint64("version", r.version),
+		zap.Int("members", len(ids)),
+		zap.Strings("joined", joined),
+		zap.Strings("left", left))
+	return r.version
+}
+
+// diff returns the ids only in after (joined) and only in before (left);
+// both inputs are sorted.
+func diff(before, after []string) (joined, left []string) {
+	i, j := 0, 0
+	for i < len(before) || j < len(after) {
+		switch {
+		case j == len(after) || (i < len(before) && before[i] < after[j]):
+			left = append(left, before[i])
+			i++
+		case i == len(before) || after[j] < before[i]:
+			joined = append(joined, after[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return joined, left
+}
+
+// parseMembers decodes members.lua's reply
+// {server time ms, id1, expiry1 ms, id2, expiry2 ms, ...}.
+func parseMembers(reply []any) (Membership, error) {
+	if len(reply) == 0 || len(reply)%2 != 1 {
+		return Membership{}, fmt.Errorf("%w: %d elements", ErrUnexpectedReply, len(reply))
+	}
+	now, err := toInt64(reply[0])
+	if err != nil {
+		return Membership{}, fmt.Errorf("%w: server time: %w", ErrUnexpectedReply, err)
+	}
+	type member struct {
+		id     string
+		expiry int64
+	}
+	members := make([]member, 0, len(reply)/2)
+	for i := 1; i < len(reply); i += 2 {
+		id, ok := reply[i].(string)
+		if !ok {
+			return Membership{}, fmt.Errorf("%w: id is %T", ErrUnexpectedReply, reply[i])
+		}
+		expiry, err := toInt64(reply[i+1])
+		if err != nil {
+			return Membership{}, fmt.Errorf("%w: expiry of %s: %w", ErrUnexpectedReply, id, err)
+		}
+		members = append(members, member{id, expiry})
+	}
+	slices.SortFunc(members, func(a, b member) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	m := Membership{
+		Nodes:        make([]string, len(members)),
+		ExpiryMs:     make([]int64, len(members)),
+		ServerTimeMs: now,
+	}
+	for i, mb := range members {
+		m.Nodes[i], m.ExpiryMs[i] = mb.id, mb.expiry
+	}
+	return m, nil
+}
+
+func toInt64(v any) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case string:
+		f, err := strconv.ParseFloat(v, 64)
+		return int64(f), err
+	}
+	return 0, fmt.Errorf("%T is not a number", v)
+}
+
+// Leave removes this worker from the index and deletes its Info, in one
+// pipelined round trip, so peers see it gone at their next Members call.
+// Call it on graceful shutdown, after the heartbeat loop has stopped (a
+// heartbeat racing with Leave re-adds the worker), with a fresh, bounded
+// context.
+func (r *Registry) Leave(ctx context.Context) error {
+	var zrem, del *redis.IntCmd
+	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		zrem = p.ZRem(ctx, r.keys.NodeIndex(), r.id)
+		del = p.Del(ctx, r.keys.Node(r.id))
+		return nil
+	})
+	if err := errors.Join(zrem.Err(), del.Err()); err != nil {
+		return fmt.Errorf("leave %s: %w", r.id, err)
+	}
+	r.log.Info("left")
+	return nil
+}
+
+// Get reads the Info of the given nodes with pipelined GETs, in the order
+// given. Nodes whose Info is missing (expired or never written) or malformed
+// are skipped, not an error.
+func (r *Registry) Get(ctx context.Context, ids ...string) ([]Info, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, r.keys.Node(id))
+		}
+		return nil
+	})
+	infos := make([]Info, 0, len(ids))
+	for i, cmd := range cmds {
+		value, err := cmd.Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get node %s: %w", ids[i], err)
+		}
+		var info Info
+		if err := json.Unmarshal([]byte(value), &info); err != nil {
+			r.log.Warn("skipping malformed node info", zap.String("peer", ids[i]), zap.Error(err))
+			continue
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}

@@ -1,0 +1,27 @@
+// Package lua embeds pollworker's Redis Lua scripts. Each .lua file starts
+// with a header naming its KEYS, ARGV and reply. Callers wrap the sources in
+// redis.NewScript and call Run or EvalSha, which reloads on NOSCRIPT.
+package lua
+
+import _ "embed"
+
+// Acquire takes leases (SET NX PX) and bumps their fencing counters; a retry
+// with the same owner value is recognised as success.
+//
+//go:embed acquire.lua
+var Acquire string
+
+// Renew extends leases only where GET equals the owner value (PEXPIRE).
+//
+//go:embed renew.lua
+var Renew string
+
+// Release deletes leases only where GET equals the owner value.
+//
+//go:embed release.lua
+var Release string
+
+// Inspect returns the owner value and PTTL of leases, read-only.
+//
+//go:embed inspect.lua
+var Inspect string

@@ -1,0 +1,55 @@
+// Package session stores the polling jobs ("sessions") in Redis and reads
+// them back for the workers.
+//
+// A session is a JSON document at keyspace.Space.Session(id). Three keys
+// describe the whole set:
+//
+//	<sessionPrefix>:<id>   the session's JSON (see Session)
+//	<prefix>:sessions      set of all session ids (the index)
+//	<prefix>:sessions:rev  change counter, incremented by every write
+//
+// so that a worker learns that nothing changed with one GET (Store.Rev) per
+// round instead of re-reading every session, and reloads (Store.Load or
+// Loader.Load) only when the counter moved. Every write also publishes
+// {"type":"sessions","sessions":[id]} on keyspace.Space.Events, the shape of
+// package nodes' EventSessions, so that workers react at once.
+//
+// # Guarantees
+//
+//   - No lost change. A write stores the data (SET and SADD, or DEL and SREM)
+//     and only after Redis acknowledged it increments the counter; Load reads
+//     the counter first and the data afterwards. So a Snapshot includes every
+//     write whose increment preceded its Rev, and any write it may have
+//     missed leaves the counter different from Snapshot.Rev: a worker that
+//     reloads whenever Rev() != last Snapshot.Rev converges. Compare with !=,
+//     not >: if the counter key is lost (a Redis restart without
+//     persistence), Rev falls back to 0, which also triggers a reload.
+//   - A failed write can be retried: every successful Put, Delete, Pause and
+//     Resume increments the counter even when it changed nothing, so retrying
+//     a write whose increment failed still announces it.
+//   - Malformed entries (bad JSON, a key of another Redis type, a missing
+//     url, a bad interval, an oversize value, an invalid id in the index) are
+//     reported in Snapshot.Malformed, never deleted, and never stop the good
+//     sessions from loading. Loader logs each distinct problem once.
+//   - No command spans two hash slots in one MULTI or script, so Redis
+//     Cluster works. Pause and Resume are optimistic read-modify-write
+//     transactions (WATCH) on the one session key.
+//   - Unknown fields are ignored by Decode (forward compatibility) and kept
+//     by Pause and Resume, which rewrite only the "paused" field. Put replaces
+//     the whole document.
+//
+// # Non-guarantees
+//
+//   - A Snapshot is not atomic: it may mix the states before and after a
+//     concurrent write (its Rev then differs from the counter, see above).
+//   - Put and Delete of the same id racing each other may leave the index
+//     and the session key disagreeing: an id without a key is skipped, a key
+//     without an id in the index is invisible until the next Put of that id.
+//   - Events are Pub/Sub hints, lost while a subscriber is disconnected, and
+//     a failed publish is only logged; workers must still check Rev
+//     periodically.
+//   - Values are read with GETRANGE bounded to MaxValueBytes+1 bytes, so an
+//     enormous value costs little to reject; but a value that is created
+//     between the two reads that tell "missing" from "empty" may be reported
+//     once as empty (the following reload sees it).
+package session

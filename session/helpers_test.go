@@ -1,0 +1,73 @@
+package session
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var keys = keyspace.Space{}
+
+// newMini starts a miniredis and returns it with a Store over it.
+func newMini(t testing.TB, opts ...Option) (*miniredis.Miniredis, *redis.Client, *Store) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c := newClient(t, m.Addr())
+	return m, c, newStore(t, c, opts...)
+}
+
+// newClient returns a client for addr that neither retries commands nor
+// redials, so that tests of failures do not wait through backoffs.
+func newClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newStore(t testing.TB, c redis.UniversalClient, opts ...Option) *Store {
+	t.Helper()
+	if tt, ok := t.(*testing.T); ok {
+		opts = append([]Option{WithLogger(zaptest.NewLogger(tt))}, opts...)
+	}
+	s, err := NewStore(c, keys, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+// ctxT is a context bounded by a deadline, cancelled when the test ends.
+func ctxT(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func sess(id string) Session {
+	return Session{ID: id, URL: "https://example.com/" + id, Interval: Duration(time.Second)}
+}
+
+func rev(t testing.TB, s *Store) int64 {
+	t.Helper()
+	n, err := s.Rev(ctxT(t))
+	require.NoError(t, err)
+	return n
+}
+
+func ids(ss []Session) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.ID
+	}
+	return out
+}

@@ -1,0 +1,151 @@
+package session
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// Limits on a session.
+const (
+	// MinInterval is the shortest Interval accepted.
+	MinInterval = 10 * time.Millisecond
+	// MaxValueBytes is the largest encoded session accepted, in bytes.
+	MaxValueBytes = 64 << 10
+)
+
+// ErrMalformed is returned (wrapped) for a session that fails validation;
+// the wrapping error says what is wrong.
+var ErrMalformed = errors.New("session: malformed")
+
+// Session is one polling job.
+type Session struct {
+	// ID names the session; see keyspace.ValidateID for the allowed bytes.
+	ID string `json:"id"`
+	// URL is what the built-in HTTP poller GETs; embedders may store any
+	// non-empty target here.
+	URL string `json:"url"`
+	// Interval is the time between the starts of two polls.
+	Interval Duration `json:"interval"`
+	// Paused sessions are kept but polled by nobody.
+	Paused bool `json:"paused,omitempty"`
+	// Labels are free-form metadata handed to the poll.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Validate reports whether s may be stored: a valid id, a non-blank URL
+// (which, when it starts with http:// or https://, must parse as a URL with
+// a host; any other non-blank target is accepted for embedders that poll
+// something else) and an Interval of at least MinInterval. Errors wrap
+// ErrMalformed and never quote the URL, which may hold a password.
+func (s Session) Validate() error {
+	if err := keyspace.ValidateID(s.ID); err != nil {
+		return fmt.Errorf("%w: id: %w", ErrMalformed, err)
+	}
+	if err := validateURL(s.URL); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	switch d := s.Interval.D(); {
+	case d == 0:
+		return fmt.Errorf("%w: interval missing or zero", ErrMalformed)
+	case d < 0:
+		return fmt.Errorf("%w: interval %v is negative", ErrMalformed, d)
+	case d < MinInterval:
+		return fmt.Errorf("%w: interval %v is below the minimum %v", ErrMalformed, d, MinInterval)
+	}
+	return nil
+}
+
+// Encode validates s and returns its JSON, at most MaxValueBytes long.
+func Encode(s Session) ([]byte, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if len(b) > MaxValueBytes {
+		return nil, fmt.Errorf("%w: encoded session has %d bytes, more than %d", ErrMalformed, len(b), MaxValueBytes)
+	}
+	return b, nil
+}
+
+func validateURL(u string) error {
+	t := strings.TrimSpace(u)
+	if t == "" {
+		return errors.New("url missing or blank")
+	}
+	scheme, _, ok := strings.Cut(t, "://")
+	if !ok || !(strings.EqualFold(scheme, "http") || strings.EqualFold(scheme, "https")) {
+		return nil // not HTTP: any non-blank target
+	}
+	p, err := url.Parse(u)
+	if err != nil {
+		// url.Error quotes the whole URL, password included: keep only
+		// the reason.
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("url: not a valid %s URL: %w", strings.ToLower(scheme), err)
+	}
+	if p.Host == "" {
+		return fmt.Errorf("url: %s URL without host", strings.ToLower(scheme))
+	}
+	return nil
+}
+
+// Duration is a time.Duration that encodes to JSON as a Go duration string
+// ("5s") and decodes from such a string or from a number of milliseconds.
+type Duration time.Duration
+
+// MarshalJSON encodes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON accepts "1.5s" or 1500 (milliseconds); null leaves d
+// unchanged, as encoding/json does for other types.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("interval: %w", err)
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("interval: %w", err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var ms float64
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return fmt.Errorf("interval: want a duration string or milliseconds, got %s", truncate(b, 40))
+	}
+	ns := ms * float64(time.Millisecond)
+	if ns >= math.MaxInt64 || ns < math.MinInt64 {
+		return fmt.Errorf("interval: %s milliseconds is out of range", truncate(b, 40))
+	}
+	*d = Duration(time.Duration(ns))
+	return nil
+}
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}

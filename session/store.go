@@ -1,0 +1,253 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// ErrNotFound is returned (wrapped) for a session that does not exist.
+var ErrNotFound = errors.New("session: not found")
+
+// maxWatchRetries bounds the optimistic retries of Pause and Resume.
+const maxWatchRetries = 16
+
+// Store reads and writes sessions. It starts no goroutines and is safe for
+// concurrent use.
+type Store struct {
+	client redis.UniversalClient
+	keys   keyspace.Space
+	log    *zap.Logger
+
+	// afterRead, when set by a test, runs inside Pause and Resume between
+	// the read and the write, to provoke a conflict.
+	afterRead func()
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithLogger sets the logger for failed publishes and, through Loader,
+// malformed sessions; default zap.NewNop().
+func WithLogger(l *zap.Logger) Option {
+	return func(s *Store) {
+		if l != nil {
+			s.log = l
+		}
+	}
+}
+
+// NewStore returns a Store over client (a *redis.Client, *redis.ClusterClient
+// or a Sentinel-backed client) for the keys of keys. It validates keys and
+// does not touch Redis.
+func NewStore(client redis.UniversalClient, keys keyspace.Space, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("session: new store: nil client")
+	}
+	if err := keys.Validate(); err != nil {
+		return nil, fmt.Errorf("session: new store: %w", err)
+	}
+	s := &Store{client: client, keys: keys, log: zap.NewNop()}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// Keys is the key space the store works in.
+func (s *Store) Keys() keyspace.Space { return s.keys }
+
+// Put validates sess and creates or replaces it (unknown fields of a stored
+// value are not kept), then bumps the revision and announces the change.
+func (s *Store) Put(ctx context.Context, sess Session) error {
+	b, err := Encode(sess)
+	if err != nil {
+		return fmt.Errorf("put %.64q: %w", sess.ID, err)
+	}
+	// SET and SADD may go to different cluster slots, so no MULTI; the
+	// revision is bumped only after both are acknowledged.
+	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.keys.Session(sess.ID), b, 0)
+		p.SAdd(ctx, s.keys.SessionIndex(), sess.ID)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("put %s: %w", sess.ID, err)
+	}
+	return s.changed(ctx, "put", sess.ID)
+}
+
+// Get returns the session id. It returns an error wrapping ErrNotFound when
+// the key is missing and one wrapping ErrMalformed when its value is invalid.
+// Get does not consult the index.
+func (s *Store) Get(ctx context.Context, id string) (Session, error) {
+	if err := keyspace.ValidateID(id); err != nil {
+		return Session{}, fmt.Errorf("get: %w", err)
+	}
+	got, err := s.fetch(ctx, []string{id})
+	if err != nil {
+		return Session{}, fmt.Errorf("get %s: %w", id, err)
+	}
+	f := got[0]
+	switch {
+	case f.missing:
+		return Session{}, fmt.Errorf("get %s: %w", id, ErrNotFound)
+	case f.err != nil:
+		return Session{}, fmt.Errorf("get %s: %w", id, f.err)
+	}
+	sess, err := Decode(id, f.raw)
+	if err != nil {
+		return Session{}, fmt.Errorf("get %s: %w", id, err)
+	}
+	return sess, nil
+}
+
+// Delete removes the session id and its index entry, then bumps the
+// revision and announces the change. It returns an error wrapping
+// ErrNotFound when neither existed (the revision is bumped anyway, so that
+// retrying a Delete whose bump failed still announces it). Any non-empty id
+// is accepted, so that an invalid id found in the index can be removed.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	if id == "" {
+		return fmt.Errorf("delete: %w", keyspace.ValidateID(id))
+	}
+	var del, srem *redis.IntCmd
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		del = p.Del(ctx, s.keys.Session(id))
+		srem = p.SRem(ctx, s.keys.SessionIndex(), id)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete %.64q: %w", id, err)
+	}
+	if err := s.changed(ctx, "delete", id); err != nil {
+		return err
+	}
+	if del.Val() == 0 && srem.Val() == 0 {
+		return fmt.Errorf("delete %.64q: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// Pause marks the session id paused, keeping the rest of its stored value,
+// then bumps the revision and announces the change. It returns an error
+// wrapping ErrNotFound or ErrMalformed if the session is missing or invalid.
+func (s *Store) Pause(ctx context.Context, id string) error {
+	return s.setPaused(ctx, "pause", id, true)
+}
+
+// Resume clears the paused mark of the session id, like Pause.
+func (s *Store) Resume(ctx context.Context, id string) error {
+	return s.setPaused(ctx, "resume", id, false)
+}
+
+func (s *Store) setPaused(ctx context.Context, op, id string, paused bool) error {
+	if err := keyspace.ValidateID(id); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	key := s.keys.Session(id)
+	txf := func(tx *redis.Tx) error {
+		got, err := s.fetchOne(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		switch {
+		case got.missing:
+			return ErrNotFound
+		case got.err != nil:
+			return got.err
+		}
+		sess, err := Decode(id, got.raw)
+		if err != nil {
+			return err
+		}
+		if sess.Paused == paused {
+			return nil
+		}
+		if s.afterRead != nil {
+			s.afterRead()
+		}
+		out, err := withPaused(id, got.raw, paused)
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, key, out, 0)
+			return nil
+		})
+		return err
+	}
+	var err error
+	for range maxWatchRetries {
+		err = s.client.Watch(ctx, txf, key)
+		if !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", op, id, err)
+	}
+	return s.changed(ctx, op, id)
+}
+
+// withPaused returns raw with its "paused" field set (or removed, as Put
+// encodes false) and every other field kept.
+func withPaused(id string, raw []byte, paused bool) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrMalformed, jsonReason(err))
+	}
+	for k := range m {
+		// encoding/json matches field names case-insensitively.
+		if strings.EqualFold(k, "paused") {
+			delete(m, k)
+		}
+	}
+	if paused {
+		m["paused"] = json.RawMessage("true")
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if _, err := Decode(id, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// changed bumps the revision (after the data writes were acknowledged) and
+// announces the change; a failed announcement is only logged, since workers
+// also poll the revision.
+func (s *Store) changed(ctx context.Context, op, id string) error {
+	if err := s.client.Incr(ctx, s.keys.SessionRev()).Err(); err != nil {
+		return fmt.Errorf("%s %.64q: bump revision: %w", op, id, err)
+	}
+	if err := s.client.Publish(ctx, s.keys.Events(), eventFor(id)).Err(); err != nil {
+		s.log.Warn("announce session change", zap.String("op", op), zap.String("session", id), zap.Error(err))
+	}
+	return nil
+}
+
+// event is the message published on keyspace.Space.Events after a write; it
+// has the shape of nodes.Event with type "sessions".
+type event struct {
+	Type     string   `json:"type"`
+	Sessions []string `json:"sessions,omitempty"`
+}
+
+func eventFor(id string) string {
+	e := event{Type: "sessions"}
+	if keyspace.ValidateID(id) == nil {
+		e.Sessions = []string{id}
+	}
+	b, _ := json.Marshal(e) // cannot fail: strings
+	return string(b)
+}
