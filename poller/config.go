@@ -1,0 +1,182 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
+
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/session"
+)
+
+// Defaults of Config, from the design research.
+const (
+	DefaultLeaseTTL          = 30 * time.Second
+	DefaultRenewInterval     = 10 * time.Second
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultDiscoveryInterval = 10 * time.Second
+	DefaultDrainTimeout      = 10 * time.Second
+)
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("poller: invalid config")
+
+// Poller polls one session. Poll is called on the session's interval, only
+// while this worker holds the session's lease; ctx is cancelled the moment
+// the lease becomes uncertain or lost, or the session is handed off. The
+// lease carries the fencing token to hand to downstream systems. A panic in
+// Poll is recovered and counted; it does not stop other sessions.
+type Poller interface {
+	Poll(ctx context.Context, s session.Session, l *lease.Lease) error
+}
+
+// PollFunc adapts a function to Poller.
+type PollFunc func(ctx context.Context, s session.Session, l *lease.Lease) error
+
+// Poll calls f.
+func (f PollFunc) Poll(ctx context.Context, s session.Session, l *lease.Lease) error {
+	return f(ctx, s, l)
+}
+
+// Config configures a Coordinator. Durations of zero take their defaults.
+type Config struct {
+	// Client is the Redis connection (standalone, Sentinel or Cluster). Required.
+	Client redis.UniversalClient
+	// Keys names the keys; the zero value uses prefixes "poll" and "session".
+	Keys keyspace.Space
+	// ID names this worker; default nodes.DefaultID().
+	ID string
+	// Version is published in the heartbeat.
+	Version string
+	// Poller does the work. Required.
+	Poller Poller
+
+	// LeaseTTL is the lease time to live; default 30s. At least 3 × RenewInterval.
+	LeaseTTL time.Duration
+	// RenewInterval is the time between renewal cycles; default 10s.
+	RenewInterval time.Duration
+	// DriftMargin is taken off every lease deadline; default LeaseTTL/100 + 2ms.
+	DriftMargin time.Duration
+	// HeartbeatInterval is the time between heartbeats; default 10s.
+	HeartbeatInterval time.Duration
+	// HeartbeatTTL is how long a heartbeat keeps this worker live; default
+	// 3 × HeartbeatInterval.
+	HeartbeatTTL time.Duration
+	// DiscoveryInterval is the time between full rounds (membership,
+	// sessions, ownership) when no event arrives; default 10s.
+	DiscoveryInterval time.Duration
+	// OrphanGrace is how long a session may stay without a lease before a
+	// worker that is not its preferred owner takes it; default
+	// 2 × DiscoveryInterval.
+	OrphanGrace time.Duration
+	// DrainTimeout bounds the shutdown: stopping polls, releasing leases and
+	// leaving the membership; default 10s.
+	DrainTimeout time.Duration
+	// RequestTimeout bounds each Redis round trip of the coordinator;
+	// default RenewInterval/2, at most 5s.
+	RequestTimeout time.Duration
+	// BatchSize is the number of sessions per lease script call; default 500.
+	BatchSize int
+
+	// Logger receives structured logs; default no-op.
+	Logger *zap.Logger
+	// Clock drives timers and deadlines; default the real clock.
+	Clock clock.WithTickerAndDelayedExecution
+	// OnEvent, if set, is called for every lease event of this worker. It
+	// must not block.
+	OnEvent func(Event)
+}
+
+// EventType names a lease event.
+type EventType string
+
+// The lease events reported to Config.OnEvent.
+const (
+	EventAcquired  EventType = "acquired"
+	EventReleased  EventType = "released"
+	EventLost      EventType = "lost"
+	EventUncertain EventType = "uncertain"
+	EventRecovered EventType = "recovered"
+)
+
+// Event is one change of one of this worker's leases.
+type Event struct {
+	Type    EventType
+	Session string
+	Token   int64
+	Reason  string
+	At      time.Time
+}
+
+// withDefaults fills zero fields and validates; errors name the rule.
+func (c Config) withDefaults() (Config, error) {
+	if c.Client == nil {
+		return c, fmt.Errorf("%w: Client is required", ErrConfig)
+	}
+	if c.Poller == nil {
+		return c, fmt.Errorf("%w: Poller is required", ErrConfig)
+	}
+	if err := c.Keys.Validate(); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.ID != "" {
+		if err := keyspace.ValidateID(c.ID); err != nil {
+			return c, fmt.Errorf("%w: ID: %w", ErrConfig, err)
+		}
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.LeaseTTL, DefaultLeaseTTL)
+	def(&c.RenewInterval, DefaultRenewInterval)
+	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&c.HeartbeatTTL, 3*c.HeartbeatInterval)
+	def(&c.DiscoveryInterval, DefaultDiscoveryInterval)
+	def(&c.OrphanGrace, 2*c.DiscoveryInterval)
+	def(&c.DrainTimeout, DefaultDrainTimeout)
+	def(&c.RequestTimeout, min(c.RenewInterval/2, 5*time.Second))
+	def(&c.DriftMargin, lease.DefaultDriftMargin(c.LeaseTTL))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"LeaseTTL", c.LeaseTTL}, {"RenewInterval", c.RenewInterval},
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"HeartbeatTTL", c.HeartbeatTTL},
+		{"DiscoveryInterval", c.DiscoveryInterval}, {"OrphanGrace", c.OrphanGrace},
+		{"DrainTimeout", c.DrainTimeout}, {"RequestTimeout", c.RequestTimeout},
+	} {
+		if d.v < 0 {
+			return c, fmt.Errorf("%w: %s must be positive, got %v", ErrConfig, d.name, d.v)
+		}
+	}
+	if c.LeaseTTL < 3*c.RenewInterval {
+		return c, fmt.Errorf("%w: LeaseTTL (%v) must be at least 3 × RenewInterval (%v)", ErrConfig, c.LeaseTTL, c.RenewInterval)
+	}
+	if c.HeartbeatTTL < 2*c.HeartbeatInterval {
+		return c, fmt.Errorf("%w: HeartbeatTTL (%v) must be at least 2 × HeartbeatInterval (%v)", ErrConfig, c.HeartbeatTTL, c.HeartbeatInterval)
+	}
+	if c.RequestTimeout >= c.RenewInterval {
+		return c, fmt.Errorf("%w: RequestTimeout (%v) must be less than RenewInterval (%v)", ErrConfig, c.RequestTimeout, c.RenewInterval)
+	}
+	if c.DriftMargin < 0 || c.DriftMargin >= c.LeaseTTL/2 {
+		return c, fmt.Errorf("%w: DriftMargin must be in [0, LeaseTTL/2), got %v", ErrConfig, c.DriftMargin)
+	}
+	if c.BatchSize < 0 {
+		return c, fmt.Errorf("%w: BatchSize must be positive, got %d", ErrConfig, c.BatchSize)
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	return c, nil
+}

@@ -1,0 +1,354 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
+
+	"github.com/pollworker/pollworker/hrw"
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/nodes"
+	"github.com/pollworker/pollworker/session"
+)
+
+// Coordinator runs one worker: heartbeat, membership, session list,
+// ownership by rendezvous hashing, leases and one poll loop per owned
+// session.
+type Coordinator struct {
+	cfg      Config
+	log      *zap.Logger
+	registry *nodes.Registry
+	store    *session.Store
+	loader   *session.Loader
+	leases   *lease.Manager
+
+	kick    chan struct{} // asks the main loop for a round; capacity 1
+	running atomic.Bool
+
+	redisOK     atomic.Bool
+	heartbeatAt atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
+
+	pollPanics atomic.Int64
+	pollErrors atomic.Int64
+	polls      atomic.Int64
+
+	mu     sync.Mutex
+	status Status
+
+	// Owned by the main loop.
+	workers        map[string]*worker
+	members        nodes.Membership
+	table          *hrw.Table
+	sessions       map[string]session.Session // active (not paused) sessions
+	sessionRev     int64
+	loaded         bool
+	orphanSince    map[string]time.Time // owned sessions taken as orphans
+	pendingOrphans map[string]time.Time // watched sessions first seen without a lease
+	lastOrphan     time.Time
+	retryTimer     clock.Timer
+	expiryTimer    clock.Timer
+}
+
+// New validates cfg and returns a Coordinator; Run starts it.
+func New(cfg Config) (*Coordinator, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	reg, err := nodes.New(nodes.Config{Client: cfg.Client, Keys: cfg.Keys, ID: cfg.ID,
+		Version: cfg.Version, TTL: cfg.HeartbeatTTL, Logger: cfg.Logger})
+	if err != nil {
+		return nil, errors.Join(ErrConfig, err)
+	}
+	cfg.ID = reg.ID()
+	store, err := session.NewStore(cfg.Client, cfg.Keys, session.WithLogger(cfg.Logger))
+	if err != nil {
+		return nil, errors.Join(ErrConfig, err)
+	}
+	c := &Coordinator{
+		cfg:            cfg,
+		log:            cfg.Logger.With(zap.String("instance", cfg.ID)),
+		registry:       reg,
+		store:          store,
+		loader:         session.NewLoader(store),
+		kick:           make(chan struct{}, 1),
+		workers:        make(map[string]*worker),
+		sessions:       make(map[string]session.Session),
+		orphanSince:    make(map[string]time.Time),
+		pendingOrphans: make(map[string]time.Time),
+	}
+	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID,
+		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize,
+		Clock: cfg.Clock, Logger: cfg.Logger, OnChange: c.onLeaseChange})
+	if err != nil {
+		return nil, errors.Join(ErrConfig, err)
+	}
+	c.status.ID = cfg.ID
+	return c, nil
+}
+
+// ID is this worker's id.
+func (c *Coordinator) ID() string { return c.cfg.ID }
+
+// Ready reports whether the worker holds a fresh heartbeat and reached
+// Redis on its last attempt. A worker that is not ready acquires nothing.
+func (c *Coordinator) Ready() bool {
+	if !c.redisOK.Load() {
+		return false
+	}
+	at := c.heartbeatAt.Load()
+	if at == 0 {
+		return false
+	}
+	return c.cfg.Clock.Since(time.Unix(0, at)) < c.cfg.HeartbeatTTL-c.cfg.DriftMargin
+}
+
+// Status is a snapshot of what the worker sees and holds.
+type Status struct {
+	// ID is the worker id.
+	ID string
+	// Ready is Ready() at the time of the snapshot.
+	Ready bool
+	// Members are the live workers seen in the last round.
+	Members []string
+	// Sessions is the number of active (not paused) sessions known.
+	Sessions int
+	// Owned are the sessions whose lease this worker holds, sorted.
+	Owned []string
+	// Polls, PollErrors and PollPanics count polls since start.
+	Polls, PollErrors, PollPanics int64
+	// Malformed is the number of malformed session entries in the last load.
+	Malformed int
+}
+
+// Status returns a snapshot for health pages and tests.
+func (c *Coordinator) Status() Status {
+	c.mu.Lock()
+	s := c.status
+	c.mu.Unlock()
+	s.Ready = c.Ready()
+	s.Owned = nil
+	for _, l := range c.leases.Held() {
+		if l.State() == lease.Held {
+			s.Owned = append(s.Owned, l.Session())
+		}
+	}
+	s.Polls, s.PollErrors, s.PollPanics = c.polls.Load(), c.pollErrors.Load(), c.pollPanics.Load()
+	return s
+}
+
+// Leases is the lease manager, for embedders that want to inspect leases.
+func (c *Coordinator) Leases() *lease.Manager { return c.leases }
+
+// Run works until ctx is done, then drains within DrainTimeout: stops every
+// poll, releases every lease, announces it to peers and deletes its
+// heartbeat. It returns after every goroutine it started has exited; the
+// error is nil after a clean drain.
+func (c *Coordinator) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("poller: Run called twice")
+	}
+	// Heartbeat and subscription stop before the drain (a heartbeat after
+	// Leave would bring this worker back); renewal goes on until the polls
+	// have stopped and the leases are released.
+	memberCtx, stopMember := context.WithCancel(context.WithoutCancel(ctx))
+	renewCtx, stopRenew := context.WithCancel(context.WithoutCancel(ctx))
+	var member, renew sync.WaitGroup
+	member.Add(2)
+	go func() { defer member.Done(); c.heartbeatLoop(memberCtx) }()
+	go func() { defer member.Done(); c.subscribeLoop(memberCtx) }()
+	renew.Add(1)
+	go func() { defer renew.Done(); c.renewLoop(renewCtx) }()
+
+	c.mainLoop(ctx)
+
+	stopMember()
+	member.Wait()
+	err := c.drain()
+	stopRenew()
+	renew.Wait()
+	c.stopTimers()
+	return err
+}
+
+func (c *Coordinator) mainLoop(ctx context.Context) {
+	ticker := c.cfg.Clock.NewTicker(c.cfg.DiscoveryInterval)
+	defer ticker.Stop()
+	c.trigger()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		case <-c.kick:
+		}
+		c.round(ctx)
+	}
+}
+
+// trigger asks for a round as soon as possible; many triggers coalesce.
+func (c *Coordinator) trigger() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Coordinator) requestCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, c.cfg.RequestTimeout)
+}
+
+func (c *Coordinator) heartbeatLoop(ctx context.Context) {
+	ticker := c.cfg.Clock.NewTicker(c.cfg.HeartbeatInterval)
+	defer ticker.Stop()
+	joined := false
+	for {
+		rctx, cancel := c.requestCtx(ctx)
+		err := c.registry.Heartbeat(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.redisOK.Store(false)
+			c.log.Warn("heartbeat failed", zap.Error(err))
+		} else {
+			c.redisOK.Store(true)
+			c.heartbeatAt.Store(c.cfg.Clock.Now().UnixNano())
+			if !joined {
+				joined = true
+				c.publish(ctx, nodes.Event{Type: nodes.EventJoin, Node: c.cfg.ID})
+				c.trigger()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+func (c *Coordinator) renewLoop(ctx context.Context) {
+	ticker := c.cfg.Clock.NewTicker(c.cfg.RenewInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+		rctx, cancel := c.requestCtx(ctx)
+		rep := c.leases.RenewAll(rctx)
+		cancel()
+		if rep.Err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.redisOK.Store(false)
+		} else if rep.Renewed > 0 {
+			c.redisOK.Store(true)
+		}
+		if len(rep.Lost) > 0 {
+			c.trigger()
+		}
+	}
+}
+
+func (c *Coordinator) subscribeLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		sub := c.cfg.Client.Subscribe(ctx, c.cfg.Keys.Events())
+		ch := sub.Channel()
+	recv:
+		for {
+			select {
+			case <-ctx.Done():
+				break recv
+			case msg, ok := <-ch:
+				if !ok {
+					break recv
+				}
+				ev, err := nodes.DecodeEvent(msg.Payload)
+				if err != nil {
+					c.log.Debug("ignoring event", zap.Error(err))
+					continue
+				}
+				if ev.Node == c.cfg.ID {
+					continue
+				}
+				c.trigger()
+			}
+		}
+		_ = sub.Close()
+	}
+}
+
+func (c *Coordinator) publish(ctx context.Context, ev nodes.Event) {
+	rctx, cancel := c.requestCtx(ctx)
+	defer cancel()
+	if err := nodes.Publish(rctx, c.cfg.Client, c.cfg.Keys, ev); err != nil {
+		c.log.Debug("publish failed", zap.String("type", string(ev.Type)), zap.Error(err))
+	}
+}
+
+func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
+	var t EventType
+	switch {
+	case to == lease.Held && from == 0:
+		t = EventAcquired
+	case to == lease.Held:
+		t = EventRecovered
+	case to == lease.Uncertain:
+		t = EventUncertain
+	case to == lease.Lost:
+		t = EventLost
+		c.trigger()
+	case to == lease.Released:
+		t = EventReleased
+	}
+	if c.cfg.OnEvent != nil {
+		c.cfg.OnEvent(Event{Type: t, Session: l.Session(), Token: l.Token(), Reason: l.Reason(), At: c.cfg.Clock.Now()})
+	}
+}
+
+func (c *Coordinator) stopTimers() {
+	if c.retryTimer != nil {
+		c.retryTimer.Stop()
+	}
+	if c.expiryTimer != nil {
+		c.expiryTimer.Stop()
+	}
+}
+
+// drain stops every poll, releases every lease, leaves the membership and
+// tells the peers, within DrainTimeout.
+func (c *Coordinator) drain() error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
+	defer cancel()
+	ids := make([]string, 0, len(c.workers))
+	for id := range c.workers {
+		ids = append(ids, id)
+	}
+	stopped := c.stopWorkers(ctx, ids)
+	var errs []error
+	if err := c.release(ctx, stopped); err != nil {
+		errs = append(errs, err)
+	}
+	if n := len(c.workers); n > 0 {
+		errs = append(errs, fmt.Errorf("poller: drain timed out waiting for %d polls; their leases are left to expire", n))
+	}
+	if err := c.registry.Leave(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := nodes.Publish(ctx, c.cfg.Client, c.cfg.Keys, nodes.Event{Type: nodes.EventLeave, Node: c.cfg.ID}); err != nil {
+		errs = append(errs, err)
+	}
+	c.log.Info("drained", zap.Int("sessions", len(ids)), zap.Int("released", len(stopped)))
+	return errors.Join(errs...)
+}

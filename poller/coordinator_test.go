@@ -1,0 +1,391 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/session"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"))
+}
+
+// recorder is a Poller shared by several workers that checks the promise:
+// never two polls of one session at once, tokens never going backwards.
+type recorder struct {
+	mu         sync.Mutex
+	active     map[string]string // session -> worker polling it now
+	maxToken   map[string]int64
+	tokenOwner map[int64]map[string]string // token -> session -> worker
+	last       map[string]string           // session -> worker of the last poll
+	count      map[string]int
+	violations []string
+	work       time.Duration
+}
+
+func newRecorder() *recorder {
+	return &recorder{active: map[string]string{}, maxToken: map[string]int64{},
+		tokenOwner: map[int64]map[string]string{}, last: map[string]string{}, count: map[string]int{},
+		work: 2 * time.Millisecond}
+}
+
+func (r *recorder) poller(worker string) Poller {
+	return PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+		r.mu.Lock()
+		if w, ok := r.active[s.ID]; ok {
+			r.violations = append(r.violations, fmt.Sprintf("overlap on %s: %s and %s", s.ID, w, worker))
+		}
+		if l.Token() < r.maxToken[s.ID] {
+			r.violations = append(r.violations, fmt.Sprintf("stale token on %s: %d < %d", s.ID, l.Token(), r.maxToken[s.ID]))
+		}
+		r.maxToken[s.ID] = max(r.maxToken[s.ID], l.Token())
+		if r.tokenOwner[l.Token()] == nil {
+			r.tokenOwner[l.Token()] = map[string]string{}
+		}
+		if w, ok := r.tokenOwner[l.Token()][s.ID]; ok && w != worker {
+			r.violations = append(r.violations, fmt.Sprintf("token %d of %s used by %s and %s", l.Token(), s.ID, w, worker))
+		}
+		r.tokenOwner[l.Token()][s.ID] = worker
+		r.active[s.ID] = worker
+		r.last[s.ID] = worker
+		r.count[s.ID]++
+		r.mu.Unlock()
+
+		select { // the poll's work
+		case <-ctx.Done():
+		case <-time.After(r.work):
+		}
+
+		r.mu.Lock()
+		delete(r.active, s.ID)
+		r.mu.Unlock()
+		return nil
+	})
+}
+
+func (r *recorder) check(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Empty(t, r.violations)
+}
+
+// lastPoller returns the worker of the last poll of each session.
+func (r *recorder) lastPoller() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]string, len(r.last))
+	for k, v := range r.last {
+		out[k] = v
+	}
+	return out
+}
+
+func (r *recorder) polled(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count[id]
+}
+
+func (r *recorder) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last = map[string]string{}
+	r.count = map[string]int{}
+}
+
+// fastConfig returns sub-second timings for tests.
+func fastConfig(client redis.UniversalClient, id string, p Poller) Config {
+	return Config{
+		Client: client, ID: id, Poller: p,
+		LeaseTTL: 900 * time.Millisecond, RenewInterval: 150 * time.Millisecond,
+		HeartbeatInterval: 150 * time.Millisecond, DiscoveryInterval: 200 * time.Millisecond,
+		RequestTimeout: 100 * time.Millisecond, DrainTimeout: 2 * time.Second,
+	}
+}
+
+type running struct {
+	c      *Coordinator
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func start(t *testing.T, cfg Config) *running {
+	t.Helper()
+	c, err := New(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	return r
+}
+
+func addSessions(t *testing.T, client redis.UniversalClient, n int, interval time.Duration) []string {
+	t.Helper()
+	store, err := session.NewStore(client, keyspace.Space{})
+	require.NoError(t, err)
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("session-%d", i)
+		require.NoError(t, store.Put(context.Background(), session.Session{ID: ids[i], URL: "http://127.0.0.1:1/" + ids[i], Interval: session.Duration(interval)}))
+	}
+	return ids
+}
+
+// owners reads who holds each session's lease in Redis.
+func owners(t *testing.T, client redis.UniversalClient, ids []string) map[string]string {
+	t.Helper()
+	hs, err := lease.Inspect(context.Background(), client, keyspace.Space{}, ids, 0)
+	require.NoError(t, err)
+	out := make(map[string]string, len(hs))
+	for _, h := range hs {
+		if h.Owner != "" {
+			out[h.Session] = lease.HolderOf(h.Owner)
+		}
+	}
+	return out
+}
+
+func TestConfigValidation(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	p := PollFunc(func(context.Context, session.Session, *lease.Lease) error { return nil })
+	tests := []struct {
+		name string
+		give func(*Config)
+		want string
+	}{
+		{"no client", func(c *Config) { c.Client = nil }, "Client is required"},
+		{"no poller", func(c *Config) { c.Poller = nil }, "Poller is required"},
+		{"ttl vs renew", func(c *Config) { c.LeaseTTL = 20 * time.Second }, "LeaseTTL (20s) must be at least 3 × RenewInterval (10s)"},
+		{"negative", func(c *Config) { c.DiscoveryInterval = -time.Second }, "DiscoveryInterval must be positive"},
+		{"heartbeat ttl", func(c *Config) { c.HeartbeatTTL = 15 * time.Second }, "HeartbeatTTL"},
+		{"request timeout", func(c *Config) { c.RequestTimeout = 10 * time.Second }, "RequestTimeout"},
+		{"bad id", func(c *Config) { c.ID = "a*b" }, "ID"},
+		{"bad prefix", func(c *Config) { c.Keys.Prefix = "a b" }, "key prefix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{Client: client, Poller: p}
+			tt.give(&cfg)
+			_, err := New(cfg)
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+	c, err := New(Config{Client: client, Poller: p})
+	require.NoError(t, err)
+	require.NoError(t, keyspace.ValidateID(c.ID()))
+	require.Equal(t, 30*time.Second, c.cfg.LeaseTTL)
+}
+
+func TestThreeWorkersConvergeAndHandOff(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 90, 50*time.Millisecond)
+	rec := newRecorder()
+	ws := map[string]*running{}
+	for _, id := range []string{"w1", "w2", "w3"} {
+		ws[id] = start(t, fastConfig(client, id, rec.poller(id)))
+	}
+
+	// Every session owned once, spread over the three, and polled.
+	require.Eventually(t, func() bool {
+		own := owners(t, client, ids)
+		if len(own) != len(ids) {
+			return false
+		}
+		per := map[string]int{}
+		for _, w := range own {
+			per[w]++
+		}
+		return len(per) == 3 && per["w1"] > 15 && per["w2"] > 15 && per["w3"] > 15
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if rec.polled(id) == 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 20*time.Millisecond)
+
+	// Graceful stop of w2: its sessions are polled by the others soon after.
+	before := owners(t, client, ids)
+	ws["w2"].stop(t)
+	rec.reset()
+	require.Eventually(t, func() bool {
+		last := rec.lastPoller()
+		for _, id := range ids {
+			if w, ok := last[id]; !ok || w == "w2" {
+				return false
+			}
+		}
+		return true
+	}, 3*time.Second, 10*time.Millisecond)
+	after := owners(t, client, ids)
+	for _, id := range ids {
+		require.NotEqual(t, "w2", after[id])
+		if before[id] != "w2" {
+			require.Equal(t, before[id], after[id], "survivors keep their sessions")
+		}
+	}
+	rec.check(t)
+}
+
+func TestJoinMovesOnlyToNewcomer(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 60, 50*time.Millisecond)
+	rec := newRecorder()
+	start(t, fastConfig(client, "a", rec.poller("a")))
+	start(t, fastConfig(client, "b", rec.poller("b")))
+	require.Eventually(t, func() bool { return len(owners(t, client, ids)) == len(ids) }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		per := map[string]int{}
+		for _, w := range owners(t, client, ids) {
+			per[w]++
+		}
+		return per["a"] > 0 && per["b"] > 0 && per["a"]+per["b"] == len(ids)
+	}, 10*time.Second, 20*time.Millisecond)
+	before := owners(t, client, ids)
+
+	start(t, fastConfig(client, "c", rec.poller("c")))
+	require.Eventually(t, func() bool {
+		own := owners(t, client, ids)
+		n := 0
+		for _, w := range own {
+			if w == "c" {
+				n++
+			}
+		}
+		return len(own) == len(ids) && n >= 10
+	}, 10*time.Second, 20*time.Millisecond)
+	for id, w := range owners(t, client, ids) {
+		if w != "c" {
+			require.Equal(t, before[id], w, "a session moved between old members")
+		}
+	}
+	rec.check(t)
+}
+
+func TestFailClosedWhenRedisGoesAway(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = client.Close() })
+	ids := addSessions(t, client, 10, 20*time.Millisecond)
+
+	var mu sync.Mutex
+	var late []string
+	var polls int
+	p := PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+		mu.Lock()
+		defer mu.Unlock()
+		polls++
+		if !time.Now().Before(l.Deadline()) {
+			late = append(late, s.ID)
+		}
+		return nil
+	})
+	r := start(t, fastConfig(client, "solo", p))
+	require.Eventually(t, func() bool { return len(owners(t, client, ids)) == len(ids) }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, r.c.Ready, 5*time.Second, 10*time.Millisecond)
+
+	srv.Stop()
+	stoppedAt := time.Now()
+	// Within one renew interval (plus the request timeout) the worker is not
+	// ready and holds nothing; no poll starts after a lease deadline.
+	require.Eventually(t, func() bool { return !r.c.Ready() }, 2*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(r.c.Status().Owned) == 0 }, 2*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	frozen := polls
+	mu.Unlock()
+	// The worker must stay quiet: wait until the lease TTL has certainly passed.
+	require.Eventually(t, func() bool { return time.Since(stoppedAt) > 900*time.Millisecond && r.c.leases.Count() == 0 },
+		5*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	require.Equal(t, frozen, polls, "no poll while Redis is down")
+	require.Empty(t, late)
+	mu.Unlock()
+
+	srv.Restart() // without persistence: the sessions must be registered again
+	addSessions(t, client, 10, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return r.c.Ready() && len(r.c.Status().Owned) == len(ids) }, 10*time.Second, 20*time.Millisecond)
+}
+
+func TestPauseAndRemoveStopPolling(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 4, 20*time.Millisecond)
+	rec := newRecorder()
+	r := start(t, fastConfig(client, "w", rec.poller("w")))
+	require.Eventually(t, func() bool { return len(r.c.Status().Owned) == 4 }, 10*time.Second, 10*time.Millisecond)
+	store, err := session.NewStore(client, keyspace.Space{})
+	require.NoError(t, err)
+	require.NoError(t, store.Pause(context.Background(), ids[0]))
+	require.NoError(t, store.Delete(context.Background(), ids[1]))
+	require.Eventually(t, func() bool { return len(r.c.Status().Owned) == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(owners(t, client, ids[:2])) == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, store.Resume(context.Background(), ids[0]))
+	require.Eventually(t, func() bool { return len(r.c.Status().Owned) == 3 }, 5*time.Second, 10*time.Millisecond)
+	rec.check(t)
+}
+
+func TestPanickingPollDoesNotStopOthers(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	addSessions(t, client, 3, 20*time.Millisecond)
+	var mu sync.Mutex
+	good := 0
+	p := PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+		if s.ID == "session-0" {
+			panic("boom")
+		}
+		if s.ID == "session-1" {
+			return errors.New("target down")
+		}
+		mu.Lock()
+		good++
+		mu.Unlock()
+		return nil
+	})
+	r := start(t, fastConfig(client, "w", p))
+	require.Eventually(t, func() bool {
+		st := r.c.Status()
+		mu.Lock()
+		defer mu.Unlock()
+		return st.PollPanics >= 3 && st.PollErrors >= 3 && good >= 3 && len(st.Owned) == 3
+	}, 10*time.Second, 10*time.Millisecond)
+}

@@ -1,0 +1,286 @@
+package poller
+
+import (
+	"context"
+	"maps"
+	"sort"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/hrw"
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/session"
+)
+
+// retrySlack is added to a competing lease's remaining TTL before retrying.
+const retrySlack = 5 * time.Millisecond
+
+// round refreshes membership and sessions, then makes the owned set match
+// the rendezvous assignment: hands off what another live worker should
+// own, acquires what this worker should own, and picks up orphans.
+func (c *Coordinator) round(ctx context.Context) {
+	c.reapWorkers()
+	if !c.refresh(ctx) {
+		return
+	}
+	me := c.cfg.ID
+	var handoff, acquire []string
+	for id, w := range c.workers {
+		s, active := c.sessions[id]
+		owner, _ := c.table.Owner(id)
+		switch {
+		case !active:
+			handoff = append(handoff, id) // removed or paused
+		case owner != me && c.orphanDue(id):
+			handoff = append(handoff, id)
+		case !sameSession(s, w.sess):
+			// Definition changed: restart the loop under the same lease.
+			c.restartWorker(ctx, w, s)
+		}
+	}
+	canAcquire := c.Ready() && c.members.Contains(me)
+	for id := range c.sessions {
+		if _, ok := c.workers[id]; ok {
+			continue
+		}
+		if owner, _ := c.table.Owner(id); owner == me && canAcquire {
+			acquire = append(acquire, id)
+		}
+	}
+	if len(handoff) > 0 {
+		sort.Strings(handoff)
+		c.handOff(ctx, handoff)
+	}
+	if len(acquire) > 0 {
+		sort.Strings(acquire)
+		c.acquire(ctx, acquire, false)
+	}
+	if canAcquire {
+		c.adoptOrphans(ctx)
+	}
+	c.publishStatus()
+}
+
+// reapWorkers forgets poll loops whose lease was lost.
+func (c *Coordinator) reapWorkers() {
+	for id, w := range c.workers {
+		select {
+		case <-w.done:
+			delete(c.workers, id)
+			delete(c.orphanSince, id)
+		default:
+		}
+	}
+}
+
+// refresh reads membership and, when its revision moved, the sessions. It
+// reports false when Redis could not be read.
+func (c *Coordinator) refresh(ctx context.Context) bool {
+	rctx, cancel := c.requestCtx(ctx)
+	defer cancel()
+	m, err := c.registry.Members(rctx)
+	if err != nil {
+		c.redisOK.Store(false)
+		c.log.Warn("discovery failed", zap.Error(err))
+		return false
+	}
+	if m.Version != c.members.Version || c.table == nil {
+		c.table = hrw.NewIDs(m.Nodes...)
+		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
+	}
+	c.members = m
+	if d, ok := m.NextExpiry(); ok {
+		c.scheduleExpiry(d + 2*retrySlack)
+	}
+	rev, err := c.store.Rev(rctx)
+	if err != nil {
+		c.redisOK.Store(false)
+		c.log.Warn("session revision read failed", zap.Error(err))
+		return false
+	}
+	if c.loaded && rev == c.sessionRev {
+		return true
+	}
+	lctx, lcancel := context.WithTimeout(ctx, c.cfg.DiscoveryInterval)
+	defer lcancel()
+	snap, err := c.loader.Load(lctx)
+	if err != nil {
+		c.redisOK.Store(false)
+		c.log.Warn("session load failed", zap.Error(err))
+		return false
+	}
+	active := make(map[string]session.Session, len(snap.Sessions))
+	for _, s := range snap.Sessions {
+		if !s.Paused {
+			active[s.ID] = s
+		}
+	}
+	c.sessions, c.sessionRev, c.loaded = active, snap.Rev, true
+	c.mu.Lock()
+	c.status.Malformed = len(snap.Malformed)
+	c.mu.Unlock()
+	return true
+}
+
+// handOff stops the poll loops of ids, then releases their leases and tells
+// the peers.
+func (c *Coordinator) handOff(ctx context.Context, ids []string) {
+	hctx, cancel := context.WithTimeout(ctx, c.cfg.DrainTimeout)
+	defer cancel()
+	stopped := c.stopWorkers(hctx, ids)
+	for _, id := range ids {
+		delete(c.orphanSince, id)
+	}
+	rctx, rcancel := c.requestCtx(context.WithoutCancel(ctx))
+	defer rcancel()
+	if err := c.release(rctx, stopped); err != nil {
+		c.log.Warn("handoff release failed; leases expire by TTL", zap.Error(err))
+	}
+}
+
+// acquire takes the leases of ids and starts their poll loops. A lease held
+// by another worker is retried when it would expire, if that is sooner than
+// the next round.
+func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
+	rctx, cancel := c.requestCtx(ctx)
+	defer cancel()
+	retry := time.Duration(-1)
+	for _, r := range c.leases.Acquire(rctx, ids) {
+		switch {
+		case r.Err != nil:
+			c.redisOK.Store(false)
+		case r.Lease != nil:
+			if _, running := c.workers[r.Session]; running || r.Lease.State() != lease.Held {
+				continue
+			}
+			s, ok := c.sessions[r.Session]
+			if !ok {
+				continue
+			}
+			if orphan {
+				c.orphanSince[r.Session] = c.cfg.Clock.Now()
+			}
+			c.startWorker(s, r.Lease)
+		case r.Remaining > 0:
+			if retry < 0 || r.Remaining < retry {
+				retry = r.Remaining
+			}
+		}
+	}
+	if retry >= 0 && retry < c.cfg.DiscoveryInterval {
+		c.scheduleRetry(retry + retrySlack)
+	}
+}
+
+// adoptOrphans takes sessions that have had no lease for OrphanGrace
+// although a live worker is preferred for them. Each worker watches the
+// sessions for which it ranks second, so the watch costs one read per
+// session per OrphanGrace/2 across the fleet.
+func (c *Coordinator) adoptOrphans(ctx context.Context) {
+	now := c.cfg.Clock.Now()
+	if now.Sub(c.lastOrphan) < c.cfg.OrphanGrace/2 || c.table.Len() < 2 {
+		return
+	}
+	c.lastOrphan = now
+	var watch []string
+	for id := range c.sessions {
+		if _, ok := c.workers[id]; ok {
+			continue
+		}
+		if r := c.table.Rank(id, 2); len(r) == 2 && r[1] == c.cfg.ID {
+			watch = append(watch, id)
+		}
+	}
+	if len(watch) == 0 {
+		return
+	}
+	sort.Strings(watch)
+	rctx, cancel := c.requestCtx(ctx)
+	hs, err := c.leases.Inspect(rctx, watch)
+	cancel()
+	if err != nil {
+		c.log.Warn("orphan check failed", zap.Error(err))
+		return
+	}
+	var take []string
+	seen := make(map[string]bool, len(hs))
+	for _, h := range hs {
+		if h.Owner != "" {
+			continue
+		}
+		seen[h.Session] = true
+		first, ok := c.pendingOrphans[h.Session]
+		if !ok {
+			c.pendingOrphans[h.Session] = now
+			continue
+		}
+		if now.Sub(first) >= c.cfg.OrphanGrace {
+			take = append(take, h.Session)
+		}
+	}
+	for id := range c.pendingOrphans {
+		if !seen[id] {
+			delete(c.pendingOrphans, id)
+		}
+	}
+	if len(take) > 0 {
+		c.log.Info("adopting orphans", zap.Int("sessions", len(take)))
+		for _, id := range take {
+			delete(c.pendingOrphans, id)
+		}
+		c.acquire(ctx, take, true)
+	}
+}
+
+// restartWorker restarts a poll loop with a new session definition, under
+// the same lease.
+func (c *Coordinator) restartWorker(ctx context.Context, w *worker, s session.Session) {
+	w.cancel()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return
+	}
+	delete(c.workers, s.ID)
+	if w.lease.State() == lease.Held {
+		c.startWorker(s, w.lease)
+	}
+}
+
+// orphanDue reports whether an owned session that another worker is
+// preferred for should be handed to it: always, unless it was adopted as an
+// orphan less than OrphanGrace ago (then its preferred owner gets it back
+// after that, which bounds ping-pong with a broken preferred owner).
+func (c *Coordinator) orphanDue(id string) bool {
+	since, ok := c.orphanSince[id]
+	return !ok || c.cfg.Clock.Since(since) >= c.cfg.OrphanGrace
+}
+
+func sameSession(a, b session.Session) bool {
+	return a.ID == b.ID && a.URL == b.URL && a.Interval == b.Interval &&
+		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels)
+}
+
+func (c *Coordinator) scheduleRetry(d time.Duration) {
+	if c.retryTimer == nil {
+		c.retryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
+		return
+	}
+	c.retryTimer.Reset(d)
+}
+
+func (c *Coordinator) scheduleExpiry(d time.Duration) {
+	if c.expiryTimer == nil {
+		c.expiryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
+		return
+	}
+	c.expiryTimer.Reset(d)
+}
+
+func (c *Coordinator) publishStatus() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.status.Members = c.members.Nodes
+	c.status.Sessions = len(c.sessions)
+}
