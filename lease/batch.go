@@ -133,6 +133,8 @@ func Inspect(ctx context.Context, client Client, keys keyspace.Space, sessions [
 			}
 			if ms, ok := vals[2*j+1].(int64); ok && ms > 0 {
 				out[i].Remaining = time.Duration(ms) * time.Millisecond
+			} else if ok && ms == -1 {
+				out[i].Remaining = -1
 			}
 		}
 	}

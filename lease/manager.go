@@ -289,9 +289,9 @@ func (m *Manager) expire(l *Lease) {
 		return
 	}
 	from := l.state
+	m.forget(l) // before the state changes, so that a Lost lease is never listed
 	l.setLocked(Lost, "deadline passed")
 	l.mu.Unlock()
-	m.forget(l)
 	m.log.Warn("lease lost", zap.String("session", l.session), zap.String("event", "lost"),
 		zap.Int64("token", l.token), zap.String("reason", "deadline passed"))
 	m.notify([]change{{l, from, Lost}})
@@ -321,7 +321,15 @@ type RenewReport struct {
 
 // RenewAll renews every Held or Uncertain lease in one pipeline (one round
 // trip per shard) and reports exactly which were not renewed.
+//
+// Without a deadline on ctx, the cycle is bounded by TTL/3: a later answer
+// could not keep any lease alive anyway.
 func (m *Manager) RenewAll(ctx context.Context) RenewReport {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.cfg.TTL/3)
+		defer cancel()
+	}
 	m.dropStale(ctx)
 	leases := m.Held()
 	if len(leases) == 0 {
@@ -392,7 +400,15 @@ func (m *Manager) extend(l *Lease, sent time.Time) (change, bool) {
 	now := m.cfg.Clock.Now()
 	l.mu.Lock()
 	if l.state != Held && l.state != Uncertain {
+		lost := l.state == Lost
 		l.mu.Unlock()
+		if lost {
+			// The deadline passed while this renewal was in flight: Redis
+			// has just extended a key nobody will use; drop it.
+			m.mu.Lock()
+			m.stale = append(m.stale, l)
+			m.mu.Unlock()
+		}
 		return change{}, false
 	}
 	if !now.Before(deadline) {
@@ -505,7 +521,8 @@ type Holding struct {
 	Session string
 	// Owner is the owner value, "" when nobody holds it.
 	Owner string
-	// Remaining is the key's TTL (0 when nobody holds it).
+	// Remaining is the key's TTL: 0 when nobody holds it, -1 when the key
+	// has no expiry (never set by pollworker).
 	Remaining time.Duration
 }
 

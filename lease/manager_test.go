@@ -136,7 +136,12 @@ func TestLeaseLostAtLocalDeadline(t *testing.T) {
 	require.Equal(t, Held, l.State())
 	require.NoError(t, ctx.Err())
 	f.clock.Step(time.Millisecond)
-	require.Eventually(t, func() bool { return l.State() == Lost }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(events) == 2
+	}, time.Second, time.Millisecond)
+	require.Equal(t, Lost, l.State())
 	require.Error(t, ctx.Err())
 	require.Equal(t, "deadline passed", l.Reason())
 	require.Nil(t, m.Get("s"))

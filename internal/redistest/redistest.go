@@ -54,8 +54,15 @@ func Require(t testing.TB) string {
 // The server is stopped by t.Cleanup.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
+	return StartPort(t, FreePort(t), args...)
+}
+
+// StartPort is Start on a given loopback port, for tests that point a
+// client at a port before the server is up.
+func StartPort(t testing.TB, port int, args ...string) *Server {
+	t.Helper()
 	Require(t)
-	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir(), args: args}
+	s := &Server{t: t, Port: port, Dir: t.TempDir(), args: args}
 	s.start()
 	t.Cleanup(s.Stop)
 	return s
@@ -183,6 +190,18 @@ func ping(addr string) error {
 		return fmt.Errorf("ping: %q", line)
 	}
 	return nil
+}
+
+// Client returns a go-redis client for a redis:// URL, closed by t.Cleanup.
+func Client(t testing.TB, url string) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

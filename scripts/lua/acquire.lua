@@ -4,7 +4,10 @@
 -- returns a flat array, two integers per session:
 --   token, 0      acquired now (token = INCR of the fencing counter), or
 --                 already held by this owner value (a retried request): the
---                 current counter, which is this acquisition's token
+--                 TTL is set again (the caller counts its deadline from the
+--                 retry) and the token is the current counter, which is this
+--                 acquisition's; if the counter was lost (eviction,
+--                 failover) it is incremented again rather than guessed
 --   0, pttl       held by another owner; pttl = its remaining ms (-1 if none)
 -- The counter never expires and is only ever incremented, so tokens of one
 -- session strictly increase across acquisitions, expiries and script flushes.
@@ -19,7 +22,12 @@ for i = 1, #KEYS / 2 do
     out[#out + 1] = token
     out[#out + 1] = 0
   elseif cur == me then
-    out[#out + 1] = tonumber(redis.call('GET', fence))
+    redis.call('PEXPIRE', lease, ttl)
+    local token = tonumber(redis.call('GET', fence))
+    if token == nil then
+      token = redis.call('INCR', fence)
+    end
+    out[#out + 1] = token
     out[#out + 1] = 0
   else
     out[#out + 1] = 0

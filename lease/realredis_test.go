@@ -1,0 +1,836 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pollworker/pollworker/scripts/lua"
+)
+
+// The tests in this file run against a real redis-server (see
+// internal/redistest); they are skipped when none is installed, and fail
+// under CI. Real time passes only where real expiry is the point, with TTLs
+// of a few hundred milliseconds.
+
+// live stands, in a wanted script reply, for a remaining TTL: more than 0 ms
+// and at most the TTL the key was set with.
+const live = -99
+
+// requireReply compares a script reply with want, where live matches any
+// remaining TTL in (0, maxTTL] ms.
+func requireReply(t *testing.T, want []int64, maxTTL int64, got []int64) {
+	t.Helper()
+	require.Len(t, got, len(want), "reply %v", got)
+	for i, w := range want {
+		if w == live {
+			require.Greater(t, got[i], int64(0), "reply %v [%d]", got, i)
+			require.LessOrEqual(t, got[i], maxTTL, "reply %v [%d]", got, i)
+			continue
+		}
+		require.Equal(t, w, got[i], "reply %v [%d]", got, i)
+	}
+}
+
+const scriptTTL = 5000 // ms, the TTL the script tests set
+
+// seed prepares keys before a script call.
+type seed struct {
+	held    map[string]string // session -> owner value, set with scriptTTL
+	forever map[string]string // session -> owner value, set without expiry
+	fence   map[string]int64  // session -> counter value
+}
+
+func (r *realEnv) seed(t *testing.T, s seed) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, r.rdb.FlushAll(ctx).Err())
+	for sess, o := range s.held {
+		require.NoError(t, r.rdb.Set(ctx, realKeys.Lease(sess), o, scriptTTL*time.Millisecond).Err())
+	}
+	for sess, o := range s.forever {
+		require.NoError(t, r.rdb.Set(ctx, realKeys.Lease(sess), o, 0).Err())
+	}
+	for sess, n := range s.fence {
+		require.NoError(t, r.rdb.Set(ctx, realKeys.Fence(sess), n, 0).Err())
+	}
+}
+
+// after is the state of one session's keys once a script has run.
+type after struct {
+	owner string // "" when the lease key is missing
+	fence int64  // 0 when the counter is missing
+	pttl  int64  // live, -1 (no expiry) or -2 (missing); live checks (0, ttl]
+}
+
+func (r *realEnv) requireAfter(t *testing.T, want map[string]after, ttl int64) {
+	t.Helper()
+	for sess, w := range want {
+		require.Equal(t, w.owner, r.owner(t, sess), "owner of %s", sess)
+		require.Equal(t, w.fence, r.fence(t, sess), "fence of %s", sess)
+		got := r.pttl(t, sess)
+		if w.pttl == live {
+			require.Greater(t, got, int64(0), "pttl of %s", sess)
+			require.LessOrEqual(t, got, ttl, "pttl of %s", sess)
+		} else {
+			require.Equal(t, w.pttl, got, "pttl of %s", sess)
+		}
+	}
+}
+
+func TestRealAcquireScript(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	const ttl = 60000 // larger than scriptTTL: a fresh SET is told from a seeded key
+	tests := []struct {
+		name     string
+		seed     seed
+		sessions []string
+		owners   map[string]string
+		want     []int64
+		after    map[string]after
+	}{
+		{
+			name:     "free key: token is the first INCR, PX set",
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{1, 0},
+			after:    map[string]after{"s": {"a#1", 1, live}},
+		},
+		{
+			name:     "free key with a used counter",
+			seed:     seed{fence: map[string]int64{"s": 41}},
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{42, 0},
+			after:    map[string]after{"s": {"a#1", 42, live}},
+		},
+		{
+			name:     "same owner value again (retried request): same token, no INCR",
+			seed:     seed{held: map[string]string{"s": "a#1"}, fence: map[string]int64{"s": 7}},
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{7, 0},
+			after:    map[string]after{"s": {"a#1", 7, live}},
+		},
+		{
+			name:     "another owner: 0 and its pttl, nothing changed",
+			seed:     seed{held: map[string]string{"s": "b#1"}, fence: map[string]int64{"s": 3}},
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{0, live},
+			after:    map[string]after{"s": {"b#1", 3, live}},
+		},
+		{
+			name:     "another owner without expiry: pttl -1",
+			seed:     seed{forever: map[string]string{"s": "b#1"}},
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{0, -1},
+			after:    map[string]after{"s": {"b#1", 0, -1}},
+		},
+		{
+			name: "many sessions, mixed outcomes",
+			seed: seed{
+				held:  map[string]string{"other": "b#1", "mine": "a#3"},
+				fence: map[string]int64{"other": 5, "mine": 9, "used": 100},
+			},
+			sessions: []string{"free", "other", "mine", "used"},
+			owners:   map[string]string{"free": "a#1", "other": "a#2", "mine": "a#3", "used": "a#4"},
+			want:     []int64{1, 0, 0, live, 9, 0, 101, 0},
+			after: map[string]after{
+				"free":  {"a#1", 1, live},
+				"other": {"b#1", 5, live},
+				"mine":  {"a#3", 9, live},
+				"used":  {"a#4", 101, live},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r.seed(t, tt.seed)
+			got := runAcquire(t, r.rdb, ttl, tt.owners, tt.sessions...)
+			requireReply(t, tt.want, scriptTTL, got)
+			r.requireAfter(t, tt.after, ttl)
+		})
+	}
+
+	t.Run("fresh SET uses the given PX", func(t *testing.T) {
+		r.seed(t, seed{})
+		runAcquire(t, r.rdb, ttl, map[string]string{"s": "a#1"}, "s")
+		require.Greater(t, r.pttl(t, "s"), int64(scriptTTL), "fresh acquire sets PX ttl")
+	})
+}
+
+func TestRealRenewScript(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	const ttl = 60000
+	tests := []struct {
+		name     string
+		seed     seed
+		sessions []string
+		owners   map[string]string
+		want     []int64
+		after    map[string]after // pttl live here means at most scriptTTL (not extended)
+		extended []string         // sessions whose PTTL must now exceed scriptTTL
+	}{
+		{
+			name:     "owner matches: PEXPIRE",
+			seed:     seed{held: map[string]string{"s": "a#1"}, fence: map[string]int64{"s": 1}},
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{1},
+			extended: []string{"s"},
+		},
+		{
+			name:     "another owner: untouched",
+			seed:     seed{held: map[string]string{"s": "b#1"}, fence: map[string]int64{"s": 1}},
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{0},
+			after:    map[string]after{"s": {"b#1", 1, live}},
+		},
+		{
+			name:     "missing key: never created",
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{0},
+			after:    map[string]after{"s": {"", 0, -2}},
+		},
+		{
+			name: "many sessions, mixed outcomes",
+			seed: seed{held: map[string]string{"m1": "a#1", "other": "b#1", "m2": "a#2"},
+				forever: map[string]string{"other2": "b#2"}},
+			sessions: []string{"m1", "other", "missing", "m2", "other2"},
+			owners:   map[string]string{"m1": "a#1", "other": "a#9", "missing": "a#8", "m2": "a#2", "other2": "a#7"},
+			want:     []int64{1, 0, 0, 1, 0},
+			after: map[string]after{
+				"other":   {"b#1", 0, live},
+				"missing": {"", 0, -2},
+				"other2":  {"b#2", 0, -1},
+			},
+			extended: []string{"m1", "m2"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r.seed(t, tt.seed)
+			got := runRenew(t, r.rdb, ttl, tt.owners, tt.sessions...)
+			requireReply(t, tt.want, 0, got)
+			r.requireAfter(t, tt.after, scriptTTL)
+			for _, s := range tt.extended {
+				require.Greater(t, r.pttl(t, s), int64(scriptTTL), "pttl of %s", s)
+				require.LessOrEqual(t, r.pttl(t, s), int64(ttl), "pttl of %s", s)
+				require.Equal(t, tt.owners[s], r.owner(t, s))
+			}
+		})
+	}
+}
+
+func TestRealReleaseScript(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	tests := []struct {
+		name     string
+		seed     seed
+		sessions []string
+		owners   map[string]string
+		want     []int64
+		after    map[string]after
+	}{
+		{
+			name:     "owner matches: DEL, counter kept",
+			seed:     seed{held: map[string]string{"s": "a#1"}, fence: map[string]int64{"s": 4}},
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{1},
+			after:    map[string]after{"s": {"", 4, -2}},
+		},
+		{
+			name:     "another owner: untouched",
+			seed:     seed{held: map[string]string{"s": "b#1"}, fence: map[string]int64{"s": 4}},
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{0},
+			after:    map[string]after{"s": {"b#1", 4, live}},
+		},
+		{
+			name:     "missing key",
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{0},
+			after:    map[string]after{"s": {"", 0, -2}},
+		},
+		{
+			name: "many sessions, mixed outcomes",
+			seed: seed{held: map[string]string{"m1": "a#1", "other": "b#1", "m2": "a#2"},
+				forever: map[string]string{"mine-forever": "a#3"}},
+			sessions: []string{"m1", "other", "missing", "m2", "mine-forever"},
+			owners:   map[string]string{"m1": "a#1", "other": "a#9", "missing": "a#8", "m2": "a#2", "mine-forever": "a#3"},
+			want:     []int64{1, 0, 0, 1, 1},
+			after: map[string]after{
+				"m1":           {"", 0, -2},
+				"other":        {"b#1", 0, live},
+				"missing":      {"", 0, -2},
+				"m2":           {"", 0, -2},
+				"mine-forever": {"", 0, -2},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r.seed(t, tt.seed)
+			got := runRelease(t, r.rdb, tt.owners, tt.sessions...)
+			requireReply(t, tt.want, 0, got)
+			r.requireAfter(t, tt.after, scriptTTL)
+		})
+	}
+}
+
+func TestRealInspectScript(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	r.seed(t, seed{held: map[string]string{"h": "a#1"}, forever: map[string]string{"f": "b#2"}})
+	tests := []struct {
+		name     string
+		sessions []string
+		want     []any // live stands for a remaining TTL in (0, scriptTTL]
+	}{
+		{"held with TTL", []string{"h"}, []any{"a#1", live}},
+		{"missing", []string{"m"}, []any{nil, int64(-2)}},
+		{"no expiry", []string{"f"}, []any{"b#2", int64(-1)}},
+		{"missing ones do not cut the reply short", []string{"m", "h", "m2", "f"},
+			[]any{nil, int64(-2), "a#1", live, nil, int64(-2), "b#2", int64(-1)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runInspect(t, r.rdb, tt.sessions...)
+			require.Len(t, got, len(tt.want), "reply %v", got)
+			for i, w := range tt.want {
+				if w == live {
+					ms, ok := got[i].(int64)
+					require.True(t, ok, "reply %v [%d]", got, i)
+					require.Greater(t, ms, int64(0))
+					require.LessOrEqual(t, ms, int64(scriptTTL))
+					continue
+				}
+				require.Equal(t, w, got[i], "reply %v [%d]", got, i)
+			}
+		})
+	}
+
+	t.Run("Inspect reads it as Holdings", func(t *testing.T) {
+		hs, err := Inspect(context.Background(), r.rdb, realKeys, []string{"m", "h", "f"}, 2)
+		require.NoError(t, err)
+		require.Equal(t, Holding{Session: "m"}, hs[0])
+		require.Equal(t, "a#1", hs[1].Owner)
+		require.Greater(t, hs[1].Remaining, time.Duration(0))
+		require.LessOrEqual(t, hs[1].Remaining, scriptTTL*time.Millisecond)
+		require.Equal(t, Holding{Session: "f", Owner: "b#2", Remaining: -1}, hs[2], "no expiry reads as Remaining -1")
+	})
+}
+
+func TestRealManagerSurvivesScriptFlush(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	m := r.manager(t, "a")
+	ctx := context.Background()
+	flush := func() { require.NoError(t, r.rdb.ScriptFlush(ctx).Err()) }
+	requireCalls := func(wantPipelines []int, wantLoads int) {
+		t.Helper()
+		p, l := r.hook.take()
+		require.Equal(t, wantPipelines, p, "script calls per pipeline")
+		require.Equal(t, wantLoads, l, "SCRIPT LOADs")
+	}
+
+	// A new server has no scripts: EVALSHA meets NOSCRIPT, the script is
+	// loaded once and the batch sent again.
+	l1 := acquireOne(t, m, "s1").Lease
+	require.NotNil(t, l1)
+	requireCalls([]int{1, 1}, 1)
+	l2 := acquireOne(t, m, "s2").Lease
+	require.NotNil(t, l2)
+	requireCalls([]int{1}, 0)
+
+	flush()
+	r3 := acquireOne(t, m, "s3")
+	require.NoError(t, r3.Err)
+	require.NotNil(t, r3.Lease)
+	require.Equal(t, int64(1), r3.Lease.Token())
+	require.Equal(t, r3.Lease.Owner(), r.owner(t, "s3"))
+	requireCalls([]int{1, 1}, 1)
+
+	flush()
+	rep := m.RenewAll(ctx)
+	require.NoError(t, rep.Err)
+	require.Equal(t, 3, rep.Renewed)
+	require.Empty(t, rep.Lost)
+	require.Empty(t, rep.Uncertain)
+	requireCalls([]int{1, 1}, 1)
+	rep = m.RenewAll(ctx)
+	require.Equal(t, 3, rep.Renewed)
+	requireCalls([]int{1}, 0)
+
+	flush()
+	require.NoError(t, m.Release(ctx, l1))
+	require.Equal(t, Released, l1.State())
+	require.Equal(t, "", r.owner(t, "s1"))
+	requireCalls([]int{1, 1}, 1)
+
+	flush()
+	hs, err := m.Inspect(ctx, []string{"s1", "s2"})
+	require.NoError(t, err)
+	require.Equal(t, "", hs[0].Owner)
+	require.Equal(t, l2.Owner(), hs[1].Owner)
+
+	for _, l := range []*Lease{l2, r3.Lease} {
+		require.Equal(t, Held, l.State())
+	}
+	require.NoError(t, m.ReleaseAll(ctx))
+}
+
+func TestRealFencingTokensStrictlyIncrease(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	const ttl = 200 * time.Millisecond
+	a := r.manager(t, "a", useRealClock, withTTL(ttl))
+	var tokens []int64
+	take := func(m *Manager) *Lease {
+		t.Helper()
+		res := acquireOne(t, m, "s")
+		require.NoError(t, res.Err)
+		require.NotNil(t, res.Lease, "session should be free")
+		tokens = append(tokens, res.Lease.Token())
+		return res.Lease
+	}
+
+	// Release, then acquire again.
+	l := take(a)
+	require.NoError(t, a.Release(ctx, l))
+	l = take(a)
+
+	// Expiry in Redis (real TTL). The holder gave up first.
+	r.gone(t, "s")
+	require.Eventually(t, func() bool { return l.State() == Lost }, 2*time.Second, time.Millisecond)
+	l = take(a)
+
+	// SCRIPT FLUSH between acquisitions.
+	require.NoError(t, a.Release(ctx, l))
+	require.NoError(t, r.rdb.ScriptFlush(ctx).Err())
+	l = take(a)
+
+	// The worker "crashes" holding the lease and restarts as a new Manager
+	// with the same holder id: its new owner value does not match the old
+	// one, so it does not inherit the old acquisition.
+	a2 := r.manager(t, "a", useRealClock, withTTL(ttl))
+	res := acquireOne(t, a2, "s")
+	require.NoError(t, res.Err)
+	require.Nil(t, res.Lease, "a restarted holder must not inherit the crashed one's lease")
+	require.Greater(t, res.Remaining, time.Duration(0))
+
+	// Another worker takes the session once the crashed lease expires.
+	b := r.manager(t, "b", useRealClock, withTTL(ttl))
+	require.Eventually(t, func() bool { return tryAcquire(b, "s") != nil }, 2*time.Second, 5*time.Millisecond)
+	lb := b.Get("s")
+	require.NotNil(t, lb)
+	tokens = append(tokens, lb.Token())
+	require.Eventually(t, func() bool { return l.State() == Lost }, 2*time.Second, time.Millisecond)
+
+	// And hands it to the restarted worker.
+	require.NoError(t, b.Release(ctx, lb))
+	take(a2)
+
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, tokens, "one INCR per acquisition, strictly increasing")
+	require.Equal(t, int64(6), r.fence(t, "s"))
+	require.NoError(t, a2.ReleaseAll(ctx))
+}
+
+func TestRealExpiredLeaseTakenOverOnlyAfterHolderDeadline(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	const ttl = 250 * time.Millisecond
+	a := r.manager(t, "a", useRealClock, withTTL(ttl))
+	b := r.manager(t, "b", useRealClock, withTTL(ttl))
+
+	la := acquireOne(t, a, "s").Lease
+	require.NotNil(t, la)
+	term := la.Context()
+
+	first := acquireOne(t, b, "s")
+	require.NoError(t, first.Err)
+	require.Nil(t, first.Lease)
+	require.Greater(t, first.Remaining, time.Duration(0))
+	require.LessOrEqual(t, first.Remaining, ttl)
+
+	// A never renews. Poll B until it gets the session.
+	var lb *Lease
+	var tookAt time.Time
+	require.Eventually(t, func() bool {
+		lb = tryAcquire(b, "s")
+		tookAt = time.Now()
+		return lb != nil
+	}, 3*time.Second, 2*time.Millisecond)
+
+	// By the time B's acquire returned, A's deadline had passed: A stopped
+	// (or was due to stop) before Redis let B in.
+	if st := la.State(); st != Lost {
+		require.True(t, la.Deadline().Before(tookAt),
+			"A is %v with deadline %v after B took the session at %v", st, la.Deadline(), tookAt)
+	}
+	require.Eventually(t, func() bool { return la.State() == Lost }, 2*time.Second, time.Millisecond)
+	require.Error(t, term.Err())
+	require.Equal(t, "deadline passed", la.Reason())
+	require.Nil(t, a.Get("s"))
+	require.Greater(t, lb.Token(), la.Token())
+	require.Equal(t, lb.Owner(), r.owner(t, "s"))
+	require.NoError(t, b.ReleaseAll(context.Background()))
+}
+
+func TestRealFailClosedWhenRedisGoesAway(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	const ttl = 400 * time.Millisecond
+	var mu sync.Mutex
+	var lostAt time.Time
+	var moves []string
+	m := r.manager(t, "a", useRealClock, withTTL(ttl), func(c *Config) {
+		c.OnChange = func(_ *Lease, from, to State) {
+			mu.Lock()
+			defer mu.Unlock()
+			moves = append(moves, from.String()+"->"+to.String())
+			if to == Lost {
+				lostAt = time.Now()
+			}
+		}
+	})
+	require.NoError(t, r.rdb.Set(ctx, realKeys.Fence("s"), 41, 0).Err())
+
+	before := time.Now()
+	l := acquireOne(t, m, "s").Lease
+	sentBy := time.Now() // the acquire request was sent in [before, sentBy]
+	require.NotNil(t, l)
+	require.Equal(t, int64(42), l.Token())
+	drift := DefaultDriftMargin(ttl)
+	require.False(t, l.Deadline().Before(before.Add(ttl-drift)))
+	require.False(t, l.Deadline().After(sentBy.Add(ttl-drift)), "deadline is sent + TTL - drift")
+	term := l.Context()
+
+	// The renewal is bounded as the poller bounds it (a request timeout):
+	// with go-redis's default dial retries an unbounded one against a dead
+	// server blocks for seconds.
+	r.srv.Stop()
+	rctx, cancel := context.WithTimeout(ctx, ttl/4)
+	rep := m.RenewAll(rctx)
+	cancel()
+	require.Error(t, term.Err(), "polling stops as soon as RenewAll returns")
+	st := l.State()
+	early := time.Now().Before(l.Deadline())
+	require.Error(t, l.Context().Err())
+	require.Error(t, rep.Err)
+	require.Equal(t, []*Lease{l}, rep.Uncertain)
+	require.Zero(t, rep.Renewed)
+	require.Empty(t, rep.Lost)
+	if early { // else the deadline passed during RenewAll (a slow machine)
+		require.Equal(t, Uncertain, st)
+	}
+
+	require.Eventually(t, func() bool { return l.State() == Lost }, 3*time.Second, time.Millisecond)
+	require.Equal(t, "deadline passed", l.Reason())
+	mu.Lock()
+	require.False(t, lostAt.Before(l.Deadline()), "lost at %v, before its deadline %v", lostAt, l.Deadline())
+	if early {
+		require.Equal(t, []string{"unknown->held", "held->uncertain", "uncertain->lost"}, moves)
+	}
+	mu.Unlock()
+	require.True(t, l.Deadline().Before(sentBy.Add(ttl)), "local deadline is before sent + TTL, when Redis could let another in")
+	require.Zero(t, m.Count())
+	require.Equal(t, RenewReport{}, m.RenewAll(ctx), "nothing left to renew")
+
+	// Redis comes back empty (no persistence): a fresh acquire works, and
+	// the fencing counter has started over, below the token handed out
+	// before. This is the documented limit of a restart without persistence.
+	r.srv.Restart()
+	r.hook.take()
+	again := acquireOne(t, m, "s")
+	require.NoError(t, again.Err)
+	require.NotNil(t, again.Lease)
+	require.Equal(t, Held, again.Lease.State())
+	require.Equal(t, int64(1), again.Lease.Token())
+	require.Less(t, again.Lease.Token(), l.Token(), "known limit: counters reset with the data")
+	p, loads := r.hook.take()
+	require.Equal(t, []int{1, 1}, p, "the restarted server had no scripts loaded")
+	require.Equal(t, 1, loads)
+	require.NoError(t, m.ReleaseAll(ctx))
+}
+
+func TestRealBatching10000Sessions(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	// BatchSize: default 500. The real clock: the fake one keeps its timers
+	// in a slice, which makes 10,000 Reset and Stop calls quadratic.
+	m := r.manager(t, "a", useRealClock)
+	const n = 10000
+	calls := n / DefaultBatchSize
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("s%05d", i)
+	}
+
+	res := m.Acquire(ctx, ids)
+	p, loads := r.hook.take()
+	require.Equal(t, []int{calls, calls}, p, "one pipeline, and one more after NOSCRIPT on a new server")
+	require.Equal(t, 1, loads)
+	for _, x := range res {
+		require.NoError(t, x.Err)
+		require.NotNil(t, x.Lease, x.Session)
+		require.Equal(t, int64(1), x.Lease.Token())
+	}
+	require.Equal(t, n, m.Count())
+
+	// Shorten every TTL in Redis so that a renewal is visible.
+	pipe := r.rdb.Pipeline()
+	for _, id := range ids {
+		pipe.PExpire(ctx, realKeys.Lease(id), 5*time.Second)
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+
+	for i, want := range [][]int{{calls, calls}, {calls}} {
+		rep := m.RenewAll(ctx)
+		require.NoError(t, rep.Err)
+		require.Equal(t, n, rep.Renewed)
+		require.Empty(t, rep.Lost)
+		require.Empty(t, rep.Uncertain)
+		p, _ := r.hook.take()
+		require.Equal(t, want, p, "RenewAll %d", i+1)
+	}
+
+	hs, err := m.Inspect(ctx, ids)
+	require.NoError(t, err)
+	for i, h := range hs {
+		require.Equal(t, res[i].Lease.Owner(), h.Owner, h.Session)
+		require.Greater(t, h.Remaining, 5*time.Second, "%s was not renewed", h.Session)
+		require.Equal(t, Held, res[i].Lease.State())
+	}
+
+	require.NoError(t, m.ReleaseAll(ctx))
+	require.Zero(t, m.Count())
+	require.Equal(t, int64(n), r.rdb.DBSize(ctx).Val(), "only the fencing counters remain")
+}
+
+func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	a := r.manager(t, "a")
+	b := r.manager(t, "b")
+	la := acquireOne(t, a, "s").Lease
+	require.NotNil(t, la)
+	owner := la.Owner()
+
+	rb := acquireOne(t, b, "s")
+	require.NoError(t, rb.Err)
+	require.Nil(t, rb.Lease)
+	require.Greater(t, rb.Remaining, time.Duration(0))
+	require.LessOrEqual(t, rb.Remaining, a.TTL())
+	require.Equal(t, RenewReport{}, b.RenewAll(ctx))
+	require.NoError(t, b.ReleaseAll(ctx))
+
+	tests := []struct {
+		name string
+		give string // owner value B sends
+	}{
+		{"another holder", "b#0123456789abcdef"},
+		{"same holder, another acquisition", HolderOf(owner) + "#0000000000000000"},
+		{"holder id alone", HolderOf(owner)},
+		{"prefix of the owner value", owner[:len(owner)-1]},
+		{"owner value with a suffix", owner + "0"},
+		{"owner value in upper case", strings.ToUpper(owner)},
+		{"empty", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := r.pttl(t, "s")
+			forged := map[string]string{"s": tt.give}
+			require.Equal(t, []int64{0}, runRenew(t, r.rdb, 3600_000, forged, "s"))
+			require.Equal(t, []int64{0}, runRelease(t, r.rdb, forged, "s"))
+			require.Equal(t, owner, r.owner(t, "s"))
+			got := r.pttl(t, "s")
+			require.Greater(t, got, int64(0))
+			require.LessOrEqual(t, got, before, "TTL must not be extended")
+			require.Equal(t, int64(1), r.fence(t, "s"))
+		})
+	}
+
+	rep := a.RenewAll(ctx)
+	require.Equal(t, 1, rep.Renewed)
+	require.Equal(t, Held, la.State())
+	require.NoError(t, a.ReleaseAll(ctx))
+}
+
+func TestRealAcquireIdempotentUnderClientRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("the script run twice with one owner value INCRs once", func(t *testing.T) {
+		r := startReal(t)
+		require.NoError(t, r.rdb.ConfigResetStat(ctx).Err())
+		owners := map[string]string{"s": "a#1"}
+		first := runAcquire(t, r.rdb, 10000, owners, "s")
+		retry := runAcquire(t, r.rdb, 10000, owners, "s")
+		require.Equal(t, []int64{1, 0}, first)
+		require.Equal(t, first, retry)
+		require.Equal(t, int64(1), r.fence(t, "s"))
+		require.Equal(t, 1, incrCalls(t, r.rdb))
+	})
+
+	t.Run("go-redis resends after the reply is lost", func(t *testing.T) {
+		r := startReal(t)
+		d := &lossyDialer{}
+		c := lossyClient(t, r.srv, d, 3) // go-redis default retries
+		require.NoError(t, redis.NewScript(lua.Acquire).Load(ctx, r.rdb).Err())
+		require.NoError(t, r.rdb.ConfigResetStat(ctx).Err())
+		m := r.manager(t, "a", func(cfg *Config) { cfg.Client = c })
+		d.armed.Store(true)
+		res := acquireOne(t, m, "s")
+		require.Equal(t, int32(1), d.drops.Load(), "one reply was lost")
+		require.NoError(t, res.Err)
+		require.NotNil(t, res.Lease)
+		require.Equal(t, int64(1), res.Lease.Token())
+		require.Equal(t, res.Lease.Owner(), r.owner(t, "s"))
+		require.Equal(t, int64(1), r.fence(t, "s"))
+		require.Equal(t, 1, incrCalls(t, r.rdb), "the script ran twice, the counter moved once")
+		require.NoError(t, m.ReleaseAll(ctx))
+	})
+
+	t.Run("a later Acquire retries with the same owner value", func(t *testing.T) {
+		r := startReal(t)
+		d := &lossyDialer{}
+		c := lossyClient(t, r.srv, d, -1) // no go-redis retries: the error reaches the manager
+		require.NoError(t, redis.NewScript(lua.Acquire).Load(ctx, r.rdb).Err())
+		m := r.manager(t, "a", func(cfg *Config) { cfg.Client = c })
+		d.armed.Store(true)
+		res := acquireOne(t, m, "s")
+		require.Error(t, res.Err)
+		require.Nil(t, res.Lease, "an unknown outcome is not ownership")
+		require.Zero(t, m.Count())
+		landed := r.owner(t, "s")
+		require.NotEmpty(t, landed, "the request ran in Redis")
+
+		res = acquireOne(t, m, "s")
+		require.NoError(t, res.Err)
+		require.NotNil(t, res.Lease)
+		require.Equal(t, landed, res.Lease.Owner())
+		require.Equal(t, int64(1), res.Lease.Token())
+		require.Equal(t, int64(1), r.fence(t, "s"))
+		require.NoError(t, m.ReleaseAll(ctx))
+	})
+}
+
+// incrCalls is how many INCRs Redis ran since CONFIG RESETSTAT (commands run
+// by scripts included).
+func incrCalls(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_incr:calls="); ok {
+			var n int
+			_, err := fmt.Sscanf(rest, "%d", &n)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	return 0
+}
+
+// A manager that retries an acquire whose reply was lost adopts the lease
+// with a deadline counted from the retry, but acquire.lua does not extend the
+// key on the retried path: Redis lets another holder in while the first
+// still believes it holds the lease.
+func TestRealRetriedAcquireResetsRedisTTL(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	const ttl = 300 * time.Millisecond
+	d := &lossyDialer{}
+	c := lossyClient(t, r.srv, d, -1)
+	require.NoError(t, redis.NewScript(lua.Acquire).Load(ctx, r.rdb).Err())
+	a := r.manager(t, "a", useRealClock, withTTL(ttl), func(cfg *Config) { cfg.Client = c })
+	b := r.manager(t, "b", useRealClock, withTTL(ttl))
+
+	d.armed.Store(true)
+	require.Error(t, acquireOne(t, a, "s").Err, "reply lost")
+	// Half the TTL passes in Redis before the manager retries.
+	require.Eventually(t, func() bool {
+		ms := r.rdb.PTTL(ctx, realKeys.Lease("s")).Val()
+		return ms > 0 && ms < 150*time.Millisecond
+	}, 2*time.Second, time.Millisecond)
+	la := acquireOne(t, a, "s").Lease
+	require.NotNil(t, la)
+	t.Logf("after the retry: Redis PTTL %dms, local deadline in %v", r.pttl(t, "s"), time.Until(la.Deadline()))
+
+	require.Eventually(t, func() bool { return tryAcquire(b, "s") != nil }, 2*time.Second, time.Millisecond)
+	require.False(t, la.State() == Held && time.Now().Before(la.Deadline()),
+		"B holds the session while A is still Held for another %v", time.Until(la.Deadline()))
+}
+
+// acquire.lua's retried path reads the counter with tonumber(GET); when the
+// counter key is missing (evicted, or lost in a failover) that is nil, which
+// a Lua array cannot hold: the reply loses an element and every session of
+// the batch gets an error.
+func TestRealAcquireRetryWithMissingCounter(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	r.seed(t, seed{held: map[string]string{"mine": "a#1"}})
+	got := runAcquire(t, r.rdb, 10000, map[string]string{"mine": "a#1", "free": "a#2"}, "mine", "free")
+	require.Len(t, got, 4, "two integers per session, got %v", got)
+}
+
+// A renewal sent before the local deadline whose reply comes back after the
+// deadline timer fired: Redis extended the key with our owner value, the
+// lease is Lost locally, but Manager.extend returns early for a lease that is
+// no longer Held or Uncertain and never queues it in m.stale, unlike its
+// "renewed past deadline" branch. Nobody releases the key: the session stays
+// locked, for this manager too, for a whole TTL.
+func TestRealRenewalRacingDeadlineDropsKey(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	slow := &beforeScripts{}
+	r.counted.AddHook(slow)
+	m := r.manager(t, "a", func(c *Config) { c.Clock = clk }) // TTL 10s
+	l := acquireOne(t, m, "s").Lease
+	require.NotNil(t, l)
+
+	// The renewal leaves 1ms before the deadline; while it is on the wire
+	// the deadline passes and the timer marks the lease Lost.
+	clk.Step(l.Deadline().Sub(clk.Now()) - time.Millisecond)
+	var lostInFlight bool
+	slow.set(func() {
+		clk.Step(2 * time.Millisecond)
+		lostInFlight = waitState(l, Lost, 2*time.Second)
+	})
+	rep := m.RenewAll(ctx)
+	require.True(t, lostInFlight)
+	require.Equal(t, []*Lease{l}, rep.Lost)
+	require.Equal(t, l.Owner(), r.owner(t, "s"), "Redis renewed the key for the full TTL")
+
+	// The next cycle should release it (dropStale), so the session can be
+	// taken again at once.
+	m.RenewAll(ctx)
+	require.NotEqual(t, l.Owner(), r.owner(t, "s"), "key still held by a lease its holder gave up, PTTL %dms", r.pttl(t, "s"))
+	require.NotNil(t, tryAcquire(m, "s"))
+}
