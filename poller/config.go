@@ -22,6 +22,7 @@ const (
 	DefaultHeartbeatInterval = 10 * time.Second
 	DefaultDiscoveryInterval = 10 * time.Second
 	DefaultDrainTimeout      = 10 * time.Second
+	DefaultBalanceSlack      = 0.1
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -83,6 +84,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// BatchSize is the number of sessions per lease script call; default 500.
 	BatchSize int
+	// BalanceSlack bounds each worker's share of the sessions to
+	// ceil(sessions/workers × (1+BalanceSlack)) (rendezvous hashing with
+	// bounded loads); default 0.1. A negative value turns the bound off
+	// (plain rendezvous hashing: minimal movement, statistical balance).
+	BalanceSlack float64
 
 	// Logger receives structured logs; default no-op.
 	Logger *zap.Logger
@@ -171,6 +177,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BatchSize < 0 {
 		return c, fmt.Errorf("%w: BatchSize must be positive, got %d", ErrConfig, c.BatchSize)
+	}
+	if c.BalanceSlack == 0 {
+		c.BalanceSlack = DefaultBalanceSlack
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

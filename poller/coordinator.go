@@ -46,6 +46,8 @@ type Coordinator struct {
 	members        nodes.Membership
 	table          *hrw.Table
 	sessions       map[string]session.Session // active (not paused) sessions
+	owner          map[string]string          // session -> preferred live worker
+	assignBuf      []int
 	sessionRev     int64
 	loaded         bool
 	orphanSince    map[string]time.Time // owned sessions taken as orphans

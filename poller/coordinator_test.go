@@ -218,7 +218,9 @@ func TestThreeWorkersConvergeAndHandOff(t *testing.T) {
 	rec := newRecorder()
 	ws := map[string]*running{}
 	for _, id := range []string{"w1", "w2", "w3"} {
-		ws[id] = start(t, fastConfig(client, id, rec.poller(id)))
+		cfg := fastConfig(client, id, rec.poller(id))
+		cfg.BalanceSlack = -1 // plain rendezvous: survivors keep every session
+		ws[id] = start(t, cfg)
 	}
 
 	// Every session owned once, spread over the three, and polled.
@@ -270,8 +272,13 @@ func TestJoinMovesOnlyToNewcomer(t *testing.T) {
 	client := srv.Client(t)
 	ids := addSessions(t, client, 60, 50*time.Millisecond)
 	rec := newRecorder()
-	start(t, fastConfig(client, "a", rec.poller("a")))
-	start(t, fastConfig(client, "b", rec.poller("b")))
+	plain := func(id string) Config {
+		cfg := fastConfig(client, id, rec.poller(id))
+		cfg.BalanceSlack = -1 // plain rendezvous: only moves to the newcomer
+		return cfg
+	}
+	start(t, plain("a"))
+	start(t, plain("b"))
 	require.Eventually(t, func() bool { return len(owners(t, client, ids)) == len(ids) }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool {
 		per := map[string]int{}
@@ -282,7 +289,7 @@ func TestJoinMovesOnlyToNewcomer(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	before := owners(t, client, ids)
 
-	start(t, fastConfig(client, "c", rec.poller("c")))
+	start(t, plain("c"))
 	require.Eventually(t, func() bool {
 		own := owners(t, client, ids)
 		n := 0
@@ -388,4 +395,24 @@ func TestPanickingPollDoesNotStopOthers(t *testing.T) {
 		defer mu.Unlock()
 		return st.PollPanics >= 3 && st.PollErrors >= 3 && good >= 3 && len(st.Owned) == 3
 	}, 10*time.Second, 10*time.Millisecond)
+}
+
+func TestBoundedLoadsEvenOutFewSessions(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 60, 50*time.Millisecond)
+	rec := newRecorder()
+	for _, id := range []string{"w1", "w2", "w3"} {
+		start(t, fastConfig(client, id, rec.poller(id))) // default BalanceSlack 0.1
+	}
+	// Each worker holds at most ceil(60/3 × 1.1) = 22 sessions.
+	require.Eventually(t, func() bool {
+		own := owners(t, client, ids)
+		per := map[string]int{}
+		for _, w := range own {
+			per[w]++
+		}
+		return len(own) == len(ids) && per["w1"] <= 22 && per["w2"] <= 22 && per["w3"] <= 22
+	}, 10*time.Second, 20*time.Millisecond)
+	rec.check(t)
 }

@@ -28,7 +28,7 @@ func (c *Coordinator) round(ctx context.Context) {
 	var handoff, acquire []string
 	for id, w := range c.workers {
 		s, active := c.sessions[id]
-		owner, _ := c.table.Owner(id)
+		owner := c.owner[id]
 		switch {
 		case !active:
 			handoff = append(handoff, id) // removed or paused
@@ -44,7 +44,7 @@ func (c *Coordinator) round(ctx context.Context) {
 		if _, ok := c.workers[id]; ok {
 			continue
 		}
-		if owner, _ := c.table.Owner(id); owner == me && canAcquire {
+		if c.owner[id] == me && canAcquire {
 			acquire = append(acquire, id)
 		}
 	}
@@ -85,7 +85,8 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 		c.log.Warn("discovery failed", zap.Error(err))
 		return false
 	}
-	if m.Version != c.members.Version || c.table == nil {
+	membersChanged := m.Version != c.members.Version || c.table == nil
+	if membersChanged {
 		c.table = hrw.NewIDs(m.Nodes...)
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
@@ -100,6 +101,9 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 		return false
 	}
 	if c.loaded && rev == c.sessionRev {
+		if membersChanged {
+			c.assign()
+		}
 		return true
 	}
 	lctx, lcancel := context.WithTimeout(ctx, c.cfg.DiscoveryInterval)
@@ -117,10 +121,29 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 		}
 	}
 	c.sessions, c.sessionRev, c.loaded = active, snap.Rev, true
+	c.assign()
 	c.mu.Lock()
 	c.status.Malformed = len(snap.Malformed)
 	c.mu.Unlock()
 	return true
+}
+
+// assign computes the preferred owner of every active session: rendezvous
+// hashing with bounded loads over the live members, the same on every
+// worker that sees the same members and sessions.
+func (c *Coordinator) assign() {
+	ids := make([]string, 0, len(c.sessions))
+	for id := range c.sessions {
+		ids = append(ids, id)
+	}
+	c.assignBuf = c.table.AssignBounded(ids, c.cfg.BalanceSlack, c.assignBuf)
+	owner := make(map[string]string, len(ids))
+	if c.table.Len() > 0 {
+		for i, id := range ids {
+			owner[id] = c.table.ID(c.assignBuf[i])
+		}
+	}
+	c.owner = owner
 }
 
 // handOff stops the poll loops of ids, then releases their leases and tells

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
+	"github.com/pollworker/pollworker/poller"
+)
+
+// Lower bounds of the run command's durations.
+const (
+	minDuration = time.Millisecond      // every duration: Redis TTLs count milliseconds
+	maxDuration = 24 * time.Hour        // every duration: keeps derived ones (3 × heartbeat) from overflowing
+	minLeaseTTL = 10 * time.Millisecond // lease.New's minimum
+)
+
+// connOptions are the values of connFlags, as given.
+type connOptions struct {
+	RedisURL      string
+	KeyPrefix     string
+	SessionPrefix string
+}
+
+// connConfig is a validated connOptions.
+type connConfig struct {
+	// Redis are the client options parsed from the URL.
+	Redis *redis.Options
+	// RedisURL is the URL with its password replaced by "xxxxx", for logs.
+	RedisURL string
+	// Keys are the validated prefixes.
+	Keys keyspace.Space
+}
+
+// parseConn validates o. It does not touch the network.
+func parseConn(o connOptions) (connConfig, error) {
+	opts, redacted, err := parseRedisURL(o.RedisURL)
+	if err != nil {
+		return connConfig{}, err
+	}
+	keys, err := parseKeys(o.KeyPrefix, o.SessionPrefix)
+	if err != nil {
+		return connConfig{}, err
+	}
+	return connConfig{Redis: opts, RedisURL: redacted, Keys: keys}, nil
+}
+
+// parseRedisURL parses a redis:// or rediss:// URL. Neither the returned
+// errors nor the redacted URL contain the password: url.Parse's own errors,
+// which quote the whole URL, are reduced to their reason.
+func parseRedisURL(raw string) (*redis.Options, string, error) {
+	const hint = "(want redis://[user:password@]host:port/db or rediss://...)"
+	if strings.TrimSpace(raw) == "" {
+		return nil, "", fmt.Errorf("%w: --%s is empty %s", errInvalidConfig, flagRedisURL, hint)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, "", fmt.Errorf("%w: --%s is not a valid URL: %v %s", errInvalidConfig, flagRedisURL, err, hint)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return nil, "", fmt.Errorf("%w: --%s scheme %q must be redis or rediss %s", errInvalidConfig, flagRedisURL, u.Scheme, hint)
+	}
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		// go-redis names the bad part (database, path, option), never the
+		// password.
+		return nil, "", fmt.Errorf("%w: --%s: %v", errInvalidConfig, flagRedisURL, err)
+	}
+	return opts, u.Redacted(), nil
+}
+
+func parseKeys(prefix, sessionPrefix string) (keyspace.Space, error) {
+	if err := keyspace.ValidateID(prefix); err != nil {
+		return keyspace.Space{}, fmt.Errorf("%w: --%s: %w", errInvalidConfig, flagKeyPrefix, err)
+	}
+	if err := keyspace.ValidateID(sessionPrefix); err != nil {
+		return keyspace.Space{}, fmt.Errorf("%w: --%s: %w", errInvalidConfig, flagSessionPrefix, err)
+	}
+	if prefix == sessionPrefix {
+		return keyspace.Space{}, fmt.Errorf("%w: --%s and --%s must differ (both %q)", errInvalidConfig, flagKeyPrefix, flagSessionPrefix, prefix)
+	}
+	return keyspace.New(prefix, sessionPrefix)
+}
+
+// workerOptions are the values of the run command's flags, as given.
+type workerOptions struct {
+	connOptions
+	ID                string
+	LeaseTTL          time.Duration
+	RenewInterval     time.Duration
+	HeartbeatInterval time.Duration
+	DiscoveryInterval time.Duration
+	DrainTimeout      time.Duration
+	HTTPAddr          string
+	LogLevel          string
+	LogFormat         string
+}
+
+// workerConfig is a validated workerOptions.
+type workerConfig struct {
+	connConfig
+	// Poller is the coordinator's configuration without Client, Poller,
+	// Logger and Version, which the run command attaches. Its ID is set
+	// (nodes.DefaultID() when --id is empty).
+	Poller poller.Config
+	// HTTPAddr is the health server's address; "" disables it.
+	HTTPAddr string
+	// LogLevel and LogFormat ("json" or "console") configure the logger.
+	LogLevel  zapcore.Level
+	LogFormat string
+}
+
+// parseConfig validates the run command's flags and builds the
+// coordinator's configuration. Every error wraps errInvalidConfig, fits on
+// one line and names the flag and the rule it breaks; none contains the
+// Redis password. It does not touch the network. Whatever it accepts,
+// poller.New accepts too (see FuzzParseConfig).
+func parseConfig(o workerOptions) (workerConfig, error) {
+	conn, err := parseConn(o.connOptions)
+	if err != nil {
+		return workerConfig{}, err
+	}
+	id := o.ID
+	if id == "" {
+		id = nodes.DefaultID()
+	} else if err := keyspace.ValidateID(id); err != nil {
+		return workerConfig{}, fmt.Errorf("%w: --id: %w", errInvalidConfig, err)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"lease-ttl", o.LeaseTTL},
+		{"renew-interval", o.RenewInterval},
+		{"heartbeat-interval", o.HeartbeatInterval},
+		{"discovery-interval", o.DiscoveryInterval},
+		{"drain-timeout", o.DrainTimeout},
+	} {
+		switch {
+		case d.v <= 0:
+			return workerConfig{}, fmt.Errorf("%w: --%s (%v) must be positive", errInvalidConfig, d.flag, d.v)
+		case d.v < minDuration:
+			return workerConfig{}, fmt.Errorf("%w: --%s (%v) must be at least %v", errInvalidConfig, d.flag, d.v, minDuration)
+		case d.v > maxDuration:
+			return workerConfig{}, fmt.Errorf("%w: --%s (%v) must be at most %v", errInvalidConfig, d.flag, d.v, maxDuration)
+		}
+	}
+	if o.LeaseTTL < minLeaseTTL {
+		return workerConfig{}, fmt.Errorf("%w: --lease-ttl (%v) must be at least %v", errInvalidConfig, o.LeaseTTL, minLeaseTTL)
+	}
+	if o.LeaseTTL < 3*o.RenewInterval {
+		return workerConfig{}, fmt.Errorf("%w: --lease-ttl (%v) must be at least 3 × --renew-interval (%v)", errInvalidConfig, o.LeaseTTL, o.RenewInterval)
+	}
+	if err := validateHTTPAddr(o.HTTPAddr); err != nil {
+		return workerConfig{}, err
+	}
+	level, err := zapcore.ParseLevel(o.LogLevel)
+	if err != nil || level < zapcore.DebugLevel || level > zapcore.ErrorLevel {
+		return workerConfig{}, fmt.Errorf("%w: --log-level %q must be debug, info, warn or error", errInvalidConfig, o.LogLevel)
+	}
+	if o.LogFormat != "json" && o.LogFormat != "console" {
+		return workerConfig{}, fmt.Errorf("%w: --log-format %q must be json or console", errInvalidConfig, o.LogFormat)
+	}
+	conn.Redis.ClientName = "pollworker:" + id
+	return workerConfig{
+		connConfig: conn,
+		Poller: poller.Config{
+			Keys:              conn.Keys,
+			ID:                id,
+			LeaseTTL:          o.LeaseTTL,
+			RenewInterval:     o.RenewInterval,
+			HeartbeatInterval: o.HeartbeatInterval,
+			DiscoveryInterval: o.DiscoveryInterval,
+			DrainTimeout:      o.DrainTimeout,
+		},
+		HTTPAddr:  o.HTTPAddr,
+		LogLevel:  level,
+		LogFormat: o.LogFormat,
+	}, nil
+}
+
+// validateHTTPAddr accepts "" (no server) or host:port with a numeric or
+// well-known port.
+func validateHTTPAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: --http-addr %q must be host:port, :port or empty to disable", errInvalidConfig, addr)
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// validOptions are the run command's defaults.
+func validOptions() workerOptions {
+	return workerOptions{
+		connOptions:       connOptions{RedisURL: defaultRedisURL, KeyPrefix: "poll", SessionPrefix: "session"},
+		LeaseTTL:          30 * time.Second,
+		RenewInterval:     10 * time.Second,
+		HeartbeatInterval: 10 * time.Second,
+		DiscoveryInterval: 10 * time.Second,
+		DrainTimeout:      10 * time.Second,
+		HTTPAddr:          ":9090",
+		LogLevel:          "info",
+		LogFormat:         "json",
+	}
+}
+
+func TestParseConfigRules(t *testing.T) {
+	tests := []struct {
+		name string
+		give func(o *workerOptions)
+		want string // the error after "invalid config: "
+	}{
+		{name: "lease ttl below 3 renewals", give: func(o *workerOptions) { o.LeaseTTL = 20 * time.Second },
+			want: "--lease-ttl (20s) must be at least 3 × --renew-interval (10s)"},
+		{name: "lease ttl just below 3 renewals", give: func(o *workerOptions) { o.LeaseTTL = 30*time.Second - time.Nanosecond },
+			want: "--lease-ttl (29.999999999s) must be at least 3 × --renew-interval (10s)"},
+		{name: "zero lease ttl", give: func(o *workerOptions) { o.LeaseTTL = 0 }, want: "--lease-ttl (0s) must be positive"},
+		{name: "negative renew", give: func(o *workerOptions) { o.RenewInterval = -time.Second }, want: "--renew-interval (-1s) must be positive"},
+		{name: "zero heartbeat", give: func(o *workerOptions) { o.HeartbeatInterval = 0 }, want: "--heartbeat-interval (0s) must be positive"},
+		{name: "zero discovery", give: func(o *workerOptions) { o.DiscoveryInterval = 0 }, want: "--discovery-interval (0s) must be positive"},
+		{name: "zero drain", give: func(o *workerOptions) { o.DrainTimeout = 0 }, want: "--drain-timeout (0s) must be positive"},
+		{name: "sub-millisecond", give: func(o *workerOptions) { o.HeartbeatInterval = time.Microsecond }, want: "--heartbeat-interval (1µs) must be at least 1ms"},
+		{name: "over a day", give: func(o *workerOptions) { o.HeartbeatInterval = 25 * time.Hour }, want: "--heartbeat-interval (25h0m0s) must be at most 24h0m0s"},
+		{name: "tiny lease ttl", give: func(o *workerOptions) { o.LeaseTTL, o.RenewInterval = 9*time.Millisecond, time.Millisecond },
+			want: "--lease-ttl (9ms) must be at least 10ms"},
+		{name: "http scheme", give: func(o *workerOptions) { o.RedisURL = "http://127.0.0.1:6379" },
+			want: `--redis-url scheme "http" must be redis or rediss`},
+		{name: "no scheme", give: func(o *workerOptions) { o.RedisURL = "localhost:6379" },
+			want: `--redis-url scheme "localhost" must be redis or rediss`},
+		{name: "unix socket", give: func(o *workerOptions) { o.RedisURL = "unix:///tmp/redis.sock" },
+			want: `--redis-url scheme "unix" must be redis or rediss`},
+		{name: "empty url", give: func(o *workerOptions) { o.RedisURL = " " }, want: "--redis-url is empty"},
+		{name: "unparsable url", give: func(o *workerOptions) { o.RedisURL = "redis://u:hunter2@host:port" },
+			want: `--redis-url is not a valid URL: invalid port ":port" after host`},
+		{name: "bad database", give: func(o *workerOptions) { o.RedisURL = "redis://u:hunter2@host:6379/x" },
+			want: `--redis-url: redis: invalid database number: "x"`},
+		{name: "unknown option", give: func(o *workerOptions) { o.RedisURL = "redis://host/0?bogus=1" },
+			want: "--redis-url: redis: unexpected option: bogus"},
+		{name: "bad key prefix", give: func(o *workerOptions) { o.KeyPrefix = "a{b}" }, want: "--key-prefix: keyspace: invalid id"},
+		{name: "empty key prefix", give: func(o *workerOptions) { o.KeyPrefix = "" }, want: "--key-prefix: keyspace: invalid id: empty"},
+		{name: "bad session prefix", give: func(o *workerOptions) { o.SessionPrefix = "a b" }, want: "--session-prefix: keyspace: invalid id"},
+		{name: "same prefixes", give: func(o *workerOptions) { o.SessionPrefix = "poll" },
+			want: `--key-prefix and --session-prefix must differ (both "poll")`},
+		{name: "bad id", give: func(o *workerOptions) { o.ID = "worker 1" }, want: "--id: keyspace: invalid id"},
+		{name: "http addr without port", give: func(o *workerOptions) { o.HTTPAddr = "9090" },
+			want: `--http-addr "9090" must be host:port, :port or empty to disable`},
+		{name: "http addr bad port", give: func(o *workerOptions) { o.HTTPAddr = "localhost:nope" },
+			want: `--http-addr "localhost:nope" must be host:port`},
+		{name: "log level", give: func(o *workerOptions) { o.LogLevel = "trace" }, want: `--log-level "trace" must be debug, info, warn or error`},
+		{name: "log level panic", give: func(o *workerOptions) { o.LogLevel = "panic" }, want: `--log-level "panic" must be`},
+		{name: "log format", give: func(o *workerOptions) { o.LogFormat = "text" }, want: `--log-format "text" must be json or console`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := validOptions()
+			tt.give(&o)
+			_, err := parseConfig(o)
+			require.ErrorIs(t, err, errInvalidConfig)
+			require.True(t, strings.HasPrefix(err.Error(), "invalid config: "+tt.want), "got %q", err)
+			require.NotContains(t, err.Error(), "\n")
+			require.NotContains(t, err.Error(), "hunter2")
+		})
+	}
+}
+
+func TestParseConfigAccepts(t *testing.T) {
+	cfg, err := parseConfig(validOptions())
+	require.NoError(t, err)
+	require.NotEmpty(t, cfg.Poller.ID, "default id")
+	require.NoError(t, keyspace.ValidateID(cfg.Poller.ID))
+	require.Equal(t, 30*time.Second, cfg.Poller.LeaseTTL)
+	require.Equal(t, 10*time.Second, cfg.Poller.RenewInterval)
+	require.Equal(t, 10*time.Second, cfg.Poller.HeartbeatInterval)
+	require.Equal(t, 10*time.Second, cfg.Poller.DiscoveryInterval)
+	require.Equal(t, 10*time.Second, cfg.Poller.DrainTimeout)
+	require.Equal(t, keyspace.Space{Prefix: "poll", SessionPrefix: "session"}, cfg.Poller.Keys)
+	require.Equal(t, "127.0.0.1:6379", cfg.Redis.Addr)
+	require.Equal(t, zapcore.InfoLevel, cfg.LogLevel)
+	require.Nil(t, cfg.Poller.Client, "attached by the run command")
+	require.Nil(t, cfg.Poller.Poller, "attached by the run command")
+
+	o := validOptions()
+	o.RedisURL = "rediss://alice:hunter2@redis.example:6380/3"
+	o.ID = "w-1"
+	o.LeaseTTL, o.RenewInterval = 3*time.Second, time.Second // exactly 3 ×
+	o.HTTPAddr = ""
+	o.KeyPrefix, o.SessionPrefix = "app/poll", "app/session"
+	o.LogLevel, o.LogFormat = "debug", "console"
+	cfg, err = parseConfig(o)
+	require.NoError(t, err)
+	require.Equal(t, "w-1", cfg.Poller.ID)
+	require.Equal(t, "rediss://alice:xxxxx@redis.example:6380/3", cfg.RedisURL)
+	require.Equal(t, "alice", cfg.Redis.Username)
+	require.Equal(t, "hunter2", cfg.Redis.Password)
+	require.Equal(t, 3, cfg.Redis.DB)
+	require.NotNil(t, cfg.Redis.TLSConfig)
+	require.Equal(t, "pollworker:w-1", cfg.Redis.ClientName)
+	require.Equal(t, "app/poll:results", cfg.Keys.Results())
+	require.Equal(t, zapcore.DebugLevel, cfg.LogLevel)
+	require.Empty(t, cfg.HTTPAddr)
+}
+
+// TestRunBadConfigOneLine runs the app in-process: every rule violation
+// exits 2 with one line on stderr, before anything connects.
+func TestRunBadConfigOneLine(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{name: "lease ttl", give: []string{"--lease-ttl", "20s"},
+			want: "pollworker: invalid config: --lease-ttl (20s) must be at least 3 × --renew-interval (10s)\n"},
+		{name: "scheme", give: []string{"--redis-url", "http://u:hunter2@h"},
+			want: `pollworker: invalid config: --redis-url scheme "http" must be redis or rediss (want redis://[user:password@]host:port/db or rediss://...)` + "\n"},
+		{name: "prefix", give: []string{"--key-prefix", "a b"},
+			want: `pollworker: invalid config: --key-prefix: keyspace: invalid id: "a b" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)` + "\n"},
+		{name: "non-positive", give: []string{"--drain-timeout", "0s"},
+			want: "pollworker: invalid config: --drain-timeout (0s) must be positive\n"},
+		{name: "unknown flag", give: []string{"--bogus"},
+			want: "pollworker: run: flag provided but not defined: -bogus (see pollworker run --help)\n"},
+		{name: "unparsable duration", give: []string{"--lease-ttl", "soon"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Nothing listens on port 1: a connection attempt would fail
+			// differently (and slowly).
+			r := runApp(t, append([]string{"run", "--redis-url", "redis://127.0.0.1:1", "--http-addr", ""}, tt.give...)...)
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			oneLine(t, r.stderr)
+			if tt.want != "" {
+				require.Equal(t, tt.want, r.stderr)
+			}
+			require.Empty(t, r.stdout)
+		})
+	}
+}
+
+func TestEnvVars(t *testing.T) {
+	env := map[string]string{
+		"POLLWORKER_REDIS_URL":          "redis://bob:hunter2@10.0.0.1:6390/2",
+		"POLLWORKER_ID":                 "w-env",
+		"POLLWORKER_LEASE_TTL":          "9s",
+		"POLLWORKER_RENEW_INTERVAL":     "3s",
+		"POLLWORKER_HEARTBEAT_INTERVAL": "2s",
+		"POLLWORKER_DISCOVERY_INTERVAL": "4s",
+		"POLLWORKER_DRAIN_TIMEOUT":      "5s",
+		"POLLWORKER_KEY_PREFIX":         "kp",
+		"POLLWORKER_SESSION_PREFIX":     "sp",
+		"POLLWORKER_HTTP_ADDR":          "127.0.0.1:9999",
+		"POLLWORKER_LOG_LEVEL":          "warn",
+		"POLLWORKER_LOG_FORMAT":         "console",
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	r := runApp(t, "run", "--dry-run")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, `redis-url:          redis://bob:xxxxx@10.0.0.1:6390/2
+key-prefix:         kp
+session-prefix:     sp
+id:                 w-env
+lease-ttl:          9s
+renew-interval:     3s
+heartbeat-interval: 2s
+discovery-interval: 4s
+drain-timeout:      5s
+http-addr:          127.0.0.1:9999
+log-level:          warn
+log-format:         console
+`, r.stdout)
+
+	// A flag beats its variable.
+	r = runApp(t, "run", "--dry-run", "--id", "w-flag", "--http-addr", "")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "id:                 w-flag\n")
+	require.Contains(t, r.stdout, "http-addr:          (disabled)\n")
+
+	// Rules apply to variables too.
+	t.Setenv("POLLWORKER_LEASE_TTL", "8s")
+	r = runApp(t, "run", "--dry-run")
+	require.Equal(t, exitUsage, r.code)
+	require.Equal(t, "pollworker: invalid config: --lease-ttl (8s) must be at least 3 × --renew-interval (3s)\n", r.stderr)
+
+	// So do the shared flags of the other commands.
+	t.Setenv("POLLWORKER_KEY_PREFIX", "sp")
+	r = runApp(t, "sessions", "list")
+	require.Equal(t, exitUsage, r.code)
+	require.Equal(t, "pollworker: invalid config: --key-prefix and --session-prefix must differ (both \"sp\")\n", r.stderr)
+}
+
+// TestBinaryBadConfig checks the real process: exit status 2 and one line
+// on stderr.
+func TestBinaryBadConfig(t *testing.T) {
+	cmd := exec.Command(binary(t), "run", "--lease-ttl", "20s", "--redis-url", "redis://127.0.0.1:1")
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee), "exits non-zero: %v", err)
+	require.Equal(t, exitUsage, ee.ExitCode())
+	require.Equal(t, "pollworker: invalid config: --lease-ttl (20s) must be at least 3 × --renew-interval (10s)\n", stderr.String())
+	require.Empty(t, stdout.String())
+}
+
+func TestVersion(t *testing.T) {
+	r := runApp(t, "version")
+	require.Equal(t, exitOK, r.code)
+	require.Contains(t, r.stdout, "version: dev\n")
+	require.Contains(t, r.stdout, "commit:  ")
+	require.Contains(t, r.stdout, "built:   ")
+
+	r = runApp(t, "--version")
+	require.Equal(t, exitOK, r.code)
+	require.Contains(t, r.stdout, "dev (commit ")
+}
+
+func TestHelp(t *testing.T) {
+	r := runApp(t, "--help")
+	require.Equal(t, exitOK, r.code)
+	for _, c := range []string{"run", "sessions", "status", "demo", "version"} {
+		require.Contains(t, r.stdout, "   "+c+" ")
+	}
+	r = runApp(t, "run", "--help")
+	require.Equal(t, exitOK, r.code)
+	for _, env := range []string{"REDIS_URL", "ID", "LEASE_TTL", "RENEW_INTERVAL", "HEARTBEAT_INTERVAL",
+		"DISCOVERY_INTERVAL", "DRAIN_TIMEOUT", "KEY_PREFIX", "SESSION_PREFIX", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT"} {
+		require.Contains(t, r.stdout, "[$POLLWORKER_"+env+"]")
+	}
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/urfave/cli/v3"
+	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/httppoll"
+	"github.com/pollworker/pollworker/poller"
+)
+
+// httpShutdownTimeout bounds the health server's shutdown after the drain.
+const httpShutdownTimeout = 5 * time.Second
+
+// runCommand is the worker; see run for setRedisLogger.
+func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
+	dur := func(name string, def time.Duration, usage string) cli.Flag {
+		return &cli.DurationFlag{Name: name, Value: def, Usage: usage, Sources: fromEnv(name)}
+	}
+	str := func(name, def, usage string) cli.Flag {
+		return &cli.StringFlag{Name: name, Value: def, Usage: usage, Sources: fromEnv(name)}
+	}
+	flags := append(connFlags(),
+		&cli.StringFlag{Name: "id", Usage: "this worker's id, unique among live workers", DefaultText: "<hostname>-<start time ns>-<random>", Sources: fromEnv("id")},
+		dur("lease-ttl", poller.DefaultLeaseTTL, "lease time to live: how long a crashed worker's sessions wait for a new poller; at least 3 × --renew-interval"),
+		dur("renew-interval", poller.DefaultRenewInterval, "time between lease renewals"),
+		dur("heartbeat-interval", poller.DefaultHeartbeatInterval, "time between heartbeats; a worker is live for 3 heartbeat intervals"),
+		dur("discovery-interval", poller.DefaultDiscoveryInterval, "time between full rounds (membership, sessions, ownership) when no event arrives"),
+		dur("drain-timeout", poller.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long to wait for polls to stop and leases to be released"),
+		str("http-addr", ":9090", "address of the health server (/healthz, /readyz); empty disables it"),
+		str("log-level", "info", "debug, info, warn or error"),
+		str("log-format", "json", "json or console"),
+		&cli.BoolFlag{Name: "dry-run", Usage: "validate the configuration, print it and exit without connecting"},
+	)
+	return &cli.Command{
+		Name:  "run",
+		Usage: "run a worker until SIGTERM or SIGINT",
+		Description: "Joins the workers sharing --redis-url and polls its share of the sessions with HTTP GET,\n" +
+			"recording each result in the stream <key-prefix>:results. Redis may be down at start:\n" +
+			"the worker reports not ready (/readyz 503) and polls nothing until Redis is reachable.\n" +
+			"SIGTERM or SIGINT drains (stops polls, releases leases, leaves) and exits 0; a second\n" +
+			"signal kills the process.",
+		Flags: flags,
+		Action: action(func(ctx context.Context, cmd *cli.Command) error {
+			cfg, err := parseConfig(workerOptions{
+				connOptions:       connOptionsFrom(cmd),
+				ID:                cmd.String("id"),
+				LeaseTTL:          cmd.Duration("lease-ttl"),
+				RenewInterval:     cmd.Duration("renew-interval"),
+				HeartbeatInterval: cmd.Duration("heartbeat-interval"),
+				DiscoveryInterval: cmd.Duration("discovery-interval"),
+				DrainTimeout:      cmd.Duration("drain-timeout"),
+				HTTPAddr:          cmd.String("http-addr"),
+				LogLevel:          cmd.String("log-level"),
+				LogFormat:         cmd.String("log-format"),
+			})
+			if err != nil {
+				return configError(err)
+			}
+			if cmd.Bool("dry-run") {
+				printConfig(cmd.Root().Writer, cfg)
+				return nil
+			}
+			return runWorker(ctx, cfg, cmd.Root().ErrWriter, setRedisLogger)
+		}),
+	}
+}
+
+// printConfig writes the effective configuration, password redacted.
+func printConfig(w io.Writer, cfg workerConfig) {
+	httpAddr := cfg.HTTPAddr
+	if httpAddr == "" {
+		httpAddr = "(disabled)"
+	}
+	for _, kv := range [][2]string{
+		{"redis-url", cfg.RedisURL},
+		{"key-prefix", cfg.Keys.Prefix},
+		{"session-prefix", cfg.Keys.SessionPrefix},
+		{"id", cfg.Poller.ID},
+		{"lease-ttl", cfg.Poller.LeaseTTL.String()},
+		{"renew-interval", cfg.Poller.RenewInterval.String()},
+		{"heartbeat-interval", cfg.Poller.HeartbeatInterval.String()},
+		{"discovery-interval", cfg.Poller.DiscoveryInterval.String()},
+		{"drain-timeout", cfg.Poller.DrainTimeout.String()},
+		{"http-addr", httpAddr},
+		{"log-level", cfg.LogLevel.String()},
+		{"log-format", cfg.LogFormat},
+	} {
+		fmt.Fprintf(w, "%-19s %s\n", kv[0]+":", kv[1])
+	}
+}
+
+// runWorker runs a coordinator with the HTTP poller until ctx is done, then
+// drains it. Logs go to logw, and go-redis's own lines too if
+// setRedisLogger is set. Redis is not contacted before the coordinator
+// starts: go-redis connects lazily, and the coordinator reports not ready
+// until Redis answers.
+func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLogger func(*zap.Logger)) error {
+	// The coordinator and the poller name the worker in their own fields.
+	base := newLogger(logw, cfg.LogLevel, cfg.LogFormat)
+	defer func() { _ = base.Sync() }()
+	log := base.With(zap.String("instance", cfg.Poller.ID))
+	if setRedisLogger != nil {
+		setRedisLogger(log.Named("go-redis"))
+	}
+
+	client := redis.NewClient(cfg.Redis)
+	defer func() { _ = client.Close() }()
+	hp, err := httppoll.New(httppoll.Config{
+		Client:    client,
+		Keys:      cfg.Keys,
+		Worker:    cfg.Poller.ID,
+		UserAgent: "pollworker/" + version,
+		Logger:    base,
+	})
+	if err != nil {
+		return configError(err)
+	}
+	defer hp.CloseIdleConnections()
+	pc := cfg.Poller
+	pc.Client, pc.Poller, pc.Logger, pc.Version = client, hp, base, version
+	coord, err := poller.New(pc)
+	if err != nil {
+		return configError(err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var srv *http.Server
+	srvErr := make(chan error, 1) // the health server's failure, nil after Shutdown
+	if cfg.HTTPAddr == "" {
+		srvErr <- nil
+	} else {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("health server: %w", err)
+		}
+		srv = &http.Server{
+			Handler:           healthHandler(coord.Ready),
+			ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog:          zap.NewStdLog(log.Named("http")),
+		}
+		log.Info("health server listening", zap.String("http_addr", ln.Addr().String()))
+		go func() {
+			err := srv.Serve(ln)
+			if errors.Is(err, http.ErrServerClosed) {
+				srvErr <- nil
+				return
+			}
+			log.Error("health server failed; draining", zap.Error(err))
+			srvErr <- fmt.Errorf("health server: %w", err)
+			cancel()
+		}()
+	}
+
+	log.Info("worker starting",
+		zap.String("version", version),
+		zap.String("redis_url", cfg.RedisURL),
+		zap.String("key_prefix", cfg.Keys.Prefix),
+		zap.String("session_prefix", cfg.Keys.SessionPrefix),
+		zap.Duration("lease_ttl", pc.LeaseTTL),
+		zap.Duration("renew_interval", pc.RenewInterval),
+		zap.Duration("heartbeat_interval", pc.HeartbeatInterval),
+		zap.Duration("discovery_interval", pc.DiscoveryInterval),
+		zap.Duration("drain_timeout", pc.DrainTimeout))
+	runErr := coord.Run(ctx)
+
+	if srv != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+		_ = srv.Shutdown(sctx)
+		scancel()
+	}
+	if err := <-srvErr; err != nil {
+		return errors.Join(err, runErr)
+	}
+	if runErr != nil {
+		log.Error("worker stopped; the drain was incomplete", zap.Error(runErr))
+		return fmt.Errorf("drain: %w", runErr)
+	}
+	log.Info("worker stopped")
+	return nil
+}

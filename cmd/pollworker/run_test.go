@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/httppoll"
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/session"
+)
+
+// fastTimings are run flags that make a worker react within a second.
+var fastTimings = []string{
+	"--lease-ttl", "900ms", "--renew-interval", "300ms", "--heartbeat-interval", "100ms",
+	"--discovery-interval", "200ms", "--drain-timeout", "2s", "--http-addr", "127.0.0.1:0",
+}
+
+// target is an HTTP server that records the poll headers it receives.
+type target struct {
+	*httptest.Server
+	mu    sync.Mutex
+	polls []http.Header
+}
+
+func newTarget(t *testing.T) *target {
+	t.Helper()
+	tg := &target{}
+	tg.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tg.mu.Lock()
+		tg.polls = append(tg.polls, r.Header.Clone())
+		tg.mu.Unlock()
+	}))
+	t.Cleanup(tg.Close)
+	return tg
+}
+
+func (tg *target) received() []http.Header {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return append([]http.Header(nil), tg.polls...)
+}
+
+func addSession(t *testing.T, c redis.UniversalClient, id, url string) {
+	t.Helper()
+	store, err := session.NewStore(c, keyspace.Space{})
+	require.NoError(t, err)
+	require.NoError(t, store.Put(ctxT(t), session.Session{ID: id, URL: url, Interval: session.Duration(100 * time.Millisecond)}))
+}
+
+// TestRunRedisDownAtStart starts a worker while Redis is down: it serves
+// /healthz, reports not ready, and once Redis is up it becomes ready and
+// polls; cancelling its context drains it and exits 0.
+func TestRunRedisDownAtStart(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop()
+	tg := newTarget(t)
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	args := append([]string{"pollworker", "run", "--redis-url", srv.URL(), "--id", "w1"}, fastTimings...)
+	go func() { done <- run(ctx, args, &stdout, &stderr, nil) }()
+
+	var addr string
+	require.Eventually(t, func() bool { addr = httpAddrIn(stderr.String()); return addr != "" }, 10*time.Second, 10*time.Millisecond, stderr.String())
+	code, body := get("http://" + addr + "/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
+	code, _ = get("http://" + addr + "/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Empty(t, tg.received())
+	select {
+	case c := <-done:
+		t.Fatalf("the worker exited (%d) with Redis down: %s", c, stderr.String())
+	default:
+	}
+
+	srv.Restart()
+	client := srv.Client(t)
+	addSession(t, client, "s1", tg.URL+"/poll")
+	require.Eventually(t, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == http.StatusOK },
+		15*time.Second, 20*time.Millisecond, stderr.String())
+	require.Eventually(t, func() bool { return len(tg.received()) >= 2 }, 10*time.Second, 10*time.Millisecond)
+	h := tg.received()[0]
+	require.Equal(t, "s1", h.Get(httppoll.HeaderSession))
+	require.Equal(t, "w1", h.Get(httppoll.HeaderWorker))
+	token, err := strconv.Atoi(h.Get(httppoll.HeaderToken))
+	require.NoError(t, err)
+	require.Positive(t, token)
+	require.Equal(t, "pollworker/dev", h.Get("User-Agent"))
+	require.Eventually(t, func() bool {
+		res, err := client.XRange(ctxT(t), "poll:results", "-", "+").Result()
+		return err == nil && len(res) > 0 && res[0].Values["worker"] == "w1" && res[0].Values["status"] == "200"
+	}, 5*time.Second, 10*time.Millisecond)
+
+	cancel()
+	require.Eventually(t, func() bool {
+		select {
+		case c := <-done:
+			require.Equal(t, exitOK, c, stderr.String())
+			return true
+		default:
+			return false
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Contains(t, stderr.String(), `"msg":"worker stopped"`)
+	require.NotContains(t, stderr.String(), `"level":"error"`)
+	// It left: no member, no lease.
+	require.Zero(t, client.ZCard(ctxT(t), "poll:nodes").Val())
+	require.Zero(t, client.Exists(ctxT(t), "poll:lease:{s1}").Val())
+	code, _ = get("http://" + addr + "/healthz")
+	require.Zero(t, code, "the health server is closed")
+}
+
+// TestRunSignals runs the binary against a real Redis: SIGTERM and SIGINT
+// drain the worker, which exits 0 and leaves the membership.
+func TestRunSignals(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	tg := newTarget(t)
+	addSession(t, client, "s1", tg.URL)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			id := "w-" + strings.ToLower(strings.ReplaceAll(sig.String(), " ", "-"))
+			args := append([]string{"run", "--redis-url", srv.URL(), "--id", id}, fastTimings...)
+			cmd := exec.Command(binary(t), args...)
+			var stdout, stderr syncBuffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Start())
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				<-exited
+			})
+
+			var addr string
+			require.Eventually(t, func() bool { addr = httpAddrIn(stderr.String()); return addr != "" }, 10*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == http.StatusOK },
+				10*time.Second, 10*time.Millisecond, stderr.String())
+			require.Eventually(t, func() bool {
+				return client.Exists(ctxT(t), "poll:lease:{s1}").Val() == 1
+			}, 10*time.Second, 10*time.Millisecond)
+
+			require.NoError(t, cmd.Process.Signal(sig))
+			var err error
+			require.Eventually(t, func() bool {
+				select {
+				case err = <-exited:
+					exited <- err // for the cleanup
+					return true
+				default:
+					return false
+				}
+			}, 10*time.Second, 10*time.Millisecond)
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				t.Fatalf("exit %d: %s", ee.ExitCode(), stderr.String())
+			}
+			require.NoError(t, err)
+			logs := stderr.String()
+			require.Contains(t, logs, `"msg":"worker stopped"`)
+			require.Empty(t, stdout.String())
+			members, err := client.ZRange(ctxT(t), "poll:nodes", 0, -1).Result()
+			require.NoError(t, err)
+			require.NotContains(t, members, id)
+			require.Zero(t, client.Exists(ctxT(t), "poll:lease:{s1}").Val(), fmt.Sprintf("released by %s", id))
+		})
+	}
+}

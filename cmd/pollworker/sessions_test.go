@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/session"
+)
+
+// miniURL starts a miniredis for the test and returns its redis:// URL.
+func miniURL(t *testing.T) (*miniredis.Miniredis, string) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	return m, "redis://" + m.Addr() + "/0"
+}
+
+func TestSessionsRoundTrip(t *testing.T) {
+	mr, url := miniURL(t)
+	cli := func(args ...string) result {
+		t.Helper()
+		return runApp(t, append([]string{"sessions", "--redis-url", url}, args...)...)
+	}
+
+	r := cli("list")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "0 sessions: 0 active, 0 paused; 0 malformed\n", r.stdout)
+
+	r = cli("add", "--id", "s1", "--url", "https://example.com/a", "--interval", "5s", "--label", "env=prod", "--label", "team=a,b")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "added session s1\n", r.stdout)
+	r = cli("add", "--id", "s2", "--url", "http://bob:hunter2@example.com/b", "--interval", "250ms", "--paused")
+	require.Equal(t, exitOK, r.code, r.stderr)
+
+	// What the CLI wrote is what the store reads.
+	store := newTestStore(t, mr)
+	got, err := store.Get(ctxT(t), "s1")
+	require.NoError(t, err)
+	require.Equal(t, session.Session{ID: "s1", URL: "https://example.com/a", Interval: session.Duration(5 * time.Second),
+		Labels: map[string]string{"env": "prod", "team": "a,b"}}, got)
+
+	// Adding an existing id needs --replace.
+	r = cli("add", "--id", "s1", "--url", "https://example.com/other", "--interval", "1s")
+	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, "pollworker: session s1 exists (use --replace to overwrite it)\n", r.stderr)
+	r = cli("add", "--id", "s1", "--url", "https://example.com/a", "--interval", "2s", "--replace")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "replaced session s1\n", r.stdout)
+
+	// A malformed entry is listed with its reason.
+	mr.Set("session:bad", `{"url":"","interval":"1s"}`)
+	_, err = mr.SAdd("poll:sessions", "bad")
+	require.NoError(t, err)
+
+	r = cli("list")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, `ID  URL                             INTERVAL  PAUSED  LABELS
+s1  https://example.com/a           2s        no      -
+s2  http://bob:xxxxx@example.com/b  250ms     yes     -
+2 sessions: 1 active, 1 paused; 1 malformed
+  malformed bad: session: malformed: url missing or blank
+`, r.stdout)
+
+	r = cli("pause", "s1")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "paused s1\n", r.stdout)
+	r = cli("resume", "s2")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "resumed s2\n", r.stdout)
+
+	r = cli("list", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var listed struct {
+		Sessions  []listedSession  `json:"sessions"`
+		Malformed []malformedEntry `json:"malformed"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &listed))
+	require.Equal(t, []listedSession{
+		{ID: "s1", URL: "https://example.com/a", Interval: "2s", Paused: true},
+		{ID: "s2", URL: "http://bob:xxxxx@example.com/b", Interval: "250ms"},
+	}, listed.Sessions)
+	require.Equal(t, []malformedEntry{{ID: "bad", Reason: "session: malformed: url missing or blank"}}, listed.Malformed)
+
+	r = cli("rm", "s1", "bad")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "removed s1\nremoved bad\n", r.stdout)
+
+	// Missing sessions fail the command, the others are still done.
+	r = cli("pause", "nope", "s2")
+	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, "paused s2\n", r.stdout)
+	require.Equal(t, "pollworker: pause nope: session: not found\n", r.stderr)
+	r = cli("rm", "nope")
+	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, "pollworker: delete \"nope\": session: not found\n", r.stderr)
+
+	r = cli("list")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "1 sessions: 0 active, 1 paused; 0 malformed\n")
+}
+
+func TestSessionsInvalidInput(t *testing.T) {
+	// Nothing listens on port 1: these must fail before connecting.
+	const down = "redis://127.0.0.1:1"
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{name: "interval too short", give: []string{"add", "--id", "s1", "--url", "http://x/", "--interval", "1ms"},
+			want: "pollworker: invalid session: session: malformed: interval 1ms is below the minimum 10ms\n"},
+		{name: "bad id", give: []string{"add", "--id", "a b", "--url", "http://x/", "--interval", "1s"},
+			want: "pollworker: invalid session: session: malformed: id: keyspace: invalid id: \"a b\" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)\n"},
+		{name: "bad label", give: []string{"add", "--id", "s1", "--url", "http://x/", "--interval", "1s", "--label", "novalue"},
+			want: "pollworker: --label \"novalue\" must be key=value\n"},
+		{name: "duplicate label", give: []string{"add", "--id", "s1", "--url", "http://x/", "--interval", "1s", "--label", "a=1", "--label", "a=2"},
+			want: "pollworker: --label key \"a\" given twice\n"},
+		{name: "missing flags", give: []string{"add", "--id", "s1"},
+			want: "pollworker: sessions add: Required flags \"url, interval\" not set (see pollworker sessions add --help)\n"},
+		{name: "no ids", give: []string{"pause"}, want: "pollworker: sessions pause: give at least one session id\n"},
+		{name: "bad redis url", give: []string{"list", "--redis-url", "redis://h:1/x"},
+			want: "pollworker: invalid config: --redis-url: redis: invalid database number: \"x\"\n"},
+		{name: "bad timeout", give: []string{"list", "--timeout", "0s"},
+			want: "pollworker: invalid config: --timeout (0s) must be positive\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runApp(t, append([]string{"sessions", "--redis-url", down}, tt.give...)...)
+			require.Equal(t, exitUsage, r.code)
+			require.Equal(t, tt.want, r.stderr)
+		})
+	}
+}
+
+func TestSessionsRedisDown(t *testing.T) {
+	r := runApp(t, "sessions", "list", "--redis-url", "redis://127.0.0.1:1", "--timeout", "500ms")
+	require.Equal(t, exitFailure, r.code)
+	oneLine(t, r.stderr)
+	require.Contains(t, r.stderr, "pollworker: load sessions: ")
+}
+
+func newTestStore(t *testing.T, mr *miniredis.Miniredis) *session.Store {
+	t.Helper()
+	store, err := session.NewStore(newTestClient(t, mr), keyspace.Space{})
+	require.NoError(t, err)
+	return store
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v3"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show live workers, sessions, leases per worker and balance",
+		Flags: append(adminFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+		Action: action(func(ctx context.Context, cmd *cli.Command) error {
+			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+				st, err := computeStatus(ctx, a.client, a.keys)
+				if err != nil {
+					return fmt.Errorf("status: %w", err)
+				}
+				if cmd.Bool("json") {
+					enc := json.NewEncoder(cmd.Root().Writer)
+					enc.SetIndent("", "  ")
+					return enc.Encode(st)
+				}
+				printStatus(cmd.Root().Writer, st)
+				return nil
+			})
+		}),
+	}
+}
+
+// printStatus formats st for people.
+func printStatus(w io.Writer, st clusterStatus) {
+	fmt.Fprintf(w, "live nodes: %d\n", len(st.Nodes))
+	if len(st.Nodes) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ID\tHOST\tPID\tVERSION\tSTARTED\tEXPIRES IN\tLEASES")
+		for _, n := range st.Nodes {
+			started := "-"
+			if !n.Started.IsZero() {
+				started = n.Started.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d\n", n.ID, dash(n.Host), dashInt(n.PID), dash(n.Version), started,
+				shortDuration(time.Duration(n.ExpiresInMs)*time.Millisecond), n.Leases)
+		}
+		_ = tw.Flush()
+	}
+	s := st.Sessions
+	fmt.Fprintf(w, "sessions: %d total, %d active, %d paused, %d malformed\n", s.Total, s.Active, s.Paused, s.Malformed)
+	for _, m := range st.Malformed {
+		fmt.Fprintf(w, "  malformed %s: %s\n", printableID(m.ID), m.Reason)
+	}
+	l := st.Leases
+	fmt.Fprintf(w, "leases: %d of %d active sessions (%d by live nodes, %d by other holders)\n", l.Held, s.Active, l.ByLive, l.ByOthers)
+	for _, h := range st.OtherHolders {
+		fmt.Fprintf(w, "  %s (not live, leases expire by TTL): %d\n", h.ID, h.Leases)
+	}
+	fmt.Fprintf(w, "unowned active sessions: %d", l.Unowned)
+	if l.Unowned > 0 {
+		fmt.Fprintf(w, " (%s", strings.Join(st.UnownedSample, ", "))
+		if more := l.Unowned - len(st.UnownedSample); more > 0 {
+			fmt.Fprintf(w, ", and %d more", more)
+		}
+		fmt.Fprint(w, ")")
+	}
+	fmt.Fprintln(w)
+	if len(st.Nodes) > 0 {
+		fmt.Fprintf(w, "balance: %s\n", st.Balance)
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func dashInt(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
+}
+
+// shortDuration formats d with at most millisecond precision.
+func shortDuration(d time.Duration) string {
+	return d.Round(time.Millisecond).String()
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/nodes"
+	"github.com/pollworker/pollworker/session"
+)
+
+// newTestClient returns a client for mr that neither retries nor redials.
+func newTestClient(t *testing.T, mr *miniredis.Miniredis) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// acquire takes the leases of ids for holder.
+func acquire(t *testing.T, c *redis.Client, holder string, ids ...string) {
+	t.Helper()
+	m, err := lease.New(lease.Config{Client: c, Holder: holder, TTL: time.Minute})
+	require.NoError(t, err)
+	for _, r := range m.Acquire(ctxT(t), ids) {
+		require.NoError(t, r.Err)
+		require.NotNil(t, r.Lease, r.Session)
+	}
+	t.Cleanup(func() { _ = m.ReleaseAll(context.Background()) })
+}
+
+func heartbeat(t *testing.T, c *redis.Client, id, version string) {
+	t.Helper()
+	reg, err := nodes.New(nodes.Config{Client: c, ID: id, Version: version})
+	require.NoError(t, err)
+	require.NoError(t, reg.Heartbeat(ctxT(t)))
+}
+
+func TestComputeStatus(t *testing.T) {
+	mr, url := miniURL(t)
+	c := newTestClient(t, mr)
+	ctx := ctxT(t)
+	store := newTestStore(t, mr)
+	for i, id := range []string{"s01", "s02", "s03", "s04", "s05", "s06", "s07", "s08", "s09", "s10", "p1", "p2"} {
+		s := session.Session{ID: id, URL: "http://example.com/" + id, Interval: session.Duration(time.Second), Paused: i >= 10}
+		require.NoError(t, store.Put(ctx, s))
+	}
+	mr.Set("session:junk", "not json")
+	_, err := mr.SAdd("poll:sessions", "junk")
+	require.NoError(t, err)
+
+	heartbeat(t, c, "w1", "v1")
+	heartbeat(t, c, "w2", "v1")
+	heartbeat(t, c, "w3", "v2")
+	acquire(t, c, "w1", "s01", "s02", "s03", "s04")
+	acquire(t, c, "w2", "s05", "s06", "s07")
+	acquire(t, c, "ghost", "s08") // crashed: no heartbeat, lease not expired yet
+	acquire(t, c, "w3", "p1")     // paused sessions are not counted
+
+	st, err := computeStatus(ctx, c, keyspace.Space{})
+	require.NoError(t, err)
+
+	require.Len(t, st.Nodes, 3)
+	for i, want := range []struct {
+		id      string
+		version string
+		leases  int
+	}{{"w1", "v1", 4}, {"w2", "v1", 3}, {"w3", "v2", 0}} {
+		n := st.Nodes[i]
+		require.Equal(t, want.id, n.ID)
+		require.Equal(t, want.version, n.Version)
+		require.Equal(t, want.leases, n.Leases, n.ID)
+		require.NotEmpty(t, n.Host)
+		require.NotZero(t, n.PID)
+		require.False(t, n.Started.IsZero())
+		require.Positive(t, n.ExpiresInMs)
+	}
+	require.Equal(t, sessionCounts{Total: 12, Active: 10, Paused: 2, Malformed: 1}, st.Sessions)
+	require.Len(t, st.Malformed, 1)
+	require.Equal(t, "junk", st.Malformed[0].ID)
+	require.Equal(t, leaseCounts{Held: 8, ByLive: 7, ByOthers: 1, Unowned: 2}, st.Leases)
+	require.Equal(t, []string{"s09", "s10"}, st.UnownedSample)
+	require.Equal(t, []holderCount{{ID: "ghost", Leases: 1}}, st.OtherHolders)
+	require.Equal(t, 4, st.Balance.Max)
+	require.InDelta(t, 7.0/3, st.Balance.Mean, 1e-9)
+	require.InDelta(t, 4/(7.0/3), st.Balance.MaxOverMean, 1e-9)
+
+	var out bytes.Buffer
+	printStatus(&out, st)
+	for _, want := range []string{
+		"live nodes: 3\n",
+		"sessions: 12 total, 10 active, 2 paused, 1 malformed\n",
+		"  malformed junk: session: malformed: not a JSON object\n",
+		"leases: 8 of 10 active sessions (7 by live nodes, 1 by other holders)\n",
+		"  ghost (not live, leases expire by TTL): 1\n",
+		"unowned active sessions: 2 (s09, s10)\n",
+		"balance: max 4, mean 2.33 leases per live node (max/mean 1.71)\n",
+	} {
+		require.Contains(t, out.String(), want)
+	}
+
+	// The command prints the same, and JSON on request.
+	r := runApp(t, "status", "--redis-url", url)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "balance: max 4, mean 2.33 leases per live node (max/mean 1.71)\n")
+	r = runApp(t, "status", "--redis-url", url, "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var decoded map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &decoded))
+	require.Equal(t, map[string]any{"held": 8.0, "by_live_nodes": 7.0, "by_other_holders": 1.0, "unowned": 2.0}, decoded["leases"])
+}
+
+func TestComputeStatusUnownedSampleIsBounded(t *testing.T) {
+	mr, _ := miniURL(t)
+	c := newTestClient(t, mr)
+	store := newTestStore(t, mr)
+	for i := range 25 {
+		s := session.Session{ID: "s" + string(rune('a'+i)), URL: "http://example.com/", Interval: session.Duration(time.Second)}
+		require.NoError(t, store.Put(ctxT(t), s))
+	}
+	st, err := computeStatus(ctxT(t), c, keyspace.Space{})
+	require.NoError(t, err)
+	require.Equal(t, 25, st.Leases.Unowned)
+	require.Len(t, st.UnownedSample, maxUnownedShown)
+	require.Empty(t, st.Nodes)
+	require.Equal(t, balance{}, st.Balance)
+
+	var out bytes.Buffer
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "unowned active sessions: 25 (sa, sb, sc, sd, se, sf, sg, sh, si, sj, and 15 more)\n")
+	require.NotContains(t, out.String(), "balance")
+}
+
+func TestComputeStatusEmpty(t *testing.T) {
+	mr, url := miniURL(t)
+	st, err := computeStatus(ctxT(t), newTestClient(t, mr), keyspace.Space{})
+	require.NoError(t, err)
+	require.Empty(t, st.Nodes)
+	require.Equal(t, sessionCounts{}, st.Sessions)
+	require.Equal(t, leaseCounts{}, st.Leases)
+
+	r := runApp(t, "status", "--redis-url", url)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "live nodes: 0\nsessions: 0 total, 0 active, 0 paused, 0 malformed\n"+
+		"leases: 0 of 0 active sessions (0 by live nodes, 0 by other holders)\nunowned active sessions: 0\n", r.stdout)
+}
