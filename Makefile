@@ -25,8 +25,11 @@ redis-server:
 	fi
 	@redis-server --version
 
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(shell git rev-parse HEAD 2>/dev/null) -X main.date=$(shell date -u +%FT%TZ)
+
 build:
-	$(GO) build -o bin/pollworker ./cmd/pollworker
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/pollworker ./cmd/pollworker
 
 demo:
 	$(GO) run ./cmd/pollworker demo

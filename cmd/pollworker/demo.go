@@ -247,14 +247,15 @@ func (d *demo) script(ctx context.Context, start time.Time) error {
 	if err := d.startWorker(ctx, name); err != nil {
 		return err
 	}
+	// The workers' own assignment: rendezvous hashing with bounded loads.
 	var share []string
-	live := d.liveNames()
-	for _, id := range d.sessions {
-		if hrw.Owner(id, live) == name {
-			share = append(share, id)
+	table := hrw.NewIDs(d.liveNames()...)
+	for i, o := range table.AssignBounded(d.sessions, poller.DefaultBalanceSlack, nil) {
+		if table.ID(o) == name {
+			share = append(share, d.sessions[i])
 		}
 	}
-	d.rec.logf("%s joins; rendezvous hashing gives it %d of %d sessions", name, len(share), len(d.sessions))
+	d.rec.logf("%s joins; rendezvous hashing with bounded loads gives it %d of %d sessions", name, len(share), len(d.sessions))
 	d.await(ctx, endAt.Add(-d.opts.Duration/12), func() bool {
 		_, done, _ := d.rec.taken(share, name, t1)
 		return done
