@@ -13,9 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/pollworker/pollworker/hrw"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -414,5 +416,61 @@ func TestBoundedLoadsEvenOutFewSessions(t *testing.T) {
 		}
 		return len(own) == len(ids) && per["w1"] <= 22 && per["w2"] <= 22 && per["w3"] <= 22
 	}, 10*time.Second, 20*time.Millisecond)
+	rec.check(t)
+}
+
+func TestAdoptsOrphansOfALiveButIdleWorker(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 20, 50*time.Millisecond)
+
+	// "ghost" heartbeats like a worker but never takes a lease.
+	ghost, err := nodes.New(nodes.Config{Client: client, ID: "ghost", TTL: 600 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_ = ghost.Heartbeat(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool {
+		m, err := ghost.Members(context.Background())
+		return err == nil && m.Contains("ghost")
+	}, 5*time.Second, 10*time.Millisecond)
+
+	table := hrw.NewIDs("ghost", "w")
+	ghostShare := 0
+	for _, o := range table.AssignBounded(ids, DefaultBalanceSlack, nil) {
+		if table.ID(o) == "ghost" {
+			ghostShare++
+		}
+	}
+	require.Positive(t, ghostShare, "the test needs sessions the ghost is preferred for")
+
+	rec := newRecorder()
+	cfg := fastConfig(client, "w", rec.poller("w"))
+	cfg.OrphanGrace = 400 * time.Millisecond
+	r := start(t, cfg)
+	// The ghost's share stays unowned for OrphanGrace, then w adopts it:
+	// every session gets polled although the ghost is preferred for some.
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if rec.polled(id) == 0 {
+				return false
+			}
+		}
+		return true
+	}, 15*time.Second, 20*time.Millisecond)
+	require.True(t, r.c.Ready())
 	rec.check(t)
 }
