@@ -97,6 +97,8 @@ type Config struct {
 	// OnEvent, if set, is called for every lease event of this worker. It
 	// must not block.
 	OnEvent func(Event)
+	// Observer receives measurements for metrics; default none.
+	Observer Observer
 }
 
 // EventType names a lease event.
@@ -186,6 +188,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
 	}
 	return c, nil
 }

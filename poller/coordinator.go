@@ -53,6 +53,7 @@ type Coordinator struct {
 	orphanSince    map[string]time.Time // owned sessions taken as orphans
 	pendingOrphans map[string]time.Time // watched sessions first seen without a lease
 	lastOrphan     time.Time
+	membersChanged bool // since the last Round report
 	retryTimer     clock.Timer
 	expiryTimer    clock.Timer
 }
@@ -219,6 +220,7 @@ func (c *Coordinator) heartbeatLoop(ctx context.Context) {
 				return
 			}
 			c.redisOK.Store(false)
+			c.cfg.Observer.RedisError("heartbeat")
 			c.log.Warn("heartbeat failed", zap.Error(err))
 		} else {
 			c.redisOK.Store(true)
@@ -249,11 +251,15 @@ func (c *Coordinator) renewLoop(ctx context.Context) {
 		rctx, cancel := c.requestCtx(ctx)
 		rep := c.leases.RenewAll(rctx)
 		cancel()
+		if rep.Renewed+len(rep.Lost)+len(rep.Uncertain) > 0 {
+			c.cfg.Observer.RenewCycle(rep.RoundTrip, rep.Renewed, len(rep.Lost), len(rep.Uncertain))
+		}
 		if rep.Err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			c.redisOK.Store(false)
+			c.cfg.Observer.RedisError("renew")
 		} else if rep.Renewed > 0 {
 			c.redisOK.Store(true)
 		}
@@ -295,6 +301,7 @@ func (c *Coordinator) publish(ctx context.Context, ev nodes.Event) {
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
 	if err := nodes.Publish(rctx, c.cfg.Client, c.cfg.Keys, ev); err != nil {
+		c.cfg.Observer.RedisError("publish")
 		c.log.Debug("publish failed", zap.String("type", string(ev.Type)), zap.Error(err))
 	}
 }
@@ -314,6 +321,7 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 	case to == lease.Released:
 		t = EventReleased
 	}
+	c.cfg.Observer.LeaseEvent(t, l.Reason())
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent(Event{Type: t, Session: l.Session(), Token: l.Token(), Reason: l.Reason(), At: c.cfg.Clock.Now()})
 	}

@@ -82,10 +82,12 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 	m, err := c.registry.Members(rctx)
 	if err != nil {
 		c.redisOK.Store(false)
+		c.cfg.Observer.RedisError("members")
 		c.log.Warn("discovery failed", zap.Error(err))
 		return false
 	}
 	membersChanged := m.Version != c.members.Version || c.table == nil
+	c.membersChanged = c.membersChanged || membersChanged
 	if membersChanged {
 		c.table = hrw.NewIDs(m.Nodes...)
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
@@ -97,6 +99,7 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 	rev, err := c.store.Rev(rctx)
 	if err != nil {
 		c.redisOK.Store(false)
+		c.cfg.Observer.RedisError("sessions")
 		c.log.Warn("session revision read failed", zap.Error(err))
 		return false
 	}
@@ -111,6 +114,7 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 	snap, err := c.loader.Load(lctx)
 	if err != nil {
 		c.redisOK.Store(false)
+		c.cfg.Observer.RedisError("sessions")
 		c.log.Warn("session load failed", zap.Error(err))
 		return false
 	}
@@ -158,6 +162,7 @@ func (c *Coordinator) handOff(ctx context.Context, ids []string) {
 	rctx, rcancel := c.requestCtx(context.WithoutCancel(ctx))
 	defer rcancel()
 	if err := c.release(rctx, stopped); err != nil {
+		c.cfg.Observer.RedisError("release")
 		c.log.Warn("handoff release failed; leases expire by TTL", zap.Error(err))
 	}
 }
@@ -169,10 +174,17 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
 	retry := time.Duration(-1)
+	acquireErr := false
+	defer func() {
+		if acquireErr {
+			c.cfg.Observer.RedisError("acquire")
+		}
+	}()
 	for _, r := range c.leases.Acquire(rctx, ids) {
 		switch {
 		case r.Err != nil:
 			c.redisOK.Store(false)
+			acquireErr = true
 		case r.Lease != nil:
 			if _, running := c.workers[r.Session]; running || r.Lease.State() != lease.Held {
 				continue
@@ -303,7 +315,10 @@ func (c *Coordinator) scheduleExpiry(d time.Duration) {
 
 func (c *Coordinator) publishStatus() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.status.Members = c.members.Nodes
 	c.status.Sessions = len(c.sessions)
+	malformed := c.status.Malformed
+	c.mu.Unlock()
+	c.cfg.Observer.Round(len(c.members.Nodes), len(c.sessions), len(c.workers), malformed, c.membersChanged)
+	c.membersChanged = false
 }

@@ -70,14 +70,22 @@ func (c *Coordinator) pollOnce(ctx, term context.Context, s session.Session, l *
 	stop := context.AfterFunc(term, cancel)
 	defer stop()
 	c.polls.Add(1)
+	started := c.cfg.Clock.Now()
+	outcome := "ok"
 	defer func() {
 		if r := recover(); r != nil {
+			outcome = "panic"
 			c.pollPanics.Add(1)
 			c.log.Error("poll panicked", zap.String("session", s.ID), zap.Any("panic", r),
 				zap.ByteString("stack", debug.Stack()))
 		}
+		c.cfg.Observer.PollDone(c.cfg.Clock.Since(started), outcome)
 	}()
 	if err := c.cfg.Poller.Poll(pctx, s, l); err != nil {
+		outcome = "error"
+		if pctx.Err() != nil {
+			outcome = "cancelled"
+		}
 		c.pollErrors.Add(1)
 		c.log.Debug("poll failed", zap.String("session", s.ID), zap.Int64("token", l.Token()), zap.Error(err))
 	}

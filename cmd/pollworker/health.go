@@ -9,8 +9,12 @@ import (
 //
 //	GET /healthz  200 while the process runs (liveness)
 //	GET /readyz   200 while ready() is true, else 503 (readiness)
-func healthHandler(ready func() bool) http.Handler {
+//	GET /metrics  Prometheus metrics, when metrics is not nil
+func healthHandler(ready func() bool, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")

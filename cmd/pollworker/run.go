@@ -9,11 +9,15 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 	"go.uber.org/zap"
 
 	"github.com/pollworker/pollworker/httppoll"
+	"github.com/pollworker/pollworker/metrics"
 	"github.com/pollworker/pollworker/poller"
 )
 
@@ -35,7 +39,7 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		dur("heartbeat-interval", poller.DefaultHeartbeatInterval, "time between heartbeats; a worker is live for 3 heartbeat intervals"),
 		dur("discovery-interval", poller.DefaultDiscoveryInterval, "time between full rounds (membership, sessions, ownership) when no event arrives"),
 		dur("drain-timeout", poller.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long to wait for polls to stop and leases to be released"),
-		str("http-addr", ":9090", "address of the health server (/healthz, /readyz); empty disables it"),
+		str("http-addr", ":9090", "address of the health server (/healthz, /readyz, /metrics); empty disables it"),
 		str("log-level", "info", "debug, info, warn or error"),
 		str("log-format", "json", "json or console"),
 		&cli.BoolFlag{Name: "dry-run", Usage: "validate the configuration, print it and exit without connecting"},
@@ -125,8 +129,14 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 		return configError(err)
 	}
 	defer hp.CloseIdleConnections()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	obs, err := metrics.New(reg)
+	if err != nil {
+		return err
+	}
 	pc := cfg.Poller
-	pc.Client, pc.Poller, pc.Logger, pc.Version = client, hp, base, version
+	pc.Client, pc.Poller, pc.Logger, pc.Version, pc.Observer = client, hp, base, version, obs
 	coord, err := poller.New(pc)
 	if err != nil {
 		return configError(err)
@@ -144,7 +154,7 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 			return fmt.Errorf("health server: %w", err)
 		}
 		srv = &http.Server{
-			Handler:           healthHandler(coord.Ready),
+			Handler:           healthHandler(coord.Ready, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("http")),
 		}

@@ -108,6 +108,18 @@ func TestRunRedisDownAtStart(t *testing.T) {
 		return err == nil && len(res) > 0 && res[0].Values["worker"] == "w1" && res[0].Values["status"] == "200"
 	}, 5*time.Second, 10*time.Millisecond)
 
+	// Metrics after real polls: owned lease, ok polls, an acquisition.
+	require.Eventually(t, func() bool {
+		code, body := get("http://" + addr + "/metrics")
+		return code == http.StatusOK &&
+			strings.Contains(body, "pollworker_leases_held 1\n") &&
+			strings.Contains(body, `pollworker_lease_events_total{event="acquired",reason="none"} 1`) &&
+			strings.Contains(body, `pollworker_polls_total{outcome="ok"}`) &&
+			strings.Contains(body, "pollworker_leases_renewed_total ") &&
+			!strings.Contains(body, "pollworker_leases_renewed_total 0\n") &&
+			strings.Contains(body, "pollworker_live_nodes 1\n")
+	}, 10*time.Second, 20*time.Millisecond)
+
 	cancel()
 	require.Eventually(t, func() bool {
 		select {

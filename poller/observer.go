@@ -1,0 +1,32 @@
+package poller
+
+import "time"
+
+// Observer receives the coordinator's measurements, for metrics. Methods
+// are called from several goroutines and must not block. The metrics
+// package implements it with Prometheus collectors.
+type Observer interface {
+	// LeaseEvent counts one lease event with its reason ("" when none).
+	LeaseEvent(t EventType, reason string)
+	// RenewCycle reports one renewal cycle: its round trip, and how many
+	// leases were renewed, lost and made uncertain.
+	RenewCycle(roundTrip time.Duration, renewed, lost, uncertain int)
+	// PollDone reports one poll: its duration and outcome ("ok", "error",
+	// "panic" or "cancelled").
+	PollDone(d time.Duration, outcome string)
+	// Round reports the view after a round: live members, active sessions,
+	// sessions owned here, malformed session entries, and whether the
+	// membership changed.
+	Round(members, sessions, owned, malformed int, membershipChanged bool)
+	// RedisError counts a failed Redis operation by name ("heartbeat",
+	// "renew", "members", "sessions", "acquire", "release", "publish").
+	RedisError(op string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) LeaseEvent(EventType, string)            {}
+func (nopObserver) RenewCycle(time.Duration, int, int, int) {}
+func (nopObserver) PollDone(time.Duration, string)          {}
+func (nopObserver) Round(int, int, int, int, bool)          {}
+func (nopObserver) RedisError(string)                       {}
