@@ -122,15 +122,16 @@ func fastConfig(client redis.UniversalClient, id string, p Poller) Config {
 type running struct {
 	c      *Coordinator
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{} // closed when Run returned, after err is set
+	err    error
 }
 
 func (r *running) stop(t *testing.T) {
 	t.Helper()
 	r.cancel()
 	select {
-	case err := <-r.done:
-		require.NoError(t, err)
+	case <-r.done:
+		require.NoError(t, r.err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
@@ -141,8 +142,8 @@ func start(t *testing.T, cfg Config) *running {
 	c, err := New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: c, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- c.Run(ctx) }()
+	r := &running{c: c, cancel: cancel, done: make(chan struct{})}
+	go func() { r.err = c.Run(ctx); close(r.done) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

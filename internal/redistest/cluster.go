@@ -1,0 +1,78 @@
+package redistest
+
+import (
+	"context"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a Redis Cluster of masters on loopback ports, without replicas.
+type Cluster struct {
+	Servers []*Server
+}
+
+// StartCluster starts n redis-server processes in cluster mode and joins
+// them with `redis-cli --cluster create`; all are stopped by t.Cleanup.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	Require(t)
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("redistest: redis-cli not found (it comes with redis-server's package): %v", err)
+	}
+	c := &Cluster{}
+	args := []string{"--cluster", "create"}
+	for range n {
+		s := Start(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+			"--cluster-config-file", "nodes.conf")
+		c.Servers = append(c.Servers, s)
+		args = append(args, s.Addr())
+	}
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range c.Servers {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		for {
+			info, err := cl.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = cl.Close()
+				t.Fatalf("redistest: cluster not ok on %s: %v %s", s.Addr(), err, info)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		_ = cl.Close()
+	}
+	return c
+}
+
+// Addrs are the host:port of every master.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		out[i] = "127.0.0.1:" + strconv.Itoa(s.Port)
+	}
+	return out
+}
+
+// Client returns a cluster client, closed by t.Cleanup.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
