@@ -1,10 +1,13 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -26,14 +29,24 @@ const (
 // connOptions are the values of connFlags, as given.
 type connOptions struct {
 	RedisURL      string
+	Cluster       bool
+	Sentinel      string
+	TLSCA         string
+	TLSCert       string
+	TLSKey        string
 	KeyPrefix     string
 	SessionPrefix string
 }
 
 // connConfig is a validated connOptions.
 type connConfig struct {
-	// Redis are the client options parsed from the URL.
+	// Redis are the client options parsed from the (first) URL.
 	Redis *redis.Options
+	// Addrs are the host:port of every URL given (seeds or sentinels).
+	Addrs []string
+	// Cluster and Sentinel select the kind of client (see newClient).
+	Cluster  bool
+	Sentinel string
 	// RedisURL is the URL with its password replaced by "xxxxx", for logs.
 	RedisURL string
 	// Keys are the validated prefixes.
@@ -42,15 +55,90 @@ type connConfig struct {
 
 // parseConn validates o. It does not touch the network.
 func parseConn(o connOptions) (connConfig, error) {
-	opts, redacted, err := parseRedisURL(o.RedisURL)
-	if err != nil {
+	var cfg connConfig
+	var redacted []string
+	for _, raw := range strings.Split(o.RedisURL, ",") {
+		opts, r, err := parseRedisURL(strings.TrimSpace(raw))
+		if err != nil {
+			return connConfig{}, err
+		}
+		if cfg.Redis == nil {
+			cfg.Redis = opts
+		}
+		cfg.Addrs = append(cfg.Addrs, opts.Addr)
+		redacted = append(redacted, r)
+	}
+	cfg.RedisURL = strings.Join(redacted, ",")
+	cfg.Cluster, cfg.Sentinel = o.Cluster, o.Sentinel
+	switch {
+	case o.Cluster && o.Sentinel != "":
+		return connConfig{}, fmt.Errorf("%w: --%s and --%s exclude each other", errInvalidConfig, flagCluster, flagSentinel)
+	case len(cfg.Addrs) > 1 && !o.Cluster && o.Sentinel == "":
+		return connConfig{}, fmt.Errorf("%w: --%s lists %d URLs: add --%s or --%s", errInvalidConfig, flagRedisURL, len(cfg.Addrs), flagCluster, flagSentinel)
+	case o.Cluster && cfg.Redis.DB != 0:
+		return connConfig{}, fmt.Errorf("%w: --%s: Redis Cluster has only database 0, got %d", errInvalidConfig, flagRedisURL, cfg.Redis.DB)
+	}
+	if err := applyTLS(cfg.Redis, o); err != nil {
 		return connConfig{}, err
 	}
 	keys, err := parseKeys(o.KeyPrefix, o.SessionPrefix)
 	if err != nil {
 		return connConfig{}, err
 	}
-	return connConfig{Redis: opts, RedisURL: redacted, Keys: keys}, nil
+	cfg.Keys = keys
+	return cfg, nil
+}
+
+// applyTLS loads the CA and client certificate files into opts.TLSConfig.
+func applyTLS(opts *redis.Options, o connOptions) error {
+	if o.TLSCA == "" && o.TLSCert == "" && o.TLSKey == "" {
+		return nil
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return fmt.Errorf("%w: --%s and --%s go together", errInvalidConfig, flagTLSCert, flagTLSKey)
+	}
+	if opts.TLSConfig == nil {
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: strings.Split(opts.Addr, ":")[0]}
+	}
+	if o.TLSCA != "" {
+		pem, err := os.ReadFile(o.TLSCA)
+		if err != nil {
+			return fmt.Errorf("%w: --%s: %w", errInvalidConfig, flagTLSCA, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%w: --%s: no PEM certificate in %s", errInvalidConfig, flagTLSCA, o.TLSCA)
+		}
+		opts.TLSConfig.RootCAs = pool
+	}
+	if o.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return fmt.Errorf("%w: --%s/--%s: %w", errInvalidConfig, flagTLSCert, flagTLSKey, err)
+		}
+		opts.TLSConfig.Certificates = []tls.Certificate{cert}
+	}
+	return nil
+}
+
+// newClient connects (lazily) as the flags say: a Sentinel-managed master,
+// a Cluster, or one server. Every kind is a redis.UniversalClient.
+func (c connConfig) newClient() redis.UniversalClient {
+	o := c.Redis
+	switch {
+	case c.Sentinel != "":
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: c.Sentinel, SentinelAddrs: c.Addrs,
+			Username: o.Username, Password: o.Password, DB: o.DB,
+			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
+		})
+	case c.Cluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: c.Addrs, Username: o.Username, Password: o.Password,
+			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
+		})
+	}
+	return redis.NewClient(o)
 }
 
 // parseRedisURL parses a redis:// or rediss:// URL. Neither the returned

@@ -15,6 +15,11 @@ const (
 	flagKeyPrefix     = "key-prefix"
 	flagSessionPrefix = "session-prefix"
 	flagTimeout       = "timeout"
+	flagCluster       = "redis-cluster"
+	flagSentinel      = "redis-sentinel-master"
+	flagTLSCA         = "redis-tls-ca"
+	flagTLSCert       = "redis-tls-cert"
+	flagTLSKey        = "redis-tls-key"
 )
 
 // defaultRedisURL is the default of --redis-url.
@@ -40,6 +45,19 @@ func connFlags() []cli.Flag {
 			Value:   defaultRedisURL,
 			Sources: fromEnv(flagRedisURL),
 		},
+		&cli.BoolFlag{
+			Name:    flagCluster,
+			Usage:   "Redis Cluster: --redis-url names one or more seed nodes (comma-separated URLs)",
+			Sources: fromEnv(flagCluster),
+		},
+		&cli.StringFlag{
+			Name:    flagSentinel,
+			Usage:   "Redis Sentinel: the master name; --redis-url then names the sentinels (comma-separated URLs; user, password and db apply to the master)",
+			Sources: fromEnv(flagSentinel),
+		},
+		&cli.StringFlag{Name: flagTLSCA, Usage: "PEM file of the CA that signed the Redis server certificate (implies TLS)", Sources: fromEnv(flagTLSCA)},
+		&cli.StringFlag{Name: flagTLSCert, Usage: "PEM client certificate for TLS client authentication (with --redis-tls-key)", Sources: fromEnv(flagTLSCert)},
+		&cli.StringFlag{Name: flagTLSKey, Usage: "PEM private key of --redis-tls-cert", Sources: fromEnv(flagTLSKey)},
 		&cli.StringFlag{
 			Name:    flagKeyPrefix,
 			Usage:   "namespace of the worker keys (leases, fences, nodes, results)",
@@ -69,6 +87,11 @@ func adminFlags() []cli.Flag {
 func connOptionsFrom(cmd *cli.Command) connOptions {
 	return connOptions{
 		RedisURL:      cmd.String(flagRedisURL),
+		Cluster:       cmd.Bool(flagCluster),
+		Sentinel:      cmd.String(flagSentinel),
+		TLSCA:         cmd.String(flagTLSCA),
+		TLSCert:       cmd.String(flagTLSCert),
+		TLSKey:        cmd.String(flagTLSKey),
 		KeyPrefix:     cmd.String(flagKeyPrefix),
 		SessionPrefix: cmd.String(flagSessionPrefix),
 	}

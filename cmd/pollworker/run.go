@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 	"go.uber.org/zap"
 
@@ -116,7 +115,7 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 		setRedisLogger(log.Named("go-redis"))
 	}
 
-	client := redis.NewClient(cfg.Redis)
+	client := cfg.newClient()
 	defer func() { _ = client.Close() }()
 	hp, err := httppoll.New(httppoll.Config{
 		Client:    client,

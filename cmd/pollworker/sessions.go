@@ -20,7 +20,7 @@ import (
 
 // admin is what a one-shot command works with.
 type admin struct {
-	client *redis.Client
+	client redis.UniversalClient
 	keys   keyspace.Space
 	store  *session.Store
 }
@@ -37,7 +37,7 @@ func withAdmin(ctx context.Context, cmd *cli.Command, fn func(ctx context.Contex
 		return configError(fmt.Errorf("--%s (%v) must be positive", flagTimeout, timeout))
 	}
 	conn.Redis.ClientName = "pollworker-cli"
-	client := redis.NewClient(conn.Redis)
+	client := conn.newClient()
 	defer func() { _ = client.Close() }()
 	store, err := session.NewStore(client, conn.Keys)
 	if err != nil {
