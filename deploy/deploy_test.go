@@ -1,0 +1,155 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/pollworker/pollworker/metrics"
+)
+
+// load decodes every YAML document of the manifests, keyed by kind.
+func load(t *testing.T) map[string]map[string]any {
+	t.Helper()
+	files, err := filepath.Glob("kubernetes/*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	out := map[string]map[string]any{}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		require.NoError(t, err)
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		for {
+			var doc map[string]any
+			if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+				break
+			} else {
+				require.NoError(t, err, f)
+			}
+			require.NotEmpty(t, doc["apiVersion"], f)
+			kind, _ := doc["kind"].(string)
+			require.NotEmpty(t, kind, f)
+			out[kind] = doc
+		}
+	}
+	return out
+}
+
+// at walks a decoded document by keys and list indexes.
+func at(t *testing.T, v any, path ...any) any {
+	t.Helper()
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			require.True(t, ok, "at %v: not a map", p)
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			require.True(t, ok, "at %v: not a list", p)
+			require.Greater(t, len(l), k)
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func TestManifests(t *testing.T) {
+	docs := load(t)
+	dep := docs["Deployment"]
+	require.NotNil(t, dep)
+	spec := at(t, dep, "spec", "template", "spec")
+	c := at(t, spec, "containers", 0)
+
+	env := map[string]map[string]any{}
+	for _, e := range at(t, c, "env").([]any) {
+		m := e.(map[string]any)
+		env[m["name"].(string)] = m
+	}
+	// The Redis URL (with its password) comes from a Secret.
+	require.NotNil(t, at(t, env["POLLWORKER_REDIS_URL"], "valueFrom", "secretKeyRef"))
+
+	// The grace period covers the preStop pause plus the drain.
+	drain, err := time.ParseDuration(env["POLLWORKER_DRAIN_TIMEOUT"]["value"].(string))
+	require.NoError(t, err)
+	preStop := at(t, c, "lifecycle", "preStop", "sleep", "seconds").(int)
+	grace := at(t, spec, "terminationGracePeriodSeconds").(int)
+	require.Greater(t, time.Duration(grace)*time.Second, time.Duration(preStop)*time.Second+drain+5*time.Second)
+
+	// TTL at least 3 × renew, as the worker enforces.
+	ttl, err := time.ParseDuration(env["POLLWORKER_LEASE_TTL"]["value"].(string))
+	require.NoError(t, err)
+	renew, err := time.ParseDuration(env["POLLWORKER_RENEW_INTERVAL"]["value"].(string))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, ttl, 3*renew)
+
+	require.Equal(t, "/healthz", at(t, c, "livenessProbe", "httpGet", "path"))
+	require.Equal(t, "/readyz", at(t, c, "readinessProbe", "httpGet", "path"))
+	require.Equal(t, []any{"run"}, at(t, c, "args"))
+
+	pdb := docs["PodDisruptionBudget"]
+	require.NotNil(t, pdb)
+	require.Equal(t, at(t, dep, "spec", "selector", "matchLabels"), at(t, pdb, "spec", "selector", "matchLabels"))
+}
+
+func TestDockerfileBuildsTheBinary(t *testing.T) {
+	raw, err := os.ReadFile("Dockerfile")
+	require.NoError(t, err)
+	s := string(raw)
+	require.Contains(t, s, "./cmd/pollworker")
+	require.Contains(t, s, "-X main.version=")
+	require.True(t, strings.Count(s, "FROM ") >= 2, "multi-stage")
+}
+
+// TestGrafanaDashboardUsesExportedMetrics checks that the dashboard is valid
+// JSON and names only metrics that the metrics package exports.
+func TestGrafanaDashboardUsesExportedMetrics(t *testing.T) {
+	raw, err := os.ReadFile("grafana/pollworker.json")
+	require.NoError(t, err)
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &dash))
+	require.NotEmpty(t, dash.Panels)
+
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	m.Round(1, 1, 1, 0, true) // gauges and counters appear once set
+	m.LeaseEvent("acquired", "")
+	m.PollDone(time.Millisecond, "ok")
+	m.RenewCycle(time.Millisecond, 1, 0, 0)
+	m.RedisError("renew")
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	known := map[string]bool{}
+	for _, f := range families {
+		known[f.GetName()] = true
+	}
+	name := regexp.MustCompile(`pollworker_[a-z_]+`)
+	for _, p := range dash.Panels {
+		require.NotEmpty(t, p.Targets, p.Title)
+		for _, tg := range p.Targets {
+			for _, n := range name.FindAllString(tg.Expr, -1) {
+				n = strings.TrimSuffix(n, "_bucket")
+				require.True(t, known[n], "panel %q uses unknown metric %s", p.Title, n)
+			}
+		}
+	}
+}
