@@ -15,11 +15,13 @@ import (
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/session"
 )
 
 const (
 	leaseTTL          = 3 * time.Second
+	renewInterval     = time.Second
 	discoveryInterval = time.Second
 )
 
@@ -156,6 +158,27 @@ func TestAcceptance(t *testing.T) {
 		len(sessionsOf(lastPollers(tg, time.Now().Add(-400*time.Millisecond)), "w3")), time.Since(resumed).Round(time.Millisecond))
 
 	require.Len(t, lastPollers(tg, time.Now().Add(-400*time.Millisecond)), len(ids), "every session still polled")
+
+	// A request that w3 had begun before SIGSTOP took effect may reach the
+	// target after SIGCONT with its old token: no lease can stop bytes
+	// already on their way, which is what fencing tokens are for (the target
+	// rejected it). Every such poll must have started while w3's lease was
+	// still valid: before t0 + TTL - renew interval - drift margin, the
+	// earliest its local deadline could be. (SIGSTOP takes effect
+	// asynchronously, so "before t0" would be too strict by a few ms.)
+	earliestDeadline := t0.Add(leaseTTL - renewInterval - lease.DefaultDriftMargin(leaseTTL))
+	stale := tg.staleRequests()
+	for _, p := range stale {
+		require.Equal(t, "w3", p.worker, "only the paused worker can be stale")
+		started, ok := pollStart(t, rds.URL(), p)
+		require.True(t, ok, "no record of stale poll %+v", p)
+		require.True(t, started.Before(earliestDeadline), "stale poll %+v started at %v, after its lease deadline (at the earliest %v)", p, started, earliestDeadline)
+		require.True(t, started.Before(resumed), "stale poll %+v started after SIGCONT", p)
+	}
+	t.Logf("SIGSTOP: %d requests begun before the pause arrived after it and were rejected by their fencing token", len(stale))
+	tg.mu.Lock()
+	tg.stale = nil
+	tg.mu.Unlock()
 	tg.check(t)
 }
 

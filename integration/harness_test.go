@@ -60,6 +60,7 @@ type target struct {
 	maxToken   map[string]int64
 	tokenOwner map[string]string // session/token -> worker
 	violations []string
+	stale      []poll // requests with a token below the highest seen
 }
 
 func newTarget(t *testing.T) *target {
@@ -85,7 +86,9 @@ func (tg *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if tok < tg.maxToken[s] {
-		tg.violations = append(tg.violations, fmt.Sprintf("stale token on %s from %s: %d < %d", s, wk, tok, tg.maxToken[s]))
+		// Rejected, as a fenced downstream does; whether it may happen at
+		// all is for the test to judge (see staleStartedBefore).
+		tg.stale = append(tg.stale, poll{session: s, worker: wk, token: tok, at: time.Now()})
 		w.WriteHeader(http.StatusConflict)
 		return
 	}
@@ -115,6 +118,31 @@ func (tg *target) check(t *testing.T) {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	require.Empty(t, tg.violations)
+	require.Empty(t, tg.stale, "stale fencing tokens")
+}
+
+// staleRequests returns the requests rejected for a stale token.
+func (tg *target) staleRequests() []poll {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return append([]poll(nil), tg.stale...)
+}
+
+// pollStart finds, in the worker's results stream, when the poll of
+// (session, worker, token) that reached the target last started.
+func pollStart(t *testing.T, redisURL string, p poll) (time.Time, bool) {
+	t.Helper()
+	c := redistest.Client(t, redisURL)
+	entries, err := c.XRevRangeN(context.Background(), "poll:results", "+", "-", 20000).Result()
+	require.NoError(t, err)
+	for _, e := range entries {
+		if e.Values["session"] == p.session && e.Values["worker"] == p.worker && e.Values["token"] == strconv.FormatInt(p.token, 10) {
+			ms, err := strconv.ParseInt(fmt.Sprint(e.Values["at"]), 10, 64)
+			require.NoError(t, err)
+			return time.UnixMilli(ms), true
+		}
+	}
+	return time.Time{}, false
 }
 
 // worker is one pollworker run process.
