@@ -5,6 +5,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -28,6 +29,7 @@ type Server struct {
 	Port int
 	Dir  string
 	args []string
+	tls  *tls.Config // set for TLS-only servers (StartTLS)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -72,20 +74,29 @@ func StartPort(t testing.TB, port int, args ...string) *Server {
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 
 // URL is a redis:// URL for the server.
-func (s *Server) URL() string { return "redis://" + s.Addr() }
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr()
+	}
+	return "redis://" + s.Addr()
+}
 
 // Client returns a go-redis client for the server, closed by t.Cleanup.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.tls})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
 func (s *Server) start() {
 	s.t.Helper()
+	port := strconv.Itoa(s.Port)
+	if s.tls != nil {
+		port = "0" // TLS only: the port is given as --tls-port
+	}
 	args := append([]string{
-		"--port", strconv.Itoa(s.Port),
+		"--port", port,
 		"--bind", "127.0.0.1",
 		"--dir", s.Dir,
 		"--save", "",
@@ -107,7 +118,7 @@ func (s *Server) start() {
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
-	if err := waitReady(s.Addr(), done, 10*time.Second); err != nil {
+	if err := waitReady(s.Addr(), s.tls, done, 10*time.Second); err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
 		s.t.Fatalf("redistest: %v\n%s", err, log)
 	}
@@ -150,7 +161,7 @@ func (s *Server) Pid() int {
 	return s.cmd.Process.Pid
 }
 
-func waitReady(addr string, done <-chan struct{}, limit time.Duration) error {
+func waitReady(addr string, tlsConf *tls.Config, done <-chan struct{}, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		select {
@@ -158,7 +169,7 @@ func waitReady(addr string, done <-chan struct{}, limit time.Duration) error {
 			return fmt.Errorf("redis-server on %s exited during start", addr)
 		default:
 		}
-		if ping(addr) == nil {
+		if ping(addr, tlsConf) == nil {
 			return nil
 		}
 		select {
@@ -169,11 +180,16 @@ func waitReady(addr string, done <-chan struct{}, limit time.Duration) error {
 	return fmt.Errorf("redis-server on %s not ready after %v", addr, limit)
 }
 
-func ping(addr string) error {
+func ping(addr string, tlsConf *tls.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	var c net.Conn
+	var err error
+	if tlsConf != nil {
+		c, err = (&tls.Dialer{Config: tlsConf}).DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return err
 	}

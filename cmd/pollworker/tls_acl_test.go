@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/internal/redistest"
+)
+
+// runWorkerUntilLease starts `pollworker run` with args, waits until it
+// holds the lease of session c1 and returns a stop function.
+func runWorkerUntilLease(t *testing.T, args []string, holds func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	var stdout, stderr syncBuffer
+	exited := make(chan int, 1)
+	go func() { exited <- run(ctx, append([]string{"pollworker", "run"}, args...), &stdout, &stderr, nil) }()
+	require.Eventually(t, holds, 15*time.Second, 20*time.Millisecond, "worker log: %s", stderr.String())
+	cancel()
+	select {
+	case code := <-exited:
+		require.Equal(t, exitOK, code, stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker did not drain")
+	}
+	require.NotContains(t, stderr.String(), "NOPERM")
+}
+
+// TestTLSWithClientCertificate runs sessions and a worker against a
+// redis-server that only accepts TLS with a client certificate.
+func TestTLSWithClientCertificate(t *testing.T) {
+	srv, certs := redistest.StartTLS(t)
+	tlsFlags := []string{"--redis-url", srv.URL(), "--redis-tls-ca", certs.CA,
+		"--redis-tls-cert", certs.ClientCert, "--redis-tls-key", certs.ClientKey}
+	r := runApp(t, append(append([]string{"sessions"}, tlsFlags...), "add", "--id", "c1", "--url", "http://127.0.0.1:1/", "--interval", "100ms")...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+
+	// Without the client certificate the server refuses the connection.
+	r = runApp(t, "sessions", "--redis-url", srv.URL(), "--redis-tls-ca", certs.CA, "--timeout", "2s", "list")
+	require.NotEqual(t, exitOK, r.code)
+
+	client := srv.Client(t)
+	runWorkerUntilLease(t, append(append([]string{"--id", "tw"}, tlsFlags...), fastTimings...), func() bool {
+		v, err := client.Get(context.Background(), "poll:lease:{c1}").Result()
+		return err == nil && len(v) > 3 && v[:3] == "tw#"
+	})
+}
+
+// minimalACL is the documented least-privilege user of a worker and of the
+// CLI (README, "Redis ACL"): its own key patterns and channel, and only the
+// commands pollworker sends, including those its scripts call.
+const minimalACL = "on >worker-pass resetkeys ~poll:* ~session:* resetchannels &poll:events " +
+	"-@all +@connection -config +get +set +del +exists +getrange +incr +pexpire +pttl " +
+	"+sadd +srem +sscan +smembers +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard " +
+	"+xadd +xrange +xrevrange +time +publish +subscribe +unsubscribe " +
+	"+evalsha +eval +script|load +script|exists +watch +unwatch +multi +exec"
+
+// TestMinimalACLUser runs sessions, status and a worker as a Redis user that
+// has exactly minimalACL and nothing more.
+func TestMinimalACLUser(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	require.NoError(t, admin.Do(context.Background(), append([]any{"ACL", "SETUSER", "pollworker"}, splitFields(minimalACL)...)...).Err())
+	url := "redis://pollworker:worker-pass@" + srv.Addr() + "/0"
+
+	r := runApp(t, "sessions", "--redis-url", url, "add", "--id", "c1", "--url", "http://127.0.0.1:1/", "--interval", "100ms")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = runApp(t, "sessions", "--redis-url", url, "pause", "c1")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = runApp(t, "sessions", "--redis-url", url, "resume", "c1")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = runApp(t, "sessions", "--redis-url", url, "list")
+	require.Equal(t, exitOK, r.code, r.stderr)
+
+	runWorkerUntilLease(t, append([]string{"--redis-url", url, "--id", "aw"}, fastTimings...), func() bool {
+		v, err := admin.Get(context.Background(), "poll:lease:{c1}").Result()
+		return err == nil && len(v) > 3 && v[:3] == "aw#"
+	})
+	r = runApp(t, "status", "--redis-url", url)
+	require.Equal(t, exitOK, r.code, r.stderr)
+
+	// And nothing more: a key outside the patterns is refused.
+	user := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "pollworker", Password: "worker-pass"})
+	t.Cleanup(func() { _ = user.Close() })
+	require.NoError(t, user.Set(context.Background(), "poll:probe", "x", 0).Err())
+	require.ErrorContains(t, user.Set(context.Background(), "other:key", "x", 0).Err(), "NOPERM")
+	require.ErrorContains(t, user.FlushAll(context.Background()).Err(), "NOPERM")
+}
+
+func splitFields(s string) []any {
+	var out []any
+	field := ""
+	for _, r := range s + " " {
+		if r == ' ' {
+			if field != "" {
+				out = append(out, field)
+			}
+			field = ""
+			continue
+		}
+		field += string(r)
+	}
+	return out
+}
