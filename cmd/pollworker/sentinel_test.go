@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/internal/redistest"
+)
+
+// TestSentinelFailover runs a worker through Sentinel (one master, one
+// replica, one sentinel), kills the master, and checks that the worker
+// polls again under a lease on the promoted replica. What a failover can
+// do to fencing is in the README: with asynchronous replication the last
+// counter increment may be lost, so the test logs the tokens it saw.
+func TestSentinelFailover(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+	sentinel := redistest.StartSentinel(t, "pwmaster", master)
+	url := "redis://" + sentinel.Addr()
+	flags := []string{"--redis-url", url, "--redis-sentinel-master", "pwmaster"}
+
+	r := runApp(t, append(append([]string{"sessions"}, flags...), "add", "--id", "f1", "--url", "http://127.0.0.1:1/", "--interval", "100ms")...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	var stdout, stderr syncBuffer
+	exited := make(chan struct{})
+	args := append(append([]string{"pollworker", "run", "--id", "sw"}, flags...), fastTimings...)
+	go func() { run(ctx, args, &stdout, &stderr, nil); close(exited) }()
+	t.Cleanup(func() { cancel(); <-exited })
+
+	leaseOn := func(s *redistest.Server) string {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		defer c.Close()
+		v, _ := c.Get(context.Background(), "poll:lease:{f1}").Result()
+		tok, _ := c.Get(context.Background(), "poll:fence:{f1}").Result()
+		if !strings.HasPrefix(v, "sw#") {
+			return ""
+		}
+		return tok
+	}
+	var before string
+	require.Eventually(t, func() bool { before = leaseOn(master); return before != "" }, 15*time.Second, 20*time.Millisecond, stderr.String())
+	// Let the replica catch up, as a healthy setup would.
+	require.Eventually(t, func() bool { return leaseOn(replica) != "" }, 10*time.Second, 20*time.Millisecond)
+
+	master.Stop()
+	var after string
+	require.Eventually(t, func() bool { after = leaseOn(replica); return after != "" && isMaster(replica) }, 30*time.Second, 50*time.Millisecond, stderr.String())
+	t.Logf("fencing counter before failover %s, on the promoted replica %s", before, after)
+	b, _ := strconv.Atoi(before)
+	a, _ := strconv.Atoi(after)
+	require.GreaterOrEqual(t, a, b, "the replica had replicated the counter before the failover")
+}
+
+func isMaster(s *redistest.Server) bool {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "replication").Result()
+	return err == nil && strings.Contains(info, "role:master")
+}
