@@ -2,9 +2,9 @@
 GO ?= go
 TESTFLAGS ?= -race -timeout 9m
 
-.PHONY: test check redis-server build demo
+.PHONY: test check redis-server chromium build demo
 
-test: redis-server check
+test: redis-server chromium check
 	$(GO) test $(TESTFLAGS) ./...
 
 check:
@@ -27,6 +27,18 @@ redis-server:
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(shell git rev-parse HEAD 2>/dev/null) -X main.date=$(shell date -u +%FT%TZ)
+
+# chromium renders the status page in one test: install it when missing (as
+# root), else that test is skipped with a message (and fails under CI=true).
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium with apt-get (for the status page test)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "chromium is missing: the status page test will be skipped (Debian/Ubuntu: sudo apt-get install chromium)"; \
+	  fi; \
+	fi
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/pollworker ./cmd/pollworker

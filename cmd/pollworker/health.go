@@ -10,10 +10,14 @@ import (
 //	GET /healthz  200 while the process runs (liveness)
 //	GET /readyz   200 while ready() is true, else 503 (readiness)
 //	GET /metrics  Prometheus metrics, when metrics is not nil
-func healthHandler(ready func() bool, metrics http.Handler) http.Handler {
+//	GET /         the status page, when page is not nil
+func healthHandler(ready func() bool, metrics, page http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
+	}
+	if page != nil {
+		mux.Handle("GET /", page)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -11,7 +11,7 @@ import (
 
 func TestHealthHandler(t *testing.T) {
 	var ready atomic.Bool
-	h := healthHandler(ready.Load, nil)
+	h := healthHandler(ready.Load, nil, nil)
 	serve := func(method, path string) (int, string) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))

@@ -38,7 +38,7 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		dur("heartbeat-interval", poller.DefaultHeartbeatInterval, "time between heartbeats; a worker is live for 3 heartbeat intervals"),
 		dur("discovery-interval", poller.DefaultDiscoveryInterval, "time between full rounds (membership, sessions, ownership) when no event arrives"),
 		dur("drain-timeout", poller.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long to wait for polls to stop and leases to be released"),
-		str("http-addr", ":9090", "address of the health server (/healthz, /readyz, /metrics); empty disables it"),
+		str("http-addr", ":9090", "address of the HTTP server (/healthz, /readyz, /metrics, status page at /); empty disables it"),
 		str("log-level", "info", "debug, info, warn or error"),
 		str("log-format", "json", "json or console"),
 		&cli.BoolFlag{Name: "dry-run", Usage: "validate the configuration, print it and exit without connecting"},
@@ -134,8 +134,10 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 	if err != nil {
 		return err
 	}
+	events := newRecentEvents(50)
 	pc := cfg.Poller
 	pc.Client, pc.Poller, pc.Logger, pc.Version, pc.Observer = client, hp, base, version, obs
+	pc.OnEvent = events.add
 	coord, err := poller.New(pc)
 	if err != nil {
 		return configError(err)
@@ -153,7 +155,10 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 			return fmt.Errorf("health server: %w", err)
 		}
 		srv = &http.Server{
-			Handler:           healthHandler(coord.Ready, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
+			Handler: healthHandler(coord.Ready, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+				statusPageHandler(coord.ID(), coord.Ready, func(ctx context.Context) (clusterStatus, error) {
+					return computeStatus(ctx, client, cfg.Keys)
+				}, events)),
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("http")),
 		}

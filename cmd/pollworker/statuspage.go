@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"html/template"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/pollworker/pollworker/poller"
+)
+
+// recentEvents keeps the last lease events of this worker for the status
+// page, newest first.
+type recentEvents struct {
+	mu     sync.Mutex
+	events []poller.Event
+	max    int
+}
+
+func newRecentEvents(max int) *recentEvents { return &recentEvents{max: max} }
+
+// add records e; it never blocks for long (poller.Config.OnEvent).
+func (r *recentEvents) add(e poller.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append([]poller.Event{e}, r.events...)
+	if len(r.events) > r.max {
+		r.events = r.events[:r.max]
+	}
+}
+
+func (r *recentEvents) list() []poller.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]poller.Event(nil), r.events...)
+}
+
+var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
+	"ms":    func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() },
+	"clock": func(t time.Time) string { return t.UTC().Format("15:04:05.000") },
+}).Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
+<title>pollworker {{.Self}}</title>
+<style>body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:.3em .7em;text-align:left}.err{color:#b00}</style></head>
+<body>
+<h1>pollworker</h1>
+<p>This worker: <b id="self">{{.Self}}</b>, {{if .Ready}}<span id="ready">ready</span>{{else}}<span id="ready" class="err">not ready</span>{{end}}.</p>
+{{if .Err}}<p class="err" id="error">Redis: {{.Err}}</p>{{else}}
+<h2>Live workers ({{len .Status.Nodes}})</h2>
+<table id="nodes"><tr><th>id</th><th>host</th><th>version</th><th>leases</th><th>expires in</th></tr>
+{{range .Status.Nodes}}<tr class="node"><td>{{.ID}}</td><td>{{.Host}}</td><td>{{.Version}}</td><td>{{.Leases}}</td><td>{{ms .ExpiresInMs}}</td></tr>
+{{end}}</table>
+<p>Sessions: {{.Status.Sessions.Active}} active, {{.Status.Sessions.Paused}} paused, {{.Status.Sessions.Malformed}} malformed.
+Unowned: <b id="unowned">{{.Status.Leases.Unowned}}</b>{{range .Status.UnownedSample}} {{.}}{{end}}.
+Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}}.</p>
+{{end}}
+<h2>Recent lease events of this worker</h2>
+<table id="events"><tr><th>time</th><th>event</th><th>session</th><th>token</th><th>reason</th></tr>
+{{range .Events}}<tr><td>{{clock .At}}</td><td>{{.Type}}</td><td>{{.Session}}</td><td>{{.Token}}</td><td>{{.Reason}}</td></tr>
+{{end}}</table>
+</body></html>
+`))
+
+// statusPageHandler serves the read-only status page at /: the deployment
+// as computeStatus reads it, and this worker's recent lease events.
+func statusPageHandler(self string, ready func() bool, read func(ctx context.Context) (clusterStatus, error), events *recentEvents) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		st, err := read(ctx)
+		data := struct {
+			Self   string
+			Ready  bool
+			Status clusterStatus
+			Err    error
+			Events []poller.Event
+		}{Self: self, Ready: ready(), Status: st, Err: err, Events: events.list()}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = statusPage.Execute(w, data)
+	})
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/poller"
+)
+
+// startRunWorker runs `pollworker run` in-process with an HTTP server on a
+// free port and returns the server's address.
+func startRunWorker(t *testing.T, url, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	var stdout, stderr syncBuffer
+	exited := make(chan struct{})
+	args := append([]string{"pollworker", "run", "--redis-url", url, "--id", id}, fastTimings...)
+	go func() { run(ctx, args, &stdout, &stderr, nil); close(exited) }()
+	t.Cleanup(func() { cancel(); <-exited })
+	var addr string
+	require.Eventually(t, func() bool { addr = httpAddrIn(stderr.String()); return addr != "" }, 10*time.Second, 10*time.Millisecond)
+	return addr
+}
+
+func TestRecentEventsKeepsNewestFirst(t *testing.T) {
+	r := newRecentEvents(2)
+	for _, s := range []string{"a", "b", "c"} {
+		r.add(poller.Event{Type: poller.EventAcquired, Session: s})
+	}
+	got := r.list()
+	require.Len(t, got, 2)
+	require.Equal(t, "c", got[0].Session)
+	require.Equal(t, "b", got[1].Session)
+}
+
+func TestStatusPageServesLiveNodes(t *testing.T) {
+	srv := redistest.Start(t)
+	addSession(t, srv.Client(t), "s1", "http://127.0.0.1:1/")
+	addr := startRunWorker(t, srv.URL(), "page-w1")
+	startRunWorker(t, srv.URL(), "page-w2")
+	require.Eventually(t, func() bool {
+		code, body := get("http://" + addr + "/")
+		return code == 200 && strings.Contains(body, "<td>page-w1</td>") && strings.Contains(body, "<td>page-w2</td>") &&
+			strings.Contains(body, `id="unowned">0<`)
+	}, 10*time.Second, 20*time.Millisecond)
+	code, _ := get("http://" + addr + "/nope")
+	require.Equal(t, 404, code)
+}
+
+// TestStatusPageInHeadlessChromium renders the page in a real browser.
+// `make test` installs Chromium when it can; without it the test is skipped
+// (and fails under CI, which must run it).
+func TestStatusPageInHeadlessChromium(t *testing.T) {
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		msg := "chromium not found: `make test` as root installs it (apt-get install chromium)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	srv := redistest.Start(t)
+	addSession(t, srv.Client(t), "s1", "http://127.0.0.1:1/")
+	addr := startRunWorker(t, srv.URL(), "chrome-w1")
+	startRunWorker(t, srv.URL(), "chrome-w2")
+	require.Eventually(t, func() bool {
+		_, body := get("http://" + addr + "/")
+		return strings.Contains(body, "<td>chrome-w2</td>") && strings.Contains(body, "<td>chrome-w1</td>")
+	}, 10*time.Second, 20*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+t.TempDir(), "--dump-dom", "http://"+addr+"/")
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	dom := string(out)
+	require.Contains(t, dom, `<b id="self">chrome-w1</b>`)
+	require.Contains(t, dom, "<td>chrome-w1</td>")
+	require.Contains(t, dom, "<td>chrome-w2</td>")
+	require.Contains(t, dom, `<span id="ready">ready</span>`)
+}
