@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
@@ -20,9 +21,11 @@ import (
 
 // admin is what a one-shot command works with.
 type admin struct {
-	client redis.UniversalClient
-	keys   keyspace.Space
-	store  *session.Store
+	// timeout bounds one command, or one refresh of a watch.
+	timeout time.Duration
+	client  redis.UniversalClient
+	keys    keyspace.Space
+	store   *session.Store
 }
 
 // withAdmin validates the connFlags and --timeout of cmd, connects (lazily)
@@ -43,9 +46,14 @@ func withAdmin(ctx context.Context, cmd *cli.Command, fn func(ctx context.Contex
 	if err != nil {
 		return configError(err)
 	}
+	a := admin{client: client, keys: conn.Keys, store: store, timeout: timeout}
+	if cmd.Duration(flagWatch) > 0 {
+		// A watch runs until interrupted; each refresh is bounded instead.
+		return fn(ctx, a)
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return fn(ctx, admin{client: client, keys: conn.Keys, store: store})
+	return fn(ctx, a)
 }
 
 func sessionsCommand() *cli.Command {

@@ -16,20 +16,29 @@ func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "show live workers, sessions, leases per worker and balance",
-		Flags: append(adminFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+		Flags: append(adminFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"},
+			&cli.DurationFlag{Name: flagWatch, Usage: "redraw in place every this long until interrupted (0: print once)"}),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
-				st, err := computeStatus(ctx, a.client, a.keys)
-				if err != nil {
-					return fmt.Errorf("status: %w", err)
+				w := cmd.Root().Writer
+				once := func(ctx context.Context) error {
+					st, err := computeStatus(ctx, a.client, a.keys)
+					if err != nil {
+						return fmt.Errorf("status: %w", err)
+					}
+					if cmd.Bool("json") {
+						enc := json.NewEncoder(w)
+						enc.SetIndent("", "  ")
+						return enc.Encode(st)
+					}
+					printStatus(w, st)
+					return nil
 				}
-				if cmd.Bool("json") {
-					enc := json.NewEncoder(cmd.Root().Writer)
-					enc.SetIndent("", "  ")
-					return enc.Encode(st)
+				every := cmd.Duration(flagWatch)
+				if every <= 0 {
+					return once(ctx)
 				}
-				printStatus(cmd.Root().Writer, st)
-				return nil
+				return watch(ctx, w, every, a.timeout, once)
 			})
 		}),
 	}
@@ -92,4 +101,29 @@ func dashInt(n int) string {
 // shortDuration formats d with at most millisecond precision.
 func shortDuration(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
+}
+
+// flagWatch is status's refresh period.
+const flagWatch = "watch"
+
+// watch calls draw every period until ctx is done, clearing the screen
+// first (ANSI: cursor home, erase display) so that the view redraws in
+// place. A failed refresh is shown and retried; only ctx ends the watch.
+func watch(ctx context.Context, w io.Writer, period, timeout time.Duration, draw func(context.Context) error) error {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		fmt.Fprint(w, "\x1b[H\x1b[2J")
+		fmt.Fprintf(w, "pollworker status, every %v (Ctrl-C to stop)   %s\n\n", period, time.Now().UTC().Format(time.TimeOnly))
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		if err := draw(rctx); err != nil {
+			fmt.Fprintln(w, err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,4 +152,28 @@ func TestComputeStatusEmpty(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Equal(t, "live nodes: 0\nsessions: 0 total, 0 active, 0 paused, 0 malformed\n"+
 		"leases: 0 of 0 active sessions (0 by live nodes, 0 by other holders)\nunowned active sessions: 0\n", r.stdout)
+}
+
+func TestWatchRedrawsUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var buf syncBuffer
+	draws := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- watch(ctx, &buf, time.Millisecond, time.Second, func(context.Context) error {
+			draws++
+			if draws == 3 {
+				cancel()
+			}
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not stop")
+	}
+	require.Equal(t, 3, draws)
+	require.Equal(t, 3, strings.Count(buf.String(), "\x1b[H\x1b[2J"))
 }
