@@ -88,3 +88,20 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	require.Contains(t, dom, "<td>chrome-w2</td>")
 	require.Contains(t, dom, `<span id="ready">ready</span>`)
 }
+
+// TestReadyzFollowsRedis: /readyz turns 503 soon after Redis stops (the
+// worker fails closed) and 200 again once Redis is back.
+func TestReadyzFollowsRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := startRunWorker(t, srv.URL(), "ready-w")
+	ready := func() bool { code, _ := get("http://" + addr + "/readyz"); return code == 200 }
+	require.Eventually(t, ready, 10*time.Second, 10*time.Millisecond)
+
+	srv.Stop()
+	stopped := time.Now()
+	require.Eventually(t, func() bool { return !ready() }, 10*time.Second, 10*time.Millisecond)
+	t.Logf("/readyz went 503 %v after Redis stopped (renew interval 300ms, heartbeat 100ms)", time.Since(stopped).Round(time.Millisecond))
+
+	srv.Restart()
+	require.Eventually(t, ready, 10*time.Second, 10*time.Millisecond)
+}
