@@ -34,6 +34,8 @@ type Coordinator struct {
 	redisOK     atomic.Bool
 	heartbeatAt atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
 
+	evictionWarning atomic.Bool // Redis runs an evicting maxmemory-policy
+
 	pollPanics atomic.Int64
 	pollErrors atomic.Int64
 	polls      atomic.Int64
@@ -128,6 +130,9 @@ type Status struct {
 	Polls, PollErrors, PollPanics int64
 	// Malformed is the number of malformed session entries in the last load.
 	Malformed int
+	// EvictionRisk is set when Redis runs a maxmemory-policy other than
+	// noeviction (leases and counters may be evicted).
+	EvictionRisk bool
 }
 
 // Status returns a snapshot for health pages and tests.
@@ -143,6 +148,7 @@ func (c *Coordinator) Status() Status {
 		}
 	}
 	s.Polls, s.PollErrors, s.PollPanics = c.polls.Load(), c.pollErrors.Load(), c.pollPanics.Load()
+	s.EvictionRisk = c.evictionWarning.Load()
 	return s
 }
 
@@ -223,6 +229,9 @@ func (c *Coordinator) heartbeatLoop(ctx context.Context) {
 			c.cfg.Observer.RedisError("heartbeat")
 			c.log.Warn("heartbeat failed", zap.Error(err))
 		} else {
+			if !joined {
+				c.checkEvictionPolicy(ctx) // before this worker becomes ready
+			}
 			c.redisOK.Store(true)
 			c.heartbeatAt.Store(c.cfg.Clock.Now().UnixNano())
 			if !joined {

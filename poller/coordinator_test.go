@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -474,4 +475,52 @@ func TestAdoptsOrphansOfALiveButIdleWorker(t *testing.T) {
 	}, 15*time.Second, 20*time.Millisecond)
 	require.True(t, r.c.Ready())
 	rec.check(t)
+}
+
+func TestWarnsAboutEvictingPolicy(t *testing.T) {
+	tests := []struct {
+		policy string
+		risk   bool
+	}{
+		{"noeviction", false},
+		{"volatile-lru", true},
+		{"allkeys-lru", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.policy, func(t *testing.T) {
+			srv := redistest.Start(t, "--maxmemory-policy", tt.policy)
+			client := srv.Client(t)
+			addSessions(t, client, 1, 50*time.Millisecond)
+			r := start(t, fastConfig(client, "w", newRecorder().poller("w")))
+			require.Eventually(t, func() bool { return len(r.c.Status().Owned) == 1 }, 10*time.Second, 10*time.Millisecond)
+			require.Equal(t, tt.risk, r.c.Status().EvictionRisk)
+		})
+	}
+}
+
+func TestMalformedSessionsAreSkippedNotDeleted(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 3, 20*time.Millisecond)
+	ctx := context.Background()
+	bad := map[string]func() error{
+		"bad-json":   func() error { return client.Set(ctx, "session:bad-json", "{not json", 0).Err() },
+		"no-url":     func() error { return client.Set(ctx, "session:no-url", `{"id":"no-url","interval":"1s"}`, 0).Err() },
+		"wrong-type": func() error { return client.HSet(ctx, "session:wrong-type", "a", "b").Err() },
+		"huge":       func() error { return client.Set(ctx, "session:huge", strings.Repeat("x", 1<<20), 0).Err() },
+	}
+	for id, put := range bad {
+		require.NoError(t, put())
+		require.NoError(t, client.SAdd(ctx, "poll:sessions", id).Err())
+	}
+	require.NoError(t, client.Incr(ctx, "poll:sessions:rev").Err())
+	rec := newRecorder()
+	r := start(t, fastConfig(client, "w", rec.poller("w")))
+	require.Eventually(t, func() bool {
+		st := r.c.Status()
+		return len(st.Owned) == len(ids) && st.Malformed == len(bad) && rec.polled(ids[0]) > 0
+	}, 10*time.Second, 10*time.Millisecond)
+	for id := range bad {
+		require.Equal(t, int64(1), client.Exists(ctx, "session:"+id).Val(), "malformed %s must not be deleted", id)
+	}
 }
