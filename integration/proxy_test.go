@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+
 	"net"
 	"sync"
 	"testing"
@@ -200,4 +202,39 @@ func (p *netProxy) close() {
 	p.mu.Unlock()
 	_ = p.l.Close()
 	p.wg.Wait()
+}
+
+func TestProxyFaults(t *testing.T) {
+	rds := startRedis(t)
+	p := startProxy(t, rds.Addr())
+	c := quickClient(t, p.Addr())
+	ping := func(limit time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		return c.Ping(ctx).Err()
+	}
+	require.NoError(t, ping(time.Second))
+
+	p.partition()
+	require.Error(t, ping(200*time.Millisecond), "partitioned")
+	p.heal()
+	require.NoError(t, ping(time.Second), "healed")
+
+	p.setDelay(300 * time.Millisecond)
+	require.Error(t, ping(200*time.Millisecond), "slower than the timeout")
+	p.heal()
+	require.NoError(t, ping(time.Second))
+
+	raw, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer raw.Close()
+	_, err = raw.Write([]byte("PING\r\n"))
+	require.NoError(t, err)
+	buf := make([]byte, 16)
+	_, err = raw.Read(buf)
+	require.NoError(t, err)
+	p.reset()
+	require.NoError(t, raw.SetReadDeadline(time.Now().Add(time.Second)))
+	_, err = raw.Read(buf)
+	require.Error(t, err, "reset closes the connection")
 }

@@ -47,7 +47,10 @@ func (f PollFunc) Poll(ctx context.Context, s session.Session, l *lease.Lease) e
 
 // Config configures a Coordinator. Durations of zero take their defaults.
 type Config struct {
-	// Client is the Redis connection (standalone, Sentinel or Cluster). Required.
+	// Client is the Redis connection (standalone, Sentinel or Cluster).
+	// Required. Enable its ContextTimeoutEnabled option: the coordinator
+	// bounds every round trip with a context deadline, which go-redis
+	// otherwise ignores in favour of its own read timeout.
 	Client redis.UniversalClient
 	// Keys names the keys; the zero value uses prefixes "poll" and "session".
 	Keys keyspace.Space

@@ -350,11 +350,8 @@ func (c *Coordinator) stopTimers() {
 func (c *Coordinator) drain() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
 	defer cancel()
-	ids := make([]string, 0, len(c.workers))
-	for id := range c.workers {
-		ids = append(ids, id)
-	}
-	stopped := c.stopWorkers(ctx, ids)
+	owned := len(c.workers)
+	stopped := c.stopAll(ctx)
 	var errs []error
 	if err := c.release(ctx, stopped); err != nil {
 		errs = append(errs, err)
@@ -368,6 +365,6 @@ func (c *Coordinator) drain() error {
 	if err := nodes.Publish(ctx, c.cfg.Client, c.cfg.Keys, nodes.Event{Type: nodes.EventLeave, Node: c.cfg.ID}); err != nil {
 		errs = append(errs, err)
 	}
-	c.log.Info("drained", zap.Int("sessions", len(ids)), zap.Int("released", len(stopped)))
+	c.log.Info("drained", zap.Int("sessions", owned), zap.Int("released", len(stopped)))
 	return errors.Join(errs...)
 }

@@ -20,7 +20,7 @@ const retrySlack = 5 * time.Millisecond
 // the rendezvous assignment: hands off what another live worker should
 // own, acquires what this worker should own, and picks up orphans.
 func (c *Coordinator) round(ctx context.Context) {
-	c.reapWorkers()
+	c.reapWorkers(ctx)
 	if !c.refresh(ctx) {
 		return
 	}
@@ -34,9 +34,11 @@ func (c *Coordinator) round(ctx context.Context) {
 			handoff = append(handoff, id) // removed or paused
 		case owner != me && c.orphanDue(id):
 			handoff = append(handoff, id)
-		case !sameSession(s, w.sess):
-			// Definition changed: restart the loop under the same lease.
-			c.restartWorker(ctx, w, s)
+		case !sameSession(s, w.sess) && !w.stopping:
+			// Definition changed: restart the loop under the same lease
+			// once the current poll has finished.
+			w.restartAs = &s
+			w.stop()
 		}
 	}
 	canAcquire := c.Ready() && c.members.Contains(me)
@@ -48,9 +50,10 @@ func (c *Coordinator) round(ctx context.Context) {
 			acquire = append(acquire, id)
 		}
 	}
-	if len(handoff) > 0 {
-		sort.Strings(handoff)
-		c.handOff(ctx, handoff)
+	for _, id := range handoff {
+		if w := c.workers[id]; !w.stopping {
+			c.stopWorker(w) // released by reapWorkers once its poll returned
+		}
 	}
 	if len(acquire) > 0 {
 		sort.Strings(acquire)
@@ -62,15 +65,38 @@ func (c *Coordinator) round(ctx context.Context) {
 	c.publishStatus()
 }
 
-// reapWorkers forgets poll loops whose lease was lost.
-func (c *Coordinator) reapWorkers() {
+// reapWorkers handles the poll loops that have exited: a loop restarted
+// for a new session definition starts again under the same lease; a
+// stopped loop's lease is released now that its poll has returned (and the
+// peers are told); a loop that ended because its lease was lost is
+// forgotten.
+func (c *Coordinator) reapWorkers(ctx context.Context) {
+	var release []*lease.Lease
 	for id, w := range c.workers {
 		select {
 		case <-w.done:
-			delete(c.workers, id)
-			delete(c.orphanSince, id)
 		default:
+			continue
 		}
+		delete(c.workers, id)
+		delete(c.orphanSince, id)
+		held := w.lease.State() == lease.Held || w.lease.State() == lease.Uncertain
+		switch {
+		case !held:
+		case w.restartAs != nil && w.lease.State() == lease.Held:
+			c.startWorker(*w.restartAs, w.lease)
+		default:
+			release = append(release, w.lease)
+		}
+	}
+	if len(release) == 0 {
+		return
+	}
+	rctx, cancel := c.requestCtx(context.WithoutCancel(ctx))
+	defer cancel()
+	if err := c.release(rctx, release); err != nil {
+		c.cfg.Observer.RedisError("release")
+		c.log.Warn("handoff release failed; leases expire by TTL", zap.Error(err))
 	}
 }
 
@@ -148,23 +174,6 @@ func (c *Coordinator) assign() {
 		}
 	}
 	c.owner = owner
-}
-
-// handOff stops the poll loops of ids, then releases their leases and tells
-// the peers.
-func (c *Coordinator) handOff(ctx context.Context, ids []string) {
-	hctx, cancel := context.WithTimeout(ctx, c.cfg.DrainTimeout)
-	defer cancel()
-	stopped := c.stopWorkers(hctx, ids)
-	for _, id := range ids {
-		delete(c.orphanSince, id)
-	}
-	rctx, rcancel := c.requestCtx(context.WithoutCancel(ctx))
-	defer rcancel()
-	if err := c.release(rctx, stopped); err != nil {
-		c.cfg.Observer.RedisError("release")
-		c.log.Warn("handoff release failed; leases expire by TTL", zap.Error(err))
-	}
 }
 
 // acquire takes the leases of ids and starts their poll loops. A lease held
@@ -265,21 +274,6 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 			delete(c.pendingOrphans, id)
 		}
 		c.acquire(ctx, take, true)
-	}
-}
-
-// restartWorker restarts a poll loop with a new session definition, under
-// the same lease.
-func (c *Coordinator) restartWorker(ctx context.Context, w *worker, s session.Session) {
-	w.cancel()
-	select {
-	case <-w.done:
-	case <-ctx.Done():
-		return
-	}
-	delete(c.workers, s.ID)
-	if w.lease.State() == lease.Held {
-		c.startWorker(s, w.lease)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -13,26 +14,49 @@ import (
 )
 
 // worker is the poll loop of one owned session.
+//
+// Stopping a worker (handoff, session paused or removed, shutdown) only
+// ends its loop: a poll already running finishes under its lease, which is
+// still renewed, and the lease is released after the loop has exited, so a
+// successor never starts while this worker's request may still be served
+// downstream. Aborting cancels the running poll too; the lease term ending
+// (uncertain, lost) always does.
 type worker struct {
-	sess   session.Session
-	lease  *lease.Lease
-	cancel context.CancelFunc
-	done   chan struct{}
+	sess  session.Session
+	lease *lease.Lease
+	stop  context.CancelFunc // ends the loop after the current poll
+	abort context.CancelFunc // also cancels the current poll
+	done  chan struct{}
+	// Set by the main loop only.
+	stopping  bool             // stop was called; release when done
+	restartAs *session.Session // start again with this definition when done
 }
 
 // startWorker starts the poll loop of s under l.
 func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &worker{sess: s, lease: l, cancel: cancel, done: make(chan struct{})}
+	loopCtx, stop := context.WithCancel(context.Background())
+	pollCtx, abort := context.WithCancel(context.Background())
+	w := &worker{sess: s, lease: l, stop: stop, abort: abort, done: make(chan struct{})}
 	c.workers[s.ID] = w
-	go c.pollLoop(ctx, w)
+	go c.pollLoop(loopCtx, pollCtx, w)
+}
+
+// stopWorker ends w's loop after its current poll; the main loop releases
+// the lease when the loop has exited (reapWorkers).
+func (c *Coordinator) stopWorker(w *worker) {
+	w.stopping = true
+	w.stop()
 }
 
 // pollLoop polls w.sess on its interval while the lease is Held, starting at
 // once. It waits while the lease is Uncertain and returns when the lease is
-// Lost or Released or ctx is cancelled.
-func (c *Coordinator) pollLoop(ctx context.Context, w *worker) {
-	defer close(w.done)
+// Lost or Released or loopCtx is cancelled. Polls run under pollCtx and the
+// lease term.
+func (c *Coordinator) pollLoop(loopCtx, pollCtx context.Context, w *worker) {
+	defer func() {
+		close(w.done)
+		c.trigger() // let the main loop reap it now
+	}()
 	ticker := c.cfg.Clock.NewTicker(w.sess.Interval.D())
 	defer ticker.Stop()
 	l := w.lease
@@ -43,18 +67,21 @@ func (c *Coordinator) pollLoop(ctx context.Context, w *worker) {
 			return
 		case lease.Uncertain:
 			select {
-			case <-ctx.Done():
+			case <-loopCtx.Done():
 				return
 			case <-changed:
 			}
 			continue
 		}
+		if loopCtx.Err() != nil {
+			return
+		}
 		term := l.Context()
 		if term.Err() == nil && c.cfg.Clock.Now().Before(l.Deadline()) {
-			c.pollOnce(ctx, term, w.sess, l)
+			c.pollOnce(pollCtx, term, w.sess, l)
 		}
 		select {
-		case <-ctx.Done():
+		case <-loopCtx.Done():
 			return
 		case <-ticker.C():
 		case <-term.Done():
@@ -91,30 +118,41 @@ func (c *Coordinator) pollOnce(ctx, term context.Context, s session.Session, l *
 	}
 }
 
-// stopWorkers cancels the poll loops of ids and waits for them until ctx is
-// done. It returns the leases of the loops that have exited (and forgets
-// those workers).
-func (c *Coordinator) stopWorkers(ctx context.Context, ids []string) []*lease.Lease {
-	for _, id := range ids {
-		if w, ok := c.workers[id]; ok {
-			w.cancel()
+// stopAll stops every poll loop and waits for them until ctx is done; then
+// it aborts the polls still running and waits for them a little longer. It
+// returns the leases of the loops that exited, whose polls have returned,
+// and forgets those workers.
+func (c *Coordinator) stopAll(ctx context.Context) []*lease.Lease {
+	for _, w := range c.workers {
+		c.stopWorker(w)
+	}
+	var exited []*lease.Lease
+	wait := func(ctx context.Context) {
+		for id, w := range c.workers {
+			select {
+			case <-w.done:
+				exited = append(exited, w.lease)
+				delete(c.workers, id)
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
-	var stopped []*lease.Lease
-	for _, id := range ids {
-		w, ok := c.workers[id]
-		if !ok {
-			continue
-		}
-		select {
-		case <-w.done:
-			stopped = append(stopped, w.lease)
-			delete(c.workers, id)
-		case <-ctx.Done():
-		}
+	wait(ctx)
+	if len(c.workers) == 0 {
+		return exited
 	}
-	return stopped
+	for _, w := range c.workers {
+		w.abort()
+	}
+	grace, cancel := context.WithTimeout(context.Background(), abortGrace)
+	defer cancel()
+	wait(grace)
+	return exited
 }
+
+// abortGrace is how long a drain waits for aborted polls to return.
+const abortGrace = time.Second
 
 // release releases leases whose poll loops have exited and tells the peers,
 // so that a successor takes over at once.

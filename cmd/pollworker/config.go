@@ -63,6 +63,10 @@ func parseConn(o connOptions) (connConfig, error) {
 			return connConfig{}, err
 		}
 		if cfg.Redis == nil {
+			// Honour context deadlines on the socket: the coordinator bounds
+			// every round trip (a renewal answered after its lease's
+			// deadline is useless), which go-redis ignores otherwise.
+			opts.ContextTimeoutEnabled = true
 			cfg.Redis = opts
 		}
 		cfg.Addrs = append(cfg.Addrs, opts.Addr)
@@ -131,11 +135,13 @@ func (c connConfig) newClient() redis.UniversalClient {
 			MasterName: c.Sentinel, SentinelAddrs: c.Addrs,
 			Username: o.Username, Password: o.Password, DB: o.DB,
 			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
+			ContextTimeoutEnabled: true,
 		})
 	case c.Cluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: c.Addrs, Username: o.Username, Password: o.Password,
 			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
+			ContextTimeoutEnabled: true,
 		})
 	}
 	return redis.NewClient(o)

@@ -36,6 +36,7 @@ func TestConnKinds(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
+			require.True(t, cfg.Redis.ContextTimeoutEnabled, "round trips must honour context deadlines")
 			c := cfg.newClient()
 			defer c.Close()
 			require.Equal(t, tt.want, typeName(c))

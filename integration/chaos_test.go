@@ -1,0 +1,548 @@
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/session"
+)
+
+var chaosLong = flag.Bool("chaos.long", false, "run the long chaos suite (also POLLWORKER_CHAOS=long)")
+
+// Chaos timings: short, so that one iteration takes a few seconds.
+const (
+	chaosTTL       = 2 * time.Second
+	chaosMargin    = chaosTTL/100 + 2*time.Millisecond // lease.DefaultDriftMargin
+	chaosInterval  = 100 * time.Millisecond            // session polling interval
+	chaosSessions  = 12
+	chaosWorkers   = 3
+	chaosQuick     = 8
+	chaosLongIters = 300
+)
+
+var chaosFlags = []string{
+	"--lease-ttl", chaosTTL.String(), "--renew-interval", "500ms",
+	"--heartbeat-interval", "300ms", "--discovery-interval", "500ms",
+	"--drain-timeout", "3s", "--log-level", "warn",
+}
+
+// fault is one kind of injected failure. run injects it into a running
+// cluster and returns when the fault is over (the cluster then recovers).
+type fault struct {
+	name string
+	// limit marks faults that break the guarantees by nature (documented in
+	// README): their violations are counted but do not fail the test.
+	limit bool
+	// redisArgs are extra redis-server options for the iteration.
+	redisArgs []string
+	run       func(c *cluster)
+}
+
+var faults = []fault{
+	{name: "kill-9", run: func(c *cluster) {
+		v := c.victim()
+		c.logf("kill -9 %s", v.id)
+		v.signal(c.t, syscall.SIGKILL)
+		_ = v.wait(c.t, 10*time.Second)
+		delete(c.workers, v.id)
+		c.start(v.id+"-r", false)
+	}},
+	{name: "sigstop-2xTTL", run: func(c *cluster) {
+		c.pause(c.victim(), 2*chaosTTL)
+	}},
+	{name: "sigstop-<TTL-margin", run: func(c *cluster) {
+		// Just shorter than what a lease survives: 10..200ms under TTL - margin.
+		c.pause(c.victim(), chaosTTL-chaosMargin-time.Duration(10+c.rng.IntN(190))*time.Millisecond)
+	}},
+	{name: "client-pause>TTL", run: func(c *cluster) {
+		d := chaosTTL + time.Second
+		c.logf("CLIENT PAUSE %v ALL", d)
+		require.NoError(c.t, c.admin.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err())
+		hold(d)
+	}},
+	{name: "churn", run: func(c *cluster) { c.churn(5 * time.Second) }},
+	{name: "net-partition-2xTTL", run: func(c *cluster) {
+		c.logf("partition %s from Redis for %v", c.proxied, 2*chaosTTL)
+		c.proxy.partition()
+		hold(2 * chaosTTL)
+		c.proxy.heal()
+	}},
+	{name: "net-latency>TTL", run: func(c *cluster) {
+		d := chaosTTL + 500*time.Millisecond
+		c.logf("latency %v between %s and Redis for %v", d, c.proxied, 2*chaosTTL)
+		c.proxy.setDelay(d)
+		hold(2 * chaosTTL)
+		c.proxy.heal()
+	}},
+	{name: "net-reset", run: func(c *cluster) {
+		// Reset every connection of the proxied worker five times, 300ms apart.
+		for range 5 {
+			c.proxy.reset()
+			hold(300 * time.Millisecond)
+		}
+	}},
+	{name: "redis-restart-aof-always", redisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}, run: func(c *cluster) {
+		c.logf("restart redis-server (AOF, appendfsync always)")
+		c.rds.Restart()
+	}},
+	{name: "redis-restart-no-persistence", limit: true, run: func(c *cluster) {
+		c.logf("restart redis-server without persistence; the operator puts the sessions back")
+		c.rds.Restart()
+		for id := range c.active {
+			c.put(id)
+		}
+	}},
+	{name: "redis-down>TTL-no-persistence", limit: true, run: func(c *cluster) {
+		d := chaosTTL + 500*time.Millisecond
+		c.logf("stop redis-server for %v, start it empty; the operator puts the sessions back", d)
+		c.rds.Stop()
+		hold(d)
+		c.rds = redistest.StartPort(c.t, c.rds.Port)
+		for id := range c.active {
+			c.put(id)
+		}
+	}},
+}
+
+// hold waits a fixed fault duration: the duration is the fault itself, not
+// a wait for a condition.
+func hold(d time.Duration) {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	<-tm.C
+}
+
+// cluster is one iteration's world: a redis-server, a recorder, workers
+// (the first one reaches Redis through a fault proxy) and the sessions.
+type cluster struct {
+	t       *testing.T
+	rng     *rand.Rand
+	rds     *redistest.Server
+	admin   *redis.Client
+	store   *session.Store
+	proxy   *netProxy
+	proxied string
+	rec     *recorder
+	workers map[string]*worker
+	paused  map[string]bool // SIGSTOPped workers
+	seq     int
+
+	active map[string]time.Time // session -> start of its open span
+	held   map[string]bool      // paused sessions
+	spans  []Span
+	// limits are the windows in which a worker may deliver a poll it
+	// started before a SIGSTOP: the README's "process pauses in the middle
+	// of a poll". Findings on its polls there are counted apart.
+	limits []limitWindow
+}
+
+type limitWindow struct {
+	worker   string
+	from, to time.Time
+}
+
+// inLimit reports whether p falls in a documented-limit window.
+func (c *cluster) inLimit(p Poll) bool {
+	for _, w := range c.limits {
+		if p.Worker == w.worker && !p.Start.Before(w.from) && !p.Start.After(w.to) {
+			return true
+		}
+	}
+	return false
+}
+
+func newCluster(t *testing.T, rng *rand.Rand, f fault) *cluster {
+	t.Helper()
+	c := &cluster{t: t, rng: rng, workers: map[string]*worker{}, paused: map[string]bool{},
+		active: map[string]time.Time{}, held: map[string]bool{}}
+	c.rds = redistest.Start(t, f.redisArgs...)
+	c.admin = redistest.Client(t, c.rds.URL())
+	var err error
+	c.store, err = session.NewStore(c.admin, keyspace.Space{})
+	require.NoError(t, err)
+	c.proxy = startProxy(t, c.rds.Addr())
+	c.rec = newRecorder(t, quickClient(t, c.rds.Addr()), pollHold, false)
+	for range chaosSessions {
+		c.addSession()
+	}
+	c.proxied = c.start("w1", true)
+	for range chaosWorkers - 1 {
+		c.start("", false)
+	}
+	return c
+}
+
+func (c *cluster) logf(format string, args ...any) {
+	c.t.Helper()
+	c.t.Logf("%s "+format, append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// start runs a worker (id "" picks the next wN) and returns its id.
+func (c *cluster) start(id string, viaProxy bool) string {
+	c.t.Helper()
+	c.seq++
+	if id == "" {
+		id = "w" + strconv.Itoa(c.seq)
+	}
+	url := c.rds.URL()
+	if viaProxy {
+		url = "redis://" + c.proxy.Addr()
+	}
+	c.workers[id] = startWorker(c.t, url, id, chaosFlags...)
+	return id
+}
+
+// victim picks a running, not paused worker.
+func (c *cluster) victim() *worker {
+	ids := c.liveIDs()
+	return c.workers[ids[c.rng.IntN(len(ids))]]
+}
+
+func (c *cluster) liveIDs() []string {
+	var ids []string
+	for id := range c.workers {
+		if !c.paused[id] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// pause SIGSTOPs w for d, then SIGCONTs it.
+func (c *cluster) pause(w *worker, d time.Duration) {
+	c.logf("SIGSTOP %s for %v", w.id, d)
+	c.paused[w.id] = true
+	w.signal(c.t, syscall.SIGSTOP)
+	hold(d)
+	w.signal(c.t, syscall.SIGCONT)
+	now := time.Now()
+	c.limits = append(c.limits, limitWindow{w.id, now, now.Add(pollHold + 200*time.Millisecond)})
+	delete(c.paused, w.id)
+}
+
+func (c *cluster) put(id string) {
+	c.t.Helper()
+	require.NoError(c.t, c.store.Put(context.Background(), session.Session{
+		ID: id, URL: c.rec.URL + "/" + id, Interval: session.Duration(chaosInterval)}))
+}
+
+// addSession puts a new session whose fencing counter starts at a random
+// value below 1000, as in a deployment that has run for a while: a counter
+// reset then shows as tokens going backwards instead of hiding behind
+// token 1 being issued twice.
+func (c *cluster) addSession() {
+	c.seq++
+	id := "s" + strconv.Itoa(c.seq)
+	require.NoError(c.t, c.admin.Set(context.Background(), keyspace.Space{}.Fence(id), c.rng.IntN(1000), 0).Err())
+	c.put(id)
+	c.active[id] = time.Now()
+}
+
+func (c *cluster) closeSpan(id string) {
+	c.spans = append(c.spans, Span{Session: id, From: c.active[id], To: time.Now()})
+	delete(c.active, id)
+}
+
+func pick(rng *rand.Rand, m map[string]time.Time) string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids[rng.IntN(len(ids))]
+}
+
+// churn, for d: every 200-600ms a worker joins or drains, or a session is
+// added, paused, resumed or removed.
+func (c *cluster) churn(d time.Duration) {
+	ctx := context.Background()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		switch op := c.rng.IntN(6); {
+		case op == 0 && len(c.workers) < 5:
+			c.logf("join %s", c.start("", false))
+		case op == 1 && len(c.workers) > 2:
+			w := c.victim()
+			c.logf("drain %s", w.id)
+			w.signal(c.t, syscall.SIGTERM)
+			delete(c.workers, w.id) // exits by itself; t.Cleanup reaps it
+		case op == 2:
+			c.addSession()
+		case op == 3 && len(c.active) > 4:
+			id := pick(c.rng, c.active)
+			require.NoError(c.t, c.store.Pause(ctx, id))
+			c.closeSpan(id)
+			c.held[id] = true
+		case op == 4 && len(c.held) > 0:
+			ids := make([]string, 0, len(c.held))
+			for id := range c.held {
+				ids = append(ids, id)
+			}
+			sort.Strings(ids)
+			id := ids[c.rng.IntN(len(ids))]
+			require.NoError(c.t, c.store.Resume(ctx, id))
+			delete(c.held, id)
+			c.active[id] = time.Now()
+		case op == 5 && len(c.active) > 4:
+			id := pick(c.rng, c.active)
+			require.NoError(c.t, c.store.Delete(ctx, id))
+			c.closeSpan(id)
+		}
+		hold(time.Duration(200+c.rng.IntN(400)) * time.Millisecond)
+	}
+}
+
+// allPolledSince waits up to limit until every active session has been
+// polled after t; it returns the sessions that were not.
+func (c *cluster) allPolledSince(t time.Time, limit time.Duration) []string {
+	var missing []string
+	ok := assertEventually(limit, func() bool {
+		got := c.rec.polledSince(t, nil)
+		missing = missing[:0]
+		for id := range c.active {
+			if !got[id] {
+				missing = append(missing, id)
+			}
+		}
+		return len(missing) == 0
+	})
+	if ok {
+		return nil
+	}
+	sort.Strings(missing)
+	return missing
+}
+
+// assertEventually polls cond every 20ms until it holds or limit passes.
+func assertEventually(limit time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
+}
+
+// outcome is one iteration's figures.
+type outcome struct {
+	fault      string
+	totals     Totals
+	limitStale int // stale/past-deadline polls inside a documented limit window
+	// abandoned counts findings whose older-token poll had been abandoned
+	// by its poller (request cancelled in flight, typically at a handoff)
+	// but was still being served downstream.
+	abandoned  int
+	unrecov    []string
+	violations []string
+}
+
+// iterate runs one iteration of f and checks its history.
+func iterate(t *testing.T, rng *rand.Rand, f fault) outcome {
+	c := newCluster(t, rng, f)
+	t0 := time.Now()
+	missing := c.allPolledSince(t0, 20*time.Second)
+	require.Empty(t, missing, "warm-up: sessions never polled")
+	hold(500 * time.Millisecond) // steady state before the fault
+
+	faultStart := time.Now()
+	f.run(c)
+	faultEnd := time.Now()
+	c.logf("%s over after %v", f.name, faultEnd.Sub(faultStart).Round(time.Millisecond))
+
+	// Recovery: every session polled again, by anyone, within
+	// TTL + a few rounds of the fault's end.
+	unrecov := c.allPolledSince(faultEnd, 3*chaosTTL+5*time.Second)
+	hold(500 * time.Millisecond)
+	end := time.Now()
+
+	h := History{Polls: c.rec.snapshot(), End: end, MinSpan: chaosTTL}
+	h.Spans = append(h.Spans, c.spans...)
+	for id, from := range c.active {
+		h.Spans = append(h.Spans, Span{Session: id, From: from})
+	}
+	rep := Check(h)
+	out := outcome{fault: f.name, totals: rep.Totals(), unrecov: unrecov}
+	strict := os.Getenv("POLLWORKER_CHAOS_STRICT") != ""
+	limit := func(p Poll) bool {
+		if c.inLimit(p) {
+			out.limitStale++
+			return true
+		}
+		if p.Abandoned && !strict {
+			out.abandoned++
+			return true
+		}
+		return false
+	}
+	older := func(o Overlap) Poll {
+		if o.A.Token < o.B.Token {
+			return o.A
+		}
+		return o.B
+	}
+	for _, s := range rep.Sessions {
+		for _, o := range s.Overlaps {
+			if limit(older(o)) {
+				continue
+			}
+			out.violations = append(out.violations, fmt.Sprintf("overlap %s: %s tok %d [%v,%v] and %s tok %d [%v,%v]", s.Session,
+				o.A.Worker, o.A.Token, o.A.Start.Sub(t0), o.A.End.Sub(t0), o.B.Worker, o.B.Token, o.B.Start.Sub(t0), o.B.End.Sub(t0)))
+		}
+		for _, st := range s.Stale {
+			if limit(st.Poll) {
+				continue
+			}
+			out.violations = append(out.violations, fmt.Sprintf("stale %s: %s tok %d < %d at %v", s.Session, st.Poll.Worker, st.Poll.Token, st.Max, st.Poll.Start.Sub(t0)))
+		}
+		for _, p := range s.SharedTokens {
+			if limit(p) {
+				continue
+			}
+			out.violations = append(out.violations, fmt.Sprintf("shared token %s: %s tok %d at %v", s.Session, p.Worker, p.Token, p.Start.Sub(t0)))
+		}
+		for _, p := range s.PastDeadline {
+			if limit(p) {
+				continue
+			}
+			out.violations = append(out.violations, fmt.Sprintf("past deadline %s: %s tok %d < fence %d at %v (fault %v..%v)", s.Session, p.Worker, p.Token, p.FenceAtStart,
+				p.Start.Sub(t0), faultStart.Sub(t0), faultEnd.Sub(t0)))
+		}
+	}
+	c.logf("%s: %d polls, overlaps %d, stale %d, shared %d, past deadline %d (%d in a pause-mid-poll window, %d abandoned in flight), never polled %d, max gap %v, not recovered %v",
+		f.name, out.totals.Polls, out.totals.Overlaps, out.totals.Stale, out.totals.SharedTokens, out.totals.PastDeadline,
+		out.limitStale, out.abandoned, out.totals.NeverPolled, out.totals.MaxGap.Round(time.Millisecond), unrecov)
+	for _, v := range out.violations {
+		c.logf("%s", v)
+	}
+	return out
+}
+
+func chaosSettings(t *testing.T) (seed uint64, iterations int, long bool) {
+	t.Helper()
+	long = *chaosLong || os.Getenv("POLLWORKER_CHAOS") == "long"
+	iterations = chaosQuick
+	if long {
+		iterations = chaosLongIters
+	}
+	if v := os.Getenv("POLLWORKER_CHAOS_ITERATIONS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "POLLWORKER_CHAOS_ITERATIONS")
+		iterations = n
+	}
+	seed = uint64(time.Now().UnixNano())
+	if v := os.Getenv("POLLWORKER_CHAOS_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "POLLWORKER_CHAOS_SEED")
+		seed = s
+	}
+	return seed, iterations, long
+}
+
+// TestChaos runs one seeded random fault per iteration against three
+// workers and twelve sessions and checks every poll's history. Quick by
+// default; POLLWORKER_CHAOS=long (or -chaos.long) runs the long suite.
+func TestChaos(t *testing.T) {
+	redistest.Require(t)
+	seed, iterations, long := chaosSettings(t)
+	t.Logf("chaos seed %d, %d iterations (reproduce: POLLWORKER_CHAOS_SEED=%d POLLWORKER_CHAOS_ITERATIONS=%d)", seed, iterations, seed, iterations)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	selected := faults
+	if name := os.Getenv("POLLWORKER_CHAOS_FAULT"); name != "" {
+		selected = nil
+		for _, f := range faults {
+			if strings.Contains(f.name, name) {
+				selected = append(selected, f)
+			}
+		}
+		require.NotEmpty(t, selected, "no fault matches POLLWORKER_CHAOS_FAULT=%s", name)
+	}
+	// Faults come in seeded shuffled rounds, so that a few iterations
+	// already cover different faults.
+	var order []fault
+	var outs []outcome
+	for i := range iterations {
+		if len(order) == 0 {
+			order = append([]fault(nil), selected...)
+			rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		}
+		f := order[0]
+		order = order[1:]
+		iterSeed := rng.Uint64()
+		t.Run(fmt.Sprintf("%03d-%s", i, f.name), func(t *testing.T) {
+			out := iterate(t, rand.New(rand.NewPCG(iterSeed, 0)), f)
+			outs = append(outs, out)
+			if f.limit {
+				return
+			}
+			if len(out.violations) > 0 || out.totals.NeverPolled > 0 || len(out.unrecov) > 0 {
+				t.Errorf("seed %d iteration %d (%s): %d violations, %d never polled, not recovered %v",
+					seed, i, f.name, len(out.violations), out.totals.NeverPolled, out.unrecov)
+			}
+		})
+	}
+	t.Logf("chaos seed %d, %d iterations, long=%v\n%s", seed, iterations, long, summary(outs))
+}
+
+// summary renders the per-fault table of RELIABILITY.md.
+func summary(outs []outcome) string {
+	type row struct {
+		iters, polls, overlaps, stale, shared, past, never, unrecov, pauseMid, abandoned int
+		gap                                                                              time.Duration
+		limit                                                                            bool
+	}
+	rows := map[string]*row{}
+	for _, f := range faults {
+		rows[f.name] = &row{limit: f.limit}
+	}
+	for _, o := range outs {
+		r := rows[o.fault]
+		r.iters++
+		r.polls += o.totals.Polls
+		r.overlaps += o.totals.Overlaps
+		r.stale += o.totals.Stale
+		r.shared += o.totals.SharedTokens
+		r.past += o.totals.PastDeadline
+		r.never += o.totals.NeverPolled
+		r.unrecov += len(o.unrecov)
+		r.pauseMid += o.limitStale
+		r.abandoned += o.abandoned
+		r.gap = max(r.gap, o.totals.MaxGap)
+	}
+	var b strings.Builder
+	b.WriteString("| fault | iterations | polls | overlaps | stale polls | shared tokens | polls past deadline | of the findings: pause mid-poll | of the findings: abandoned in flight | max unowned gap | sessions never polled | not recovered |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, f := range faults {
+		r := rows[f.name]
+		if r.iters == 0 {
+			continue
+		}
+		name := f.name
+		if r.limit {
+			name += " (known limit)"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %v | %d | %d |\n", name, r.iters, r.polls, r.overlaps, r.stale,
+			r.shared, r.past, r.pauseMid, r.abandoned, r.gap.Round(10*time.Millisecond), r.never, r.unrecov)
+	}
+	return b.String()
+}

@@ -1,0 +1,147 @@
+package integration
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// pollHold is how long the recorder keeps each request open: the poll's
+// duration downstream, so that two pollers at once show as overlapping
+// intervals rather than as two instants.
+const pollHold = 30 * time.Millisecond
+
+// fenceLookupTimeout bounds the read of the fencing counter per poll; the
+// read is skipped (FenceAtStart 0) when Redis is paused or down.
+const fenceLookupTimeout = 50 * time.Millisecond
+
+// recorder is the downstream of the chaos tests: it records every poll as a
+// Poll (arrival, return, token, and the fencing counter in Redis at arrival)
+// for Check, and answers 204 to everything.
+type recorder struct {
+	URL   string
+	fence *redis.Client // direct to Redis, never through a fault proxy
+	keys  keyspace.Space
+	hold  time.Duration
+	// keepServing makes the handler finish its hold even when the poller
+	// drops the request, as a downstream that does not watch for client
+	// disconnects would.
+	keepServing bool
+
+	mu       sync.Mutex
+	polls    []Poll
+	bad      int
+	inFlight int
+}
+
+// serving is the number of requests being served now.
+func (rec *recorder) serving() int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.inFlight
+}
+
+// quickClient is a client that honours context deadlines (go-redis ignores
+// them by default and waits for its 3s ReadTimeout) and never retries.
+func quickClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newRecorder starts a recorder whose handler holds each request for hold.
+func newRecorder(t *testing.T, fence *redis.Client, hold time.Duration, keepServing bool) *recorder {
+	t.Helper()
+	rec := &recorder{fence: fence, hold: hold, keepServing: keepServing}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	rec.URL = "http://" + l.Addr().String()
+	srv := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(l); close(done) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return rec
+}
+
+func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	s, wk := r.Header.Get("X-Poll-Session"), r.Header.Get("X-Poll-Worker")
+	tok, err := strconv.ParseInt(r.Header.Get("X-Poll-Token"), 10, 64)
+	if s == "" || wk == "" || err != nil {
+		rec.mu.Lock()
+		rec.bad++
+		rec.mu.Unlock()
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	rec.mu.Lock()
+	rec.inFlight++
+	rec.mu.Unlock()
+	defer func() {
+		rec.mu.Lock()
+		rec.inFlight--
+		rec.mu.Unlock()
+	}()
+	var fence int64
+	if rec.fence != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), fenceLookupTimeout)
+		fence, _ = rec.fence.Get(ctx, rec.keys.Fence(s)).Int64()
+		cancel()
+	}
+	// The poll's own duration (not a wait for a condition); it ends early
+	// when the poller goes away, as a real handler would see the
+	// connection close.
+	tm := time.NewTimer(rec.hold)
+	abandoned := false
+	if rec.keepServing {
+		<-tm.C
+		abandoned = r.Context().Err() != nil
+	} else {
+		select {
+		case <-tm.C:
+		case <-r.Context().Done():
+			tm.Stop()
+			abandoned = true
+		}
+	}
+	p := Poll{Session: s, Worker: wk, Token: tok, Start: start, End: time.Now(), FenceAtStart: fence, Abandoned: abandoned}
+	rec.mu.Lock()
+	rec.polls = append(rec.polls, p)
+	rec.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// snapshot returns a copy of the polls recorded so far.
+func (rec *recorder) snapshot() []Poll {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]Poll(nil), rec.polls...)
+}
+
+// polledSince returns the sessions with a poll that started at or after t,
+// by a worker not in skip.
+func (rec *recorder) polledSince(t time.Time, skip map[string]bool) map[string]bool {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	out := map[string]bool{}
+	for i := len(rec.polls) - 1; i >= 0; i-- {
+		p := rec.polls[i]
+		if p.Start.Before(t) {
+			continue // recorded at return: not strictly ordered by start
+		}
+		if !skip[p.Worker] {
+			out[p.Session] = true
+		}
+	}
+	return out
+}
