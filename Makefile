@@ -2,7 +2,7 @@
 GO ?= go
 TESTFLAGS ?= -race -timeout 9m
 
-.PHONY: test check redis-server chromium build demo
+.PHONY: test check redis-server chromium build demo chaos bench
 
 test: redis-server chromium check
 	$(GO) test $(TESTFLAGS) ./...
@@ -45,3 +45,8 @@ build:
 
 demo:
 	$(GO) run ./cmd/pollworker demo
+
+# The long chaos run (~20 min): 300 seeded fault iterations, then a summary
+# table per fault type. POLLWORKER_CHAOS_SEED reproduces a run.
+chaos: redis-server
+	POLLWORKER_CHAOS=long $(GO) test -count=1 -timeout 60m -run 'TestChaos$$' -v ./integration/
