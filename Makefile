@@ -50,3 +50,8 @@ demo:
 # table per fault type. POLLWORKER_CHAOS_SEED reproduces a run.
 chaos: redis-server
 	POLLWORKER_CHAOS=long $(GO) test -count=1 -timeout 60m -run 'TestChaos$$' -v ./integration/
+
+# Benchmarks against a real redis-server and the naive baseline (~4 min;
+# add -quick for ~40 s). Writes nothing unless -md/-json are given.
+bench: redis-server
+	$(GO) run ./cmd/pollbench $(BENCHFLAGS)

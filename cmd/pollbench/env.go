@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/bench"
+	"github.com/pollworker/pollworker/bench/baseline"
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/session"
+)
+
+// env is the redis-server of one run and an admin client to it.
+type env struct {
+	redis *bench.Redis
+	admin *redis.Client
+	keys  keyspace.Space
+	// counter counts the commands of every worker client (not the admin's).
+	counter *bench.Counter
+	logger  *zap.Logger // nil = no logs
+}
+
+func newEnv(ctx context.Context) (*env, error) {
+	r, err := bench.StartRedis(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &env{redis: r, admin: redis.NewClient(&redis.Options{Addr: r.Addr()}), counter: &bench.Counter{}}, nil
+}
+
+func (e *env) close() {
+	_ = e.admin.Close()
+	e.redis.Stop()
+}
+
+// reset empties Redis and its statistics.
+func (e *env) reset(ctx context.Context) error {
+	if err := e.admin.FlushAll(ctx).Err(); err != nil {
+		return err
+	}
+	if err := e.admin.ScriptFlush(ctx).Err(); err != nil {
+		return err
+	}
+	return e.admin.ConfigResetStat(ctx).Err()
+}
+
+func (e *env) client(addr string, poolSize int) *redis.Client {
+	if addr == "" {
+		addr = e.redis.Addr()
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
+	c.AddHook(e.counter)
+	return c
+}
+
+// member is one in-process worker of either design.
+type member struct {
+	id     string
+	coord  *poller.Coordinator // nil for a baseline worker
+	base   *baseline.Worker
+	client *redis.Client
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// count is the number of leases the member holds.
+func (m *member) count() int {
+	if m.coord != nil {
+		return m.coord.Leases().Count()
+	}
+	return m.base.Count()
+}
+
+// held returns the sessions whose lease the member holds.
+func (m *member) held() []string {
+	if m.coord != nil {
+		var out []string
+		for _, l := range m.coord.Leases().Held() {
+			if l.State() == lease.Held {
+				out = append(out, l.Session())
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// stop cancels the member and waits for Run to return.
+func (m *member) stop() error {
+	m.cancel()
+	err := <-m.done
+	_ = m.client.Close()
+	return err
+}
+
+// timings are the intervals a fleet runs with.
+type timings struct {
+	ttl, renew, heartbeat, discovery, drain time.Duration
+}
+
+func defaultTimings() timings {
+	return timings{ttl: 30 * time.Second, renew: 10 * time.Second, heartbeat: 10 * time.Second,
+		discovery: 10 * time.Second, drain: 10 * time.Second}
+}
+
+// scaled returns timings with TTL ttl and every interval ttl/3.
+func scaled(ttl time.Duration) timings {
+	return timings{ttl: ttl, renew: ttl / 3, heartbeat: ttl / 3, discovery: ttl / 3, drain: ttl / 3}
+}
+
+// startOurs starts a pollworker coordinator named id whose client connects
+// to addr ("" = the server directly); its polls go to rec.
+func (e *env) startOurs(id, addr string, t timings, rec *bench.Recorder) (*member, error) {
+	client := e.client(addr, 0)
+	c, err := poller.New(poller.Config{
+		Client: client, Keys: e.keys, ID: id,
+		Poller: poller.PollFunc(func(_ context.Context, s session.Session, _ *lease.Lease) error {
+			rec.Poll(s.ID, id)
+			return nil
+		}),
+		LeaseTTL: t.ttl, RenewInterval: t.renew, HeartbeatInterval: t.heartbeat,
+		DiscoveryInterval: t.discovery, DrainTimeout: t.drain, Logger: e.logger,
+	})
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{id: id, coord: c, client: client, cancel: cancel, done: make(chan error, 1)}
+	go func() { m.done <- c.Run(ctx) }()
+	return m, nil
+}
+
+// startBaseline starts a baseline worker named id.
+func (e *env) startBaseline(id string, t timings, rec *bench.Recorder) *member {
+	client := e.client("", 0)
+	w := baseline.New(baseline.Config{Client: client, Keys: e.keys, ID: id, TTL: t.ttl,
+		RenewInterval: t.renew, HeartbeatTTL: 3 * t.heartbeat, DiscoveryInterval: t.discovery,
+		Poll: rec.Poll})
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{id: id, base: w, client: client, cancel: cancel, done: make(chan error, 1)}
+	go func() { m.done <- w.Run(ctx) }()
+	return m
+}
+
+// stopAll stops members concurrently.
+func stopAll(ms []*member) {
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		if m == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = m.stop() }()
+	}
+	wg.Wait()
+}
+
+var errTimeout = errors.New("timed out")
+
+// waitFor polls cond every 10ms until it holds or timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %w after %v", what, errTimeout, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// waitChan waits for ch until timeout.
+func waitChan(ctx context.Context, ch <-chan struct{}, timeout time.Duration, what string) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(timeout):
+		return fmt.Errorf("%s: %w after %v", what, errTimeout, timeout)
+	}
+}
+
+// settled waits until the members hold exactly n leases in total and every
+// session was polled, and that total stays put for settle.
+func settled(ctx context.Context, ms []*member, rec *bench.Recorder, n int, timeout time.Duration) error {
+	if err := waitChan(ctx, rec.WaitPolled(n), timeout, fmt.Sprintf("all %d sessions polled", n)); err != nil {
+		return err
+	}
+	total := func() int {
+		t := 0
+		for _, m := range ms {
+			t += m.count()
+		}
+		return t
+	}
+	return waitFor(ctx, timeout, fmt.Sprintf("%d leases held", n), func() bool { return total() == n })
+}
+
+func workerIDs(prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return ids
+}
