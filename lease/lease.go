@@ -43,6 +43,7 @@ func (s State) String() string {
 // owner value never change; its deadline moves forward with each renewal.
 type Lease struct {
 	session string
+	key     string // the lease key, built once
 	token   int64
 	owner   string
 

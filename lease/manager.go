@@ -141,13 +141,19 @@ func (m *Manager) Get(session string) *Lease {
 
 // Held returns every Held or Uncertain lease, sorted by session.
 func (m *Manager) Held() []*Lease {
+	out := m.snapshot()
+	sort.Slice(out, func(i, j int) bool { return out[i].session < out[j].session })
+	return out
+}
+
+// snapshot returns every Held or Uncertain lease in no particular order.
+func (m *Manager) snapshot() []*Lease {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	out := make([]*Lease, 0, len(m.held))
 	for _, l := range m.held {
 		out = append(out, l)
 	}
-	m.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].session < out[j].session })
 	return out
 }
 
@@ -255,7 +261,7 @@ func (m *Manager) adopt(session, owner string, token int64, sent time.Time) (*Le
 		return l, nil
 	}
 	term, cancel := cancelledContext()
-	l := &Lease{session: session, token: token, owner: owner, term: term, cancel: cancel,
+	l := &Lease{session: session, key: m.cfg.Keys.Lease(session), token: token, owner: owner, term: term, cancel: cancel,
 		deadline: deadline, changed: make(chan struct{}), reason: "acquiring"}
 	now := m.cfg.Clock.Now()
 	if !now.Before(deadline) {
@@ -331,7 +337,7 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 		defer cancel()
 	}
 	m.dropStale(ctx)
-	leases := m.Held()
+	leases := m.snapshot() // unsorted: the order does not matter here
 	if len(leases) == 0 {
 		return RenewReport{}
 	}
@@ -347,7 +353,7 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 		args := make([]any, 0, 1+len(idx))
 		args = append(args, ttlMs)
 		for _, i := range idx {
-			keys = append(keys, m.cfg.Keys.Lease(leases[i].session))
+			keys = append(keys, leases[i].key)
 			args = append(args, leases[i].owner)
 		}
 		return keys, args
@@ -497,7 +503,7 @@ func (m *Manager) Release(ctx context.Context, leases ...*Lease) error {
 		keys := make([]string, 0, len(idx))
 		args := make([]any, 0, len(idx))
 		for _, i := range idx {
-			keys = append(keys, m.cfg.Keys.Lease(todo[i].session))
+			keys = append(keys, todo[i].key)
 			args = append(args, todo[i].owner)
 		}
 		return keys, args

@@ -44,20 +44,21 @@ type Coordinator struct {
 	status Status
 
 	// Owned by the main loop.
-	workers        map[string]*worker
-	members        nodes.Membership
-	table          *hrw.Table
-	sessions       map[string]session.Session // active (not paused) sessions
-	owner          map[string]string          // session -> preferred live worker
-	assignBuf      []int
-	sessionRev     int64
-	loaded         bool
-	orphanSince    map[string]time.Time // owned sessions taken as orphans
-	pendingOrphans map[string]time.Time // watched sessions first seen without a lease
-	lastOrphan     time.Time
-	membersChanged bool // since the last Round report
-	retryTimer     clock.Timer
-	expiryTimer    clock.Timer
+	workers          map[string]*worker
+	members          nodes.Membership
+	table            *hrw.Table
+	sessions         map[string]session.Session // active (not paused) sessions
+	owner            map[string]string          // session -> preferred live worker
+	assignBuf        []int
+	sessionRev       int64
+	loaded           bool
+	orphanSince      map[string]time.Time // owned sessions taken as orphans
+	pendingOrphans   map[string]time.Time // watched sessions first seen without a lease
+	lastOrphan       time.Time
+	orphanWatchUntil time.Time // scan at full rate until then
+	membersChanged   bool      // since the last Round report
+	retryTimer       clock.Timer
+	expiryTimer      clock.Timer
 }
 
 // New validates cfg and returns a Coordinator; Run starts it.

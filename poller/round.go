@@ -83,6 +83,7 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 		held := w.lease.State() == lease.Held || w.lease.State() == lease.Uncertain
 		switch {
 		case !held:
+			c.watchOrphans() // lost: others' sessions may be adrift too
 		case w.restartAs != nil && w.lease.State() == lease.Held:
 			c.startWorker(*w.restartAs, w.lease)
 		default:
@@ -115,6 +116,7 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 	membersChanged := m.Version != c.members.Version || c.table == nil
 	c.membersChanged = c.membersChanged || membersChanged
 	if membersChanged {
+		c.watchOrphans()
 		c.table = hrw.NewIDs(m.Nodes...)
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
@@ -152,6 +154,7 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 	}
 	c.sessions, c.sessionRev, c.loaded = active, snap.Rev, true
 	c.assign()
+	c.watchOrphans()
 	c.mu.Lock()
 	c.status.Malformed = len(snap.Malformed)
 	c.mu.Unlock()
@@ -194,6 +197,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 		case r.Err != nil:
 			c.redisOK.Store(false)
 			acquireErr = true
+			c.watchOrphans()
 		case r.Lease != nil:
 			if _, running := c.workers[r.Session]; running || r.Lease.State() != lease.Held {
 				continue
@@ -221,9 +225,18 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 // although a live worker is preferred for them. Each worker watches the
 // sessions for which it ranks second, so the watch costs one read per
 // session per OrphanGrace/2 across the fleet.
+//
+// In a steady fleet there is nothing to watch, so the scan runs every
+// OrphanGrace/2 only for a while after something changed (membership, the
+// sessions, a lost lease, a failed acquire) or while a suspect is pending,
+// and otherwise once per orphanFallback × OrphanGrace.
 func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	now := c.cfg.Clock.Now()
 	if now.Sub(c.lastOrphan) < c.cfg.OrphanGrace/2 || c.table.Len() < 2 {
+		return
+	}
+	active := now.Before(c.orphanWatchUntil) || len(c.pendingOrphans) > 0
+	if !active && now.Sub(c.lastOrphan) < orphanFallback*c.cfg.OrphanGrace {
 		return
 	}
 	c.lastOrphan = now
@@ -275,6 +288,15 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 		}
 		c.acquire(ctx, take, true)
 	}
+}
+
+// orphanFallback × OrphanGrace is the orphan scan period of a steady fleet.
+const orphanFallback = 10
+
+// watchOrphans makes the orphan scan run at full rate for a while: after a
+// change, orphans are possible.
+func (c *Coordinator) watchOrphans() {
+	c.orphanWatchUntil = c.cfg.Clock.Now().Add(3 * c.cfg.OrphanGrace)
 }
 
 // orphanDue reports whether an owned session that another worker is
