@@ -383,7 +383,7 @@ func iterate(t *testing.T, rng *rand.Rand, f fault) outcome {
 	}
 	rep := Check(h)
 	out := outcome{fault: f.name, totals: rep.Totals(), unrecov: unrecov}
-	strict := os.Getenv("POLLWORKER_CHAOS_STRICT") != ""
+	strict := os.Getenv("POLLWORKER_CHAOS_STRICT") != "0"
 	limit := func(p Poll) bool {
 		if c.inLimit(p) {
 			out.limitStale++
