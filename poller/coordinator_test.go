@@ -524,3 +524,42 @@ func TestMalformedSessionsAreSkippedNotDeleted(t *testing.T) {
 		require.Equal(t, int64(1), client.Exists(ctx, "session:"+id).Val(), "malformed %s must not be deleted", id)
 	}
 }
+
+// TestMemoryPressureFailsClosed: with maxmemory-policy noeviction (the
+// documented setup) a full Redis refuses writes that allocate (SET, INCR)
+// but still runs renewals (PEXPIRE allocates nothing) and loses no key. So
+// the leases a worker holds stay valid and exclusive, its heartbeat fails
+// and it reports not ready, and a worker that joins meanwhile acquires and
+// polls nothing; once memory is available again the fleet rebalances.
+func TestMemoryPressureFailsClosed(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	client := srv.Client(t)
+	ids := addSessions(t, client, 6, 20*time.Millisecond)
+	rec := newRecorder()
+	w1 := start(t, fastConfig(client, "w1", rec.poller("w1")))
+	require.Eventually(t, func() bool { return len(w1.c.Status().Owned) == len(ids) && w1.c.Ready() }, 10*time.Second, 10*time.Millisecond)
+	require.False(t, w1.c.Status().EvictionRisk)
+	before := owners(t, client, ids)
+
+	// Redis is now over its memory limit: every allocating write gets OOM.
+	ctx := context.Background()
+	require.NoError(t, client.ConfigSet(ctx, "maxmemory", "1").Err())
+	require.ErrorContains(t, client.Set(ctx, "probe", "x", 0).Err(), "OOM")
+	require.Eventually(t, func() bool { return !w1.c.Ready() }, 10*time.Second, 10*time.Millisecond, "heartbeats fail: not ready")
+
+	w2 := start(t, fastConfig(client, "w2", rec.poller("w2")))
+	waitUntil := time.Now().Add(time.Second) // > TTL (900ms): any lease would have moved by now
+	require.Eventually(t, func() bool { return time.Now().After(waitUntil) }, 5*time.Second, 20*time.Millisecond)
+	require.False(t, w2.c.Ready())
+	require.Empty(t, w2.c.Status().Owned, "no lease can be taken while Redis is full")
+	require.Equal(t, before, owners(t, client, ids), "no lease lost or moved under memory pressure")
+	for _, w := range rec.lastPoller() {
+		require.Equal(t, "w1", w, "only the holder polls")
+	}
+
+	require.NoError(t, client.ConfigSet(ctx, "maxmemory", "0").Err())
+	require.Eventually(t, func() bool {
+		return w1.c.Ready() && w2.c.Ready() && len(w2.c.Status().Owned) > 0 && len(w1.c.Status().Owned)+len(w2.c.Status().Owned) == len(ids)
+	}, 10*time.Second, 10*time.Millisecond)
+	rec.check(t)
+}

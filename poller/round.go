@@ -32,7 +32,10 @@ func (c *Coordinator) round(ctx context.Context) {
 		switch {
 		case !active:
 			handoff = append(handoff, id) // removed or paused
-		case owner != me && c.orphanDue(id):
+		case owner != me && owner != "" && c.orphanDue(id):
+			// Another live worker is preferred. With no live worker at all
+			// (say every heartbeat fails while Redis refuses writes) there
+			// is nobody to hand to: keep the lease while it can be renewed.
 			handoff = append(handoff, id)
 		case !sameSession(s, w.sess) && !w.stopping:
 			// Definition changed: restart the loop under the same lease
