@@ -3,12 +3,13 @@ package lease
 import (
 	"context"
 	"fmt"
-	"github.com/pollworker/pollworker/scripts/lua"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"k8s.io/utils/clock"
 
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/scripts/lua"
 )
 
 // call is one script call over a batch of sessions.
@@ -105,28 +106,44 @@ func (m *Manager) run(ctx context.Context, script *redis.Script, idx []int, sess
 }
 
 // Inspect reads the owner value and TTL of the leases of sessions with a
-// read-only script, batched like the manager's calls.
+// read-only script, batched and pipelined like the manager's calls (one
+// round trip per shard). It is for readers that hold no leases (status).
 func Inspect(ctx context.Context, client Client, keys keyspace.Space, sessions []string, batchSize int) ([]Holding, error) {
 	if batchSize <= 0 {
 		batchSize = DefaultBatchSize
 	}
 	_, cluster := client.(*redis.ClusterClient)
+	m := &Manager{
+		cfg:     Config{Client: client, Keys: keys, BatchSize: batchSize, Clock: clock.RealClock{}},
+		inspect: redis.NewScript(lua.Inspect),
+		cluster: cluster,
+	}
+	return m.Inspect(ctx, sessions)
+}
+
+// inspectAll runs the inspect script over sessions in one pipeline.
+func (m *Manager) inspectAll(ctx context.Context, sessions []string) ([]Holding, error) {
 	idx := make([]int, len(sessions))
 	for i := range idx {
 		idx[i] = i
 	}
-	script := redis.NewScript(inspectSrc)
+	calls := m.run(ctx, m.inspect, idx, sessions, func(idx []int) ([]string, []any) {
+		ks := make([]string, len(idx))
+		for j, i := range idx {
+			ks[j] = m.cfg.Keys.Lease(sessions[i])
+		}
+		return ks, nil
+	})
 	out := make([]Holding, len(sessions))
-	for _, b := range batchBySlot(idx, sessions, batchSize, cluster, keys) {
-		ks := make([]string, len(b))
-		for j, i := range b {
-			ks[j] = keys.Lease(sessions[i])
+	for _, c := range calls {
+		if c.err != nil {
+			return nil, fmt.Errorf("inspect: %w", c.err)
 		}
-		vals, err := script.Run(ctx, client, ks).Slice()
-		if err != nil {
-			return nil, fmt.Errorf("inspect: %w", err)
+		vals, err := c.cmd.Slice()
+		if err != nil || len(vals) != 2*len(c.idx) {
+			return nil, fmt.Errorf("inspect: reply of %d values for %d leases: %v", len(vals), len(c.idx), err)
 		}
-		for j, i := range b {
+		for j, i := range c.idx {
 			out[i].Session = sessions[i]
 			if v, ok := vals[2*j].(string); ok {
 				out[i].Owner = v
@@ -140,5 +157,3 @@ func Inspect(ctx context.Context, client Client, keys keyspace.Space, sessions [
 	}
 	return out, nil
 }
-
-var inspectSrc = lua.Inspect

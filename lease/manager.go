@@ -534,7 +534,7 @@ type Holding struct {
 
 // Inspect reads who holds the leases of sessions, read-only.
 func (m *Manager) Inspect(ctx context.Context, sessions []string) ([]Holding, error) {
-	return Inspect(ctx, m.cfg.Client, m.cfg.Keys, sessions, m.cfg.BatchSize)
+	return m.inspectAll(ctx, sessions)
 }
 
 // HolderOf returns the holder id encoded in an owner value.

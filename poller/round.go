@@ -25,44 +25,40 @@ func (c *Coordinator) round(ctx context.Context) {
 		return
 	}
 	me := c.cfg.ID
-	var handoff, acquire []string
 	for id, w := range c.workers {
 		s, active := c.sessions[id]
 		owner := c.owner[id]
 		switch {
-		case !active:
-			handoff = append(handoff, id) // removed or paused
-		case owner != me && owner != "" && c.orphanDue(id):
+		case w.stopping:
+			// Already handing off: reapWorkers releases it when its poll returned.
+		case !active, // removed or paused
 			// Another live worker is preferred. With no live worker at all
 			// (say every heartbeat fails while Redis refuses writes) there
 			// is nobody to hand to: keep the lease while it can be renewed.
-			handoff = append(handoff, id)
-		case !sameSession(s, w.sess) && !w.stopping:
+			owner != me && owner != "" && c.orphanDue(id):
+			c.stopWorker(w)
+		case !sameSession(s, w.sess):
 			// Definition changed: restart the loop under the same lease
 			// once the current poll has finished.
 			w.restartAs = &s
 			w.stop()
 		}
 	}
-	canAcquire := c.Ready() && c.members.Contains(me)
-	for id := range c.sessions {
-		if _, ok := c.workers[id]; ok {
-			continue
-		}
-		if c.owner[id] == me && canAcquire {
-			acquire = append(acquire, id)
-		}
-	}
-	for _, id := range handoff {
-		if w := c.workers[id]; !w.stopping {
-			c.stopWorker(w) // released by reapWorkers once its poll returned
+	// Only a ready worker that its peers count as live takes sessions.
+	member := c.Ready() && c.members.Contains(me)
+	var acquire []string
+	if member {
+		for id := range c.sessions {
+			if _, ok := c.workers[id]; !ok && c.owner[id] == me {
+				acquire = append(acquire, id)
+			}
 		}
 	}
 	if len(acquire) > 0 {
 		sort.Strings(acquire)
 		c.acquire(ctx, acquire, false)
 	}
-	if canAcquire {
+	if member {
 		c.adoptOrphans(ctx)
 	}
 	c.publishStatus()

@@ -28,8 +28,8 @@ type worker struct {
 	abort context.CancelFunc // also cancels the current poll
 	done  chan struct{}
 	// Set by the main loop only.
-	stopping  bool             // stop was called; release when done
-	restartAs *session.Session // start again with this definition when done
+	stopping  bool             // stopWorker was called; release when done
+	restartAs *session.Session // start again with this definition when done (unless stopping)
 }
 
 // startWorker starts the poll loop of s under l.
@@ -45,6 +45,7 @@ func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
 // the lease when the loop has exited (reapWorkers).
 func (c *Coordinator) stopWorker(w *worker) {
 	w.stopping = true
+	w.restartAs = nil // a pending restart gives way: the lease is released
 	w.stop()
 }
 

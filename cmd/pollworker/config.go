@@ -102,7 +102,11 @@ func applyTLS(opts *redis.Options, o connOptions) error {
 		return fmt.Errorf("%w: --%s and --%s go together", errInvalidConfig, flagTLSCert, flagTLSKey)
 	}
 	if opts.TLSConfig == nil {
-		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: strings.Split(opts.Addr, ":")[0]}
+		host, _, err := net.SplitHostPort(opts.Addr)
+		if err != nil {
+			host = opts.Addr
+		}
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
 	}
 	if o.TLSCA != "" {
 		pem, err := os.ReadFile(o.TLSCA)
