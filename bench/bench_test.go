@@ -1,15 +1,11 @@
 package bench
 
 import (
-	"bufio"
 	"encoding/json"
-	"io"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
 func TestSummarize(t *testing.T) {
@@ -57,41 +53,6 @@ func TestRecorderWatch(t *testing.T) {
 	require.Len(t, holes, 1)
 	require.Zero(t, missing)
 	require.Equal(t, map[string]string{"a": "w2", "b": "w1"}, r.Owners())
-}
-
-func TestProxyCut(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer echo.Close()
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(c, c); c.Close() }()
-		}
-	}()
-	p, err := NewProxy(echo.Addr().String())
-	require.NoError(t, err)
-	c, err := net.Dial("tcp", p.Addr())
-	require.NoError(t, err)
-	defer c.Close()
-	_, err = c.Write([]byte("ping\n"))
-	require.NoError(t, err)
-	line, err := bufio.NewReader(c).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "ping\n", line)
-
-	p.Cut()
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
-	_, err = c.Read(make([]byte, 1))
-	require.Error(t, err, "the connection is closed by the cut")
-	_, err = net.Dial("tcp", p.Addr())
-	require.Error(t, err, "new connections are refused")
-	p.Cut()
-	echo.Close()
 }
 
 func TestSummaryJSONNaN(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pollworker/pollworker/internal/faultproxy"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/session"
@@ -77,21 +78,21 @@ var faults = []fault{
 	{name: "churn", run: func(c *cluster) { c.churn(5 * time.Second) }},
 	{name: "net-partition-2xTTL", run: func(c *cluster) {
 		c.logf("partition %s from Redis for %v", c.proxied, 2*chaosTTL)
-		c.proxy.partition()
+		c.proxy.Partition()
 		hold(2 * chaosTTL)
-		c.proxy.heal()
+		c.proxy.Heal()
 	}},
 	{name: "net-latency>TTL", run: func(c *cluster) {
 		d := chaosTTL + 500*time.Millisecond
 		c.logf("latency %v between %s and Redis for %v", d, c.proxied, 2*chaosTTL)
-		c.proxy.setDelay(d)
+		c.proxy.SetDelay(d)
 		hold(2 * chaosTTL)
-		c.proxy.heal()
+		c.proxy.Heal()
 	}},
 	{name: "net-reset", run: func(c *cluster) {
 		// Reset every connection of the proxied worker five times, 300ms apart.
 		for range 5 {
-			c.proxy.reset()
+			c.proxy.Reset()
 			hold(300 * time.Millisecond)
 		}
 	}},
@@ -134,7 +135,7 @@ type cluster struct {
 	rds     *redistest.Server
 	admin   *redis.Client
 	store   *session.Store
-	proxy   *netProxy
+	proxy   *faultproxy.Proxy
 	proxied string
 	rec     *recorder
 	workers map[string]*worker

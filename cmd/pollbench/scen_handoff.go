@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/pollworker/pollworker/internal/faultproxy"
 	"time"
 
 	"github.com/pollworker/pollworker/bench"
@@ -25,7 +26,7 @@ type fleetRun struct {
 }
 
 func (e *env) startFleet(ctx context.Context, sz sizes, sessions, workers int, interval time.Duration,
-	t timings, proxyFirst *bench.Proxy) (*fleetRun, error) {
+	t timings, proxyFirst *faultproxy.Proxy) (*fleetRun, error) {
 	if err := e.reset(ctx); err != nil {
 		return nil, err
 	}
@@ -153,13 +154,13 @@ func runCrash(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	t.drain = time.Second
 	var p50, p99, mx []float64
 	for r := 0; r < sz.runs; r++ {
-		proxy, err := bench.NewProxy(e.redis.Addr())
+		proxy, err := faultproxy.Start(e.redis.Addr())
 		if err != nil {
 			return nil, err
 		}
 		f, err := e.startFleet(ctx, sz, sz.crashSessions, sz.handoffWorkers, time.Second, t, proxy)
 		if err != nil {
-			proxy.Cut()
+			proxy.Close()
 			return nil, err
 		}
 		victim := f.members[0]
@@ -169,7 +170,7 @@ func runCrash(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		}
 		mark := time.Now()
 		done := f.rec.Watch(mark, from, "")
-		proxy.Cut()
+		proxy.Close()
 		err = waitChan(ctx, done, sz.timeout, "survivors polled every crashed session")
 		gaps, _, missing := f.rec.Gaps()
 		f.stop()
