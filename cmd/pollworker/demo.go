@@ -67,7 +67,10 @@ func demoCommand() *cli.Command {
 			"worker-2 gracefully and shows its sessions moving; a little later a newcomer joins and\n" +
 			"takes its share. At the end it checks, from the recorded polls and their fencing\n" +
 			"tokens, that no session was ever polled by two workers at once (exit 1 otherwise).\n" +
-			"Crashes are not simulated: a worker in this process can only stop gracefully.",
+			"Crashes are not simulated: a worker in this process can only stop gracefully.\n\n" +
+			"It prints the address of its embedded Redis and a command that runs the leader-election\n" +
+			"example against it from a second terminal (go run ./examples/election --redis ADDR);\n" +
+			"give it time with --duration 2m. Ctrl-C ends the demo early, with its summary.",
 		Flags: []cli.Flag{
 			&cli.DurationFlag{Name: "duration", Value: 12 * time.Second, Usage: "how long the demo runs"},
 			&cli.IntFlag{Name: "workers", Value: 3, Usage: "workers at start (2-8); one more joins later"},
@@ -206,6 +209,7 @@ func (d *demo) script(ctx context.Context, start time.Time) error {
 	}
 	d.rec.logf("%d sessions on %d HTTP targets, embedded Redis at %s; starting %s",
 		len(d.sessions), len(d.targets), d.mr.Addr(), strings.Join(names, ", "))
+	d.rec.logf("leader election on this Redis, from the repository in another terminal: %s", d.electionCommand())
 	for _, n := range names {
 		if err := d.startWorker(ctx, n); err != nil {
 			return err
@@ -269,6 +273,12 @@ func (d *demo) script(ctx context.Context, start time.Time) error {
 
 	sleepUntil(ctx, endAt)
 	return nil
+}
+
+// electionCommand is the command line that runs the leader-election
+// example (examples/election) against the demo's embedded Redis.
+func (d *demo) electionCommand() string {
+	return "go run ./examples/election --redis " + d.mr.Addr()
 }
 
 // startWorker starts an in-process worker with the HTTP poller.

@@ -154,6 +154,7 @@ func (v *demoView) frame() []string {
 	lines := []string{
 		fmt.Sprintf("pollworker demo   t=%4.1fs of %v   %d sessions, %d HTTP targets, embedded Redis %s",
 			time.Since(v.start).Seconds(), d.opts.Duration, len(d.sessions), len(d.targets), d.mr.Addr()),
+		"  leader election on this Redis, in another terminal: " + d.electionCommand(),
 		"",
 		"  WORKER     STATE     LEASES  POLLS",
 	}

@@ -1,10 +1,25 @@
 // Command election shows leader election with package election: three
 // candidates in one process elect a leader, the leader resigns and hands
 // over, then transfers leadership to a named candidate, and a cron-style job
-// runs once among the three. It exits by itself after a few seconds.
+// runs once among the three. It exits by itself after a few seconds;
+// Ctrl-C stops it early, cleanly (the leader resigns).
 //
-//	go run ./examples/election                              # embedded Redis (miniredis)
-//	go run ./examples/election --redis-url redis://127.0.0.1:6379/0
+//	go run ./examples/election                              # its own embedded Redis (miniredis)
+//	go run ./examples/election --redis 127.0.0.1:6379       # an address,
+//	go run ./examples/election --redis redis://:pw@host:6379/0  # or a redis:// or rediss:// URL
+//
+// It also runs against the embedded Redis of `pollworker demo`, next to the
+// demo's workers: start the demo in one terminal, with a longer run,
+//
+//	go run ./cmd/pollworker demo --duration 2m
+//
+// and, in a second terminal, the command the demo prints at its start:
+//
+//	go run ./examples/election --redis 127.0.0.1:PORT
+//
+// The example's keys (poll:lease:{election:example-leader}, its fencing
+// counter and candidate keys) sit beside the demo's and do not disturb it;
+// fencing tokens keep increasing from one run of the example to the next.
 package main
 
 import (
@@ -13,9 +28,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,14 +45,35 @@ import (
 )
 
 func main() {
-	redisURL := flag.String("redis-url", "", "Redis to use (redis:// or rediss://); empty starts an embedded miniredis on 127.0.0.1")
+	var addr string
+	const usage = "Redis to use: host:port or a redis:// or rediss:// URL; empty starts an embedded miniredis on 127.0.0.1"
+	flag.StringVar(&addr, "redis", "", usage)
+	flag.StringVar(&addr, "redis-url", "", "same as --redis")
 	flag.Parse()
+	redisURL, err := normalizeRedis(addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "election example:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *redisURL); err != nil {
+	if err := run(ctx, os.Stdout, redisURL); err != nil {
 		fmt.Fprintln(os.Stderr, "election example:", err)
 		os.Exit(1)
 	}
+}
+
+// normalizeRedis turns the --redis value into a URL: a bare host:port
+// becomes redis://host:port; a URL is kept; empty stays empty (embedded).
+func normalizeRedis(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.Contains(s, "://") {
+		return s, nil
+	}
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return "", fmt.Errorf("--redis %q: want host:port or a redis:// URL", s)
+	}
+	return "redis://" + s, nil
 }
 
 // Timings of the example: short so that it finishes in seconds.
@@ -47,11 +85,11 @@ const (
 	waitFor = 10 * time.Second
 )
 
-// run runs the whole example, printing to out.
+// run runs the whole example, printing to out. When ctx is done first
+// (Ctrl-C) it stops the candidates, the leader releasing its lease, and
+// returns nil.
 func run(ctx context.Context, out io.Writer, redisURL string) error {
-	var p printer
-	p.out = out
-	p.start = time.Now()
+	p := &printer{out: out, start: time.Now()}
 
 	if redisURL == "" {
 		mr := miniredis.NewMiniRedis()
@@ -69,8 +107,18 @@ func run(ctx context.Context, out io.Writer, redisURL string) error {
 	if err != nil {
 		return fmt.Errorf("redis url: %w", err)
 	}
+	opt.ContextTimeoutEnabled = true // let the electors' per-request deadlines apply
 	client := redis.NewClient(opt)
 	defer func() { _ = client.Close() }()
+	pingCtx, cancelPing := context.WithTimeout(ctx, 2*time.Second)
+	err = client.Ping(pingCtx).Err()
+	cancelPing()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("cannot reach Redis at %s (is the demo still running?): %w", redact(redisURL), err)
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -98,6 +146,22 @@ func run(ctx context.Context, out io.Writer, redisURL string) error {
 		}()
 	}
 
+	err = scenario(ctx, p, client, electors)
+	cancel()
+	wg.Wait()
+	if ctx.Err() != nil { // interrupted: whatever failed, failed for that
+		p.printf("interrupted; stopped")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	p.printf("stopped")
+	return nil
+}
+
+// scenario elects, resigns, transfers and runs a cron-style job.
+func scenario(ctx context.Context, p *printer, client *redis.Client, electors []*election.Elector) error {
 	first, err := waitLeader(ctx, electors, nil)
 	if err != nil {
 		return err
@@ -156,16 +220,12 @@ func run(ctx context.Context, out io.Writer, redisURL string) error {
 	}
 	jobs.Wait()
 	p.printf("nightly job ran %d time(s) among %d replicas", runs.Load(), len(electors))
-
-	cancel()
-	wg.Wait()
-	p.printf("stopped")
 	return nil
 }
 
 // waitLeader waits until exactly one elector other than not leads.
-func waitLeader(ctx context.Context, es []*election.Elector, not *election.Elector) (*election.Elector, error) {
-	ctx, cancel := context.WithTimeout(ctx, waitFor)
+func waitLeader(parent context.Context, es []*election.Elector, not *election.Elector) (*election.Elector, error) {
+	ctx, cancel := context.WithTimeout(parent, waitFor)
 	defer cancel()
 	ticker := time.NewTicker(5 * time.Millisecond)
 	defer ticker.Stop()
@@ -183,6 +243,9 @@ func waitLeader(ctx context.Context, es []*election.Elector, not *election.Elect
 		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return nil, parent.Err()
+			}
 			return nil, errors.New("no new leader in time")
 		case <-ticker.C:
 		}
