@@ -45,8 +45,11 @@
 //     (reject any token lower than the highest seen) to be safe.
 //   - Redis failover with asynchronous replication may lose the lease key or a
 //     fencing increment, and a Redis restart without persistence resets the
-//     counter: two leaders may then coexist for up to one TTL and tokens may
-//     repeat. Use AOF persistence and a single primary.
+//     counter: tokens may then repeat, and two leaders may coexist until the
+//     old one's next renewal, or, when a partition isolates the old master
+//     with its leader, for as long as the partition lasts (bounded by
+//     min-replicas-to-write on the master). Use AOF persistence; RELIABILITY.md
+//     ("Sentinel failover and WAIT") has the details and what WAIT costs.
 //   - Handover (Resign, TransferTo, priority) is best effort: the preferred
 //     successor usually wins within one RetryInterval, but a candidate that
 //     read the successor key just before it was written, or a successor that
