@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,10 +15,20 @@ import (
 
 // call is one script call over a batch of sessions.
 type call struct {
-	idx  []int     // indexes into the caller's slice
-	sent time.Time // when the request was handed to the pipeline
-	cmd  *redis.Cmd
-	err  error
+	idx    []int     // indexes into the caller's slice
+	leases []*Lease  // or the leases it renews
+	args   []any     // the whole command: evalsha, sha, numkeys, keys..., argv...
+	sent   time.Time // when the request was handed to the pipeline
+	cmd    *redis.Cmd
+	err    error
+}
+
+// evalsha returns the start of an EVALSHA command line of script with
+// numKeys keys, with room for extra more arguments (keys included).
+func evalsha(script *redis.Script, numKeys, extra int) []any {
+	args := make([]any, 3, 3+extra)
+	args[0], args[1], args[2] = "evalsha", script.Hash(), numKeys
+	return args
 }
 
 // ints returns the reply as n integers.
@@ -66,43 +77,93 @@ func batchBySlot(idx []int, sessions []string, size int, cluster bool, keys keys
 	return out
 }
 
-// run sends one script call per batch in a single pipeline, with EVALSHA,
-// and resends the batches that met NOSCRIPT after loading the script. Each
-// call records the time its request was sent.
-func (m *Manager) run(ctx context.Context, script *redis.Script, idx []int, sessions []string,
-	build func(idx []int) ([]string, []any)) []*call {
-	var calls []*call
-	for _, b := range m.batches(idx, sessions) {
-		calls = append(calls, &call{idx: b})
+// Pipelines of one cycle. A cycle of many calls is split into up to
+// maxPipelines pipelines sent at once on separate pooled connections; each
+// pipeline's replies are handled as soon as it returns, while Redis still
+// runs the others, so the client's work overlaps Redis's. The pipelines go
+// out together: the cycle still costs one round trip per shard in wall
+// time. A pipeline carries at least minCallsPerPipeline calls.
+const (
+	maxPipelines        = 4
+	minCallsPerPipeline = 4
+)
+
+// pipelines is how many pipelines n calls are split into.
+func (m *Manager) pipelines(n int) int {
+	p := min(m.maxPipelines, n/minCallsPerPipeline)
+	return max(p, 1)
+}
+
+// send runs calls with EVALSHA in parts pipelines sent concurrently, and
+// resends the calls that met NOSCRIPT, in one more pipeline, after loading
+// the script. Each call records the time its request was sent. done is
+// called, from the goroutine that ran them, with each group of finished
+// calls (never a call twice) and the time the replies had all arrived;
+// calls of different groups may be handled concurrently. send returns after
+// every done has returned.
+func (m *Manager) send(ctx context.Context, script *redis.Script, calls []*call, parts int,
+	done func(calls []*call, now time.Time)) {
+	parts = max(1, min(parts, len(calls)))
+	missing := make([][]*call, parts) // NOSCRIPT, per part
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		part := calls[p*len(calls)/parts : (p+1)*len(calls)/parts]
+		run := func() {
+			var ok []*call
+			ok, missing[p] = m.exec(ctx, part)
+			done(ok, m.cfg.Clock.Now())
+		}
+		if p == parts-1 {
+			run() // the last part in this goroutine
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run()
+		}()
 	}
-	todo := calls
-	for attempt := 0; attempt < 2 && len(todo) > 0; attempt++ {
-		pipe := m.cfg.Client.Pipeline()
-		for _, c := range todo {
-			keys, args := build(c.idx)
-			c.cmd = script.EvalSha(ctx, pipe, keys, args...)
-		}
-		sent := m.cfg.Clock.Now()
-		_, _ = pipe.Exec(ctx)
-		var again []*call
-		for _, c := range todo {
-			c.sent = sent
-			c.err = c.cmd.Err()
-			if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
-				again = append(again, c)
-			}
-		}
-		if len(again) > 0 {
-			if err := script.Load(ctx, m.cfg.Client).Err(); err != nil {
-				for _, c := range again {
-					c.err = fmt.Errorf("load script: %w", err)
-				}
-				break
-			}
-		}
-		todo = again
+	wg.Wait()
+	var again []*call
+	for _, cs := range missing {
+		again = append(again, cs...)
 	}
-	return calls
+	if len(again) == 0 {
+		return
+	}
+	if err := script.Load(ctx, m.cfg.Client).Err(); err != nil {
+		for _, c := range again {
+			c.err = fmt.Errorf("load script: %w", err)
+		}
+		done(again, m.cfg.Clock.Now())
+		return
+	}
+	ok, still := m.exec(ctx, again)
+	done(append(ok, still...), m.cfg.Clock.Now())
+}
+
+// exec sends calls in one pipeline and returns them split into those that
+// finished (replied, or failed) and those that met NOSCRIPT.
+func (m *Manager) exec(ctx context.Context, calls []*call) (finished, noscript []*call) {
+	pipe := m.cfg.Client.Pipeline()
+	for _, c := range calls {
+		c.cmd = redis.NewCmd(ctx, c.args...)
+		c.cmd.SetFirstKeyPos(3) // for cluster routing; every script call has keys
+		_ = pipe.Process(ctx, c.cmd)
+	}
+	sent := m.cfg.Clock.Now()
+	_, _ = pipe.Exec(ctx)
+	finished = calls[:0:0]
+	for _, c := range calls {
+		c.sent = sent
+		c.err = c.cmd.Err()
+		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			noscript = append(noscript, c)
+			continue
+		}
+		finished = append(finished, c)
+	}
+	return finished, noscript
 }
 
 // Inspect reads the owner value and TTL of the leases of sessions with a
@@ -114,9 +175,10 @@ func Inspect(ctx context.Context, client Client, keys keyspace.Space, sessions [
 	}
 	_, cluster := client.(*redis.ClusterClient)
 	m := &Manager{
-		cfg:     Config{Client: client, Keys: keys, BatchSize: batchSize, Clock: clock.RealClock{}},
-		inspect: redis.NewScript(lua.Inspect),
-		cluster: cluster,
+		cfg:          Config{Client: client, Keys: keys, BatchSize: batchSize, Clock: clock.RealClock{}},
+		inspect:      redis.NewScript(lua.Inspect),
+		cluster:      cluster,
+		maxPipelines: maxPipelines,
 	}
 	return m.Inspect(ctx, sessions)
 }
@@ -127,13 +189,15 @@ func (m *Manager) inspectAll(ctx context.Context, sessions []string) ([]Holding,
 	for i := range idx {
 		idx[i] = i
 	}
-	calls := m.run(ctx, m.inspect, idx, sessions, func(idx []int) ([]string, []any) {
-		ks := make([]string, len(idx))
-		for j, i := range idx {
-			ks[j] = m.cfg.Keys.Lease(sessions[i])
+	var calls []*call
+	for _, b := range m.batches(idx, sessions) {
+		args := evalsha(m.inspect, len(b), len(b))
+		for _, i := range b {
+			args = append(args, m.cfg.Keys.Lease(sessions[i]))
 		}
-		return ks, nil
-	})
+		calls = append(calls, &call{idx: b, args: args})
+	}
+	m.send(ctx, m.inspect, calls, 1, func([]*call, time.Time) {})
 	out := make([]Holding, len(sessions))
 	for _, c := range calls {
 		if c.err != nil {

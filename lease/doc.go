@@ -6,8 +6,10 @@
 // script; renew (PEXPIRE) and release (DEL) are scripts that act only where
 // GET equals the owner value, so a holder can never extend or delete a lease
 // that another acquisition holds. Every script takes many sessions per call,
-// and the calls of one cycle go out in one pipeline: one round trip per Redis
-// shard whatever the number of leases.
+// and the calls of one cycle go out at once, in one pipeline or (renewal of
+// many leases) a few pipelines sent concurrently on separate connections,
+// whose replies are handled as each arrives: one round trip per Redis shard
+// in wall time whatever the number of leases.
 //
 // # Guarantees
 //

@@ -2,8 +2,6 @@ package lease
 
 import (
 	"context"
-
-	"k8s.io/utils/clock"
 	"sync"
 	"time"
 )
@@ -46,6 +44,9 @@ type Lease struct {
 	key     string // the lease key, built once
 	token   int64
 	owner   string
+	// The key and owner value as script arguments, boxed once at
+	// acquisition so that a renewal cycle allocates nothing per lease.
+	keyArg, ownerArg any
 
 	mu       sync.Mutex
 	state    State
@@ -54,7 +55,9 @@ type Lease struct {
 	cancel   context.CancelFunc
 	changed  chan struct{} // closed and replaced on every state change
 	reason   string
-	expiry   clock.Timer
+	group    *expiryGroup // the timer that ends the lease at its deadline; nil once Lost or Released
+
+	slot int // position in Manager.list while listed; guarded by Manager.mu
 }
 
 // Session is the id of the leased session.
@@ -120,9 +123,7 @@ func (l *Lease) setLocked(st State, reason string) bool {
 		reason = ""
 	}
 	if st == Lost || st == Released {
-		if l.expiry != nil {
-			l.expiry.Stop()
-		}
+		l.leaveGroupLocked()
 	}
 	l.state, l.reason = st, reason
 	close(l.changed)

@@ -48,7 +48,8 @@ type Config struct {
 	// It must be less than TTL/2.
 	DriftMargin time.Duration
 	// BatchSize is the number of sessions per script call; default 500.
-	// It bounds how long one call blocks Redis (~1µs per session).
+	// It bounds how long one call blocks Redis (renew: ~0.7 ms per 500
+	// sessions).
 	BatchSize int
 	// Clock measures deadlines; default the real (monotonic) clock.
 	Clock clock.WithTickerAndDelayedExecution
@@ -69,8 +70,14 @@ type Manager struct {
 	cluster                 bool
 	log                     *zap.Logger
 
+	// maxPipelines bounds the concurrent pipelines of a renewal cycle.
+	maxPipelines int
+	ttlArg       any       // TTL in ms, boxed once
+	argsPool     sync.Pool // of *[]any: renew command lines, reused across cycles
+
 	mu      sync.Mutex
 	held    map[string]*Lease // Held or Uncertain
+	list    []*Lease          // the leases of held in acquisition order (Lease.slot), for cache-friendly cycles
 	pending map[string]string // session -> owner value of an acquire whose reply was lost
 	stale   []*Lease          // lost locally but maybe still ours in Redis: release when next possible
 }
@@ -112,15 +119,17 @@ func New(cfg Config) (*Manager, error) {
 	}
 	_, cluster := cfg.Client.(*redis.ClusterClient)
 	return &Manager{
-		cfg:     cfg,
-		acquire: redis.NewScript(lua.Acquire),
-		renew:   redis.NewScript(lua.Renew),
-		release: redis.NewScript(lua.Release),
-		inspect: redis.NewScript(lua.Inspect),
-		cluster: cluster,
-		log:     cfg.Logger.With(zap.String("instance", cfg.Holder)),
-		held:    make(map[string]*Lease),
-		pending: make(map[string]string),
+		cfg:          cfg,
+		acquire:      redis.NewScript(lua.Acquire),
+		renew:        redis.NewScript(lua.Renew),
+		release:      redis.NewScript(lua.Release),
+		inspect:      redis.NewScript(lua.Inspect),
+		cluster:      cluster,
+		maxPipelines: maxPipelines,
+		ttlArg:       cfg.TTL.Milliseconds(),
+		log:          cfg.Logger.With(zap.String("instance", cfg.Holder)),
+		held:         make(map[string]*Lease),
+		pending:      make(map[string]string),
 	}, nil
 }
 
@@ -146,15 +155,13 @@ func (m *Manager) Held() []*Lease {
 	return out
 }
 
-// snapshot returns every Held or Uncertain lease in no particular order.
+// snapshot returns every Held or Uncertain lease, roughly in acquisition
+// order: walking them in the order they were allocated is much kinder to
+// the CPU caches than a map's random order when there are 100,000.
 func (m *Manager) snapshot() []*Lease {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]*Lease, 0, len(m.held))
-	for _, l := range m.held {
-		out = append(out, l)
-	}
-	return out
+	return append([]*Lease(nil), m.list...)
 }
 
 // Count is the number of Held or Uncertain leases.
@@ -209,51 +216,69 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 		return results
 	}
 
-	ttlMs := m.cfg.TTL.Milliseconds()
-	calls := m.run(ctx, m.acquire, todo, sessions, func(idx []int) ([]string, []any) {
-		keys := make([]string, 0, 2*len(idx))
-		args := make([]any, 0, 1+len(idx))
-		args = append(args, ttlMs)
-		for _, i := range idx {
-			keys = append(keys, m.cfg.Keys.Lease(sessions[i]), m.cfg.Keys.Fence(sessions[i]))
+	var calls []*call
+	for _, b := range m.batches(todo, sessions) {
+		args := evalsha(m.acquire, 2*len(b), 3*len(b)+1)
+		for _, i := range b {
+			args = append(args, m.cfg.Keys.Lease(sessions[i]), m.cfg.Keys.Fence(sessions[i]))
+		}
+		args = append(args, m.ttlArg)
+		for _, i := range b {
 			args = append(args, owners[i])
 		}
-		return keys, args
-	})
-
-	var changes []change
-	for _, c := range calls {
-		vals, err := c.ints(2 * len(c.idx))
-		for j, i := range c.idx {
-			s := sessions[i]
-			if err != nil {
-				results[i].Err = fmt.Errorf("acquire %s: %w", s, err)
-				m.log.Warn("lease acquire uncertain", zap.String("session", s), zap.String("event", "acquire_error"), zap.Error(err))
-				continue
-			}
-			token, remaining := vals[2*j], vals[2*j+1]
-			if token <= 0 {
-				results[i].Remaining = time.Duration(remaining) * time.Millisecond
-				if remaining < 0 {
-					results[i].Remaining = time.Duration(remaining)
-				}
-				m.mu.Lock()
-				delete(m.pending, s) // someone else holds it: our value never landed
-				m.mu.Unlock()
-				continue
-			}
-			l, ch := m.adopt(s, owners[i], token, c.sent)
-			results[i].Lease = l
-			changes = append(changes, ch...)
-		}
+		calls = append(calls, &call{idx: b, args: args})
 	}
+
+	var mu sync.Mutex // guards changes
+	var changes []change
+	m.send(ctx, m.acquire, calls, 1, func(done []*call, now time.Time) {
+		for _, c := range done {
+			ch := m.acquired(c, sessions, owners, results, now)
+			mu.Lock()
+			changes = append(changes, ch...)
+			mu.Unlock()
+		}
+	})
 	m.notify(changes)
 	return results
 }
 
-// adopt records a successful acquisition sent at sent.
-func (m *Manager) adopt(session, owner string, token int64, sent time.Time) (*Lease, []change) {
-	deadline := sent.Add(m.cfg.TTL - m.cfg.DriftMargin)
+// acquired applies the reply of one acquire call, received by now, to
+// results.
+func (m *Manager) acquired(c *call, sessions, owners []string, results []Result, now time.Time) []change {
+	vals, err := c.ints(2 * len(c.idx))
+	g := newGroup(c.sent.Add(m.cfg.TTL-m.cfg.DriftMargin), len(c.idx))
+	defer m.seal(g, now)
+	var changes []change
+	for j, i := range c.idx {
+		s := sessions[i]
+		if err != nil {
+			results[i].Err = fmt.Errorf("acquire %s: %w", s, err)
+			m.log.Warn("lease acquire uncertain", zap.String("session", s), zap.String("event", "acquire_error"), zap.Error(err))
+			continue
+		}
+		token, remaining := vals[2*j], vals[2*j+1]
+		if token <= 0 {
+			results[i].Remaining = time.Duration(remaining) * time.Millisecond
+			if remaining < 0 {
+				results[i].Remaining = time.Duration(remaining)
+			}
+			m.mu.Lock()
+			delete(m.pending, s) // someone else holds it: our value never landed
+			m.mu.Unlock()
+			continue
+		}
+		l, ch := m.adopt(s, owners[i], token, g, now)
+		results[i].Lease = l
+		changes = append(changes, ch...)
+	}
+	return changes
+}
+
+// adopt records a successful acquisition whose reply arrived by now; its
+// deadline is g's, counted from the time the request was sent. g is unsealed
+// and owned by the caller.
+func (m *Manager) adopt(session, owner string, token int64, g *expiryGroup, now time.Time) (*Lease, []change) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.pending, session)
@@ -261,10 +286,10 @@ func (m *Manager) adopt(session, owner string, token int64, sent time.Time) (*Le
 		return l, nil
 	}
 	term, cancel := cancelledContext()
-	l := &Lease{session: session, key: m.cfg.Keys.Lease(session), token: token, owner: owner, term: term, cancel: cancel,
-		deadline: deadline, changed: make(chan struct{}), reason: "acquiring"}
-	now := m.cfg.Clock.Now()
-	if !now.Before(deadline) {
+	key := m.cfg.Keys.Lease(session)
+	l := &Lease{session: session, key: key, token: token, owner: owner, keyArg: key, ownerArg: owner,
+		term: term, cancel: cancel, deadline: g.deadline, changed: make(chan struct{}), reason: "acquiring"}
+	if !now.Before(g.deadline) {
 		// The reply came too late to use; the key expires by itself (or a
 		// later release drops it).
 		l.state = Lost
@@ -274,185 +299,26 @@ func (m *Manager) adopt(session, owner string, token int64, sent time.Time) (*Le
 	}
 	l.state = Uncertain // setLocked(Held) below opens the term
 	l.setLocked(Held, "")
-	// The callback runs in its own goroutine, as time.AfterFunc does (fake
-	// clocks call it with their lock held).
-	l.expiry = m.cfg.Clock.AfterFunc(deadline.Sub(now), func() { go m.expire(l) })
+	l.joinLocked(g)
 	m.held[session] = l
+	l.slot = len(m.list)
+	m.list = append(m.list, l)
 	m.log.Info("lease acquired", zap.String("session", session), zap.String("event", "acquired"),
 		zap.Duration("ttl", m.cfg.TTL), zap.Int64("token", token))
 	return l, []change{{l, 0, Held}}
 }
 
-// expire runs when a lease's local deadline passes.
-func (m *Manager) expire(l *Lease) {
-	l.mu.Lock()
-	if l.state != Held && l.state != Uncertain {
-		l.mu.Unlock()
-		return
-	}
-	if m.cfg.Clock.Now().Before(l.deadline) { // renewed meanwhile; timer was reset
-		l.mu.Unlock()
-		return
-	}
-	from := l.state
-	m.forget(l) // before the state changes, so that a Lost lease is never listed
-	l.setLocked(Lost, "deadline passed")
-	l.mu.Unlock()
-	m.log.Warn("lease lost", zap.String("session", l.session), zap.String("event", "lost"),
-		zap.Int64("token", l.token), zap.String("reason", "deadline passed"))
-	m.notify([]change{{l, from, Lost}})
-}
-
+// forget takes l out of the leases the manager holds.
 func (m *Manager) forget(l *Lease) {
 	m.mu.Lock()
 	if m.held[l.session] == l {
 		delete(m.held, l.session)
+		last := m.list[len(m.list)-1]
+		m.list[l.slot], last.slot = last, l.slot
+		m.list[len(m.list)-1] = nil
+		m.list = m.list[:len(m.list)-1]
 	}
 	m.mu.Unlock()
-}
-
-// RenewReport says what one renewal cycle did.
-type RenewReport struct {
-	// Renewed leases are Held with a new deadline.
-	Renewed int
-	// Lost leases were gone or owned by another in Redis.
-	Lost []*Lease
-	// Uncertain leases got no answer; their polling stopped.
-	Uncertain []*Lease
-	// Err is the first request error, if any.
-	Err error
-	// RoundTrip is how long the pipeline took.
-	RoundTrip time.Duration
-}
-
-// RenewAll renews every Held or Uncertain lease in one pipeline (one round
-// trip per shard) and reports exactly which were not renewed.
-//
-// Without a deadline on ctx, the cycle is bounded by TTL/3: a later answer
-// could not keep any lease alive anyway.
-func (m *Manager) RenewAll(ctx context.Context) RenewReport {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.cfg.TTL/3)
-		defer cancel()
-	}
-	m.dropStale(ctx)
-	leases := m.snapshot() // unsorted: the order does not matter here
-	if len(leases) == 0 {
-		return RenewReport{}
-	}
-	idx := make([]int, len(leases))
-	names := make([]string, len(leases))
-	for i, l := range leases {
-		idx[i], names[i] = i, l.session
-	}
-	ttlMs := m.cfg.TTL.Milliseconds()
-	start := m.cfg.Clock.Now()
-	calls := m.run(ctx, m.renew, idx, names, func(idx []int) ([]string, []any) {
-		keys := make([]string, 0, len(idx))
-		args := make([]any, 0, 1+len(idx))
-		args = append(args, ttlMs)
-		for _, i := range idx {
-			keys = append(keys, leases[i].key)
-			args = append(args, leases[i].owner)
-		}
-		return keys, args
-	})
-	rep := RenewReport{RoundTrip: m.cfg.Clock.Since(start)}
-	var changes []change
-	for _, c := range calls {
-		vals, err := c.ints(len(c.idx))
-		if err != nil && rep.Err == nil {
-			rep.Err = err
-		}
-		for j, i := range c.idx {
-			l := leases[i]
-			switch {
-			case err != nil:
-				if ch, ok := m.transition(l, Uncertain, "renew failed: "+err.Error()); ok {
-					changes = append(changes, ch)
-				}
-				rep.Uncertain = append(rep.Uncertain, l)
-			case vals[j] == 1:
-				if ch, ok := m.extend(l, c.sent); ok {
-					rep.Renewed++
-					if ch.to != 0 {
-						changes = append(changes, ch)
-					}
-				} else {
-					rep.Lost = append(rep.Lost, l)
-				}
-			default:
-				if ch, ok := m.transition(l, Lost, "not owner"); ok {
-					changes = append(changes, ch)
-				}
-				m.forget(l)
-				rep.Lost = append(rep.Lost, l)
-			}
-		}
-	}
-	if rep.Err != nil {
-		m.log.Warn("lease renewal failed", zap.String("event", "renew_error"),
-			zap.Int("uncertain", len(rep.Uncertain)), zap.Error(rep.Err))
-	}
-	m.notify(changes)
-	return rep
-}
-
-// extend applies a successful renewal sent at sent. It returns ok=false when
-// the lease can no longer be used (already lost, or the reply came too late).
-func (m *Manager) extend(l *Lease, sent time.Time) (change, bool) {
-	deadline := sent.Add(m.cfg.TTL - m.cfg.DriftMargin)
-	now := m.cfg.Clock.Now()
-	l.mu.Lock()
-	if l.state != Held && l.state != Uncertain {
-		lost := l.state == Lost
-		l.mu.Unlock()
-		if lost {
-			// The deadline passed while this renewal was in flight: Redis
-			// has just extended a key nobody will use; drop it.
-			m.mu.Lock()
-			m.stale = append(m.stale, l)
-			m.mu.Unlock()
-		}
-		return change{}, false
-	}
-	if !now.Before(deadline) {
-		from := l.state
-		l.setLocked(Lost, "renewed past deadline")
-		l.mu.Unlock()
-		m.forget(l)
-		m.mu.Lock()
-		m.stale = append(m.stale, l)
-		m.mu.Unlock()
-		return change{l, from, Lost}, false
-	}
-	if deadline.After(l.deadline) {
-		l.deadline = deadline
-	}
-	l.expiry.Reset(l.deadline.Sub(now))
-	from := l.state
-	moved := l.setLocked(Held, "")
-	l.mu.Unlock()
-	if moved {
-		m.log.Info("lease held again", zap.String("session", l.session), zap.String("event", "recovered"), zap.Int64("token", l.token))
-		return change{l, from, Held}, true
-	}
-	return change{}, true
-}
-
-// transition moves l to st (Uncertain or Lost) and logs it.
-func (m *Manager) transition(l *Lease, st State, reason string) (change, bool) {
-	l.mu.Lock()
-	from := l.state
-	moved := l.setLocked(st, reason)
-	l.mu.Unlock()
-	if !moved {
-		return change{}, false
-	}
-	m.log.Warn("lease "+st.String(), zap.String("session", l.session), zap.String("event", st.String()),
-		zap.Int64("token", l.token), zap.String("reason", reason))
-	return change{l, from, st}, true
 }
 
 // dropStale deletes, where they still hold our owner value, the keys of
@@ -499,15 +365,18 @@ func (m *Manager) Release(ctx context.Context, leases ...*Lease) error {
 	for i, l := range todo {
 		idx[i], names[i] = i, l.session
 	}
-	calls := m.run(ctx, m.release, idx, names, func(idx []int) ([]string, []any) {
-		keys := make([]string, 0, len(idx))
-		args := make([]any, 0, len(idx))
-		for _, i := range idx {
-			keys = append(keys, todo[i].key)
+	var calls []*call
+	for _, b := range m.batches(idx, names) {
+		args := evalsha(m.release, len(b), 2*len(b))
+		for _, i := range b {
+			args = append(args, todo[i].key)
+		}
+		for _, i := range b {
 			args = append(args, todo[i].owner)
 		}
-		return keys, args
-	})
+		calls = append(calls, &call{idx: b, args: args})
+	}
+	m.send(ctx, m.release, calls, 1, func([]*call, time.Time) {})
 	for _, c := range calls {
 		if c.err != nil {
 			return fmt.Errorf("release: %w", c.err)

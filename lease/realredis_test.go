@@ -178,7 +178,7 @@ func TestRealRenewScript(t *testing.T) {
 		seed     seed
 		sessions []string
 		owners   map[string]string
-		want     []int64
+		want     []int64          // positions (from 1) of the leases not renewed
 		after    map[string]after // pttl live here means at most scriptTTL (not extended)
 		extended []string         // sessions whose PTTL must now exceed scriptTTL
 	}{
@@ -187,7 +187,7 @@ func TestRealRenewScript(t *testing.T) {
 			seed:     seed{held: map[string]string{"s": "a#1"}, fence: map[string]int64{"s": 1}},
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{1},
+			want:     []int64{},
 			extended: []string{"s"},
 		},
 		{
@@ -195,14 +195,14 @@ func TestRealRenewScript(t *testing.T) {
 			seed:     seed{held: map[string]string{"s": "b#1"}, fence: map[string]int64{"s": 1}},
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{0},
+			want:     []int64{1},
 			after:    map[string]after{"s": {"b#1", 1, live}},
 		},
 		{
 			name:     "missing key: never created",
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{0},
+			want:     []int64{1},
 			after:    map[string]after{"s": {"", 0, -2}},
 		},
 		{
@@ -211,7 +211,7 @@ func TestRealRenewScript(t *testing.T) {
 				forever: map[string]string{"other2": "b#2"}},
 			sessions: []string{"m1", "other", "missing", "m2", "other2"},
 			owners:   map[string]string{"m1": "a#1", "other": "a#9", "missing": "a#8", "m2": "a#2", "other2": "a#7"},
-			want:     []int64{1, 0, 0, 1, 0},
+			want:     []int64{2, 3, 5},
 			after: map[string]after{
 				"other":   {"b#1", 0, live},
 				"missing": {"", 0, -2},
@@ -233,6 +233,41 @@ func TestRealRenewScript(t *testing.T) {
 			}
 		})
 	}
+}
+
+// renew.lua reads owner values with MGET a thousand keys at a time: a call
+// of 2,500 leases spans three MGETs, and positions stay right across them.
+func TestRealRenewScriptAcrossMGETChunks(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	const n = 2500
+	owners := make(map[string]string, n)
+	sessions := make([]string, n)
+	pipe := r.rdb.Pipeline()
+	var want []int64
+	for i := range sessions {
+		s := fmt.Sprintf("s%04d", i)
+		sessions[i], owners[s] = s, fmt.Sprintf("a#%d", i)
+		switch {
+		case i%997 == 0: // missing
+			want = append(want, int64(i+1))
+		case i%1000 == 999 || i%1000 == 0: // another owner, at chunk edges
+			pipe.Set(ctx, realKeys.Lease(s), "b#1", scriptTTL*time.Millisecond)
+			want = append(want, int64(i+1))
+		case i == n-1:
+			pipe.Set(ctx, realKeys.Lease(s), "wrong", scriptTTL*time.Millisecond)
+			want = append(want, int64(i+1))
+		default:
+			pipe.Set(ctx, realKeys.Lease(s), owners[s], scriptTTL*time.Millisecond)
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, runRenew(t, r.rdb, 60000, owners, sessions...))
+	require.Greater(t, r.pttl(t, "s0001"), int64(scriptTTL), "renewed")
+	require.Greater(t, r.pttl(t, "s2498"), int64(scriptTTL), "renewed")
+	require.LessOrEqual(t, r.pttl(t, "s0999"), int64(scriptTTL), "another owner's lease is not extended")
 }
 
 func TestRealReleaseScript(t *testing.T) {
@@ -606,14 +641,19 @@ func TestRealBatching10000Sessions(t *testing.T) {
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
 
-	for i, want := range [][]int{{calls, calls}, {calls}} {
+	// A renewal cycle goes out at once as maxPipelines pipelines of 5 calls
+	// (one round trip); the first also meets NOSCRIPT and resends all 20
+	// calls in one more pipeline.
+	quarter := calls / maxPipelines
+	for i, want := range [][]int{{quarter, quarter, quarter, quarter, calls}, {quarter, quarter, quarter, quarter}} {
 		rep := m.RenewAll(ctx)
 		require.NoError(t, rep.Err)
 		require.Equal(t, n, rep.Renewed)
 		require.Empty(t, rep.Lost)
 		require.Empty(t, rep.Uncertain)
-		p, _ := r.hook.take()
+		p, loads := r.hook.take()
 		require.Equal(t, want, p, "RenewAll %d", i+1)
+		require.Equal(t, len(p)-maxPipelines, loads, "the script is loaded once, when missing")
 	}
 
 	hs, err := m.Inspect(ctx, ids)
@@ -663,7 +703,7 @@ func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := r.pttl(t, "s")
 			forged := map[string]string{"s": tt.give}
-			require.Equal(t, []int64{0}, runRenew(t, r.rdb, 3600_000, forged, "s"))
+			require.Equal(t, []int64{1}, runRenew(t, r.rdb, 3600_000, forged, "s"), "not renewed")
 			require.Equal(t, []int64{0}, runRelease(t, r.rdb, forged, "s"))
 			require.Equal(t, owner, r.owner(t, "s"))
 			got := r.pttl(t, "s")

@@ -11,7 +11,8 @@ import _ "embed"
 //go:embed acquire.lua
 var Acquire string
 
-// Renew extends leases only where GET equals the owner value (PEXPIRE).
+// Renew extends leases only where GET equals the owner value (PEXPIRE), and
+// returns the positions of those it did not extend.
 //
 //go:embed renew.lua
 var Renew string

@@ -1,0 +1,268 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// RenewReport says what one renewal cycle did.
+type RenewReport struct {
+	// Renewed leases are Held with a new deadline.
+	Renewed int
+	// Lost leases were gone or owned by another in Redis.
+	Lost []*Lease
+	// Uncertain leases got no answer; their polling stopped.
+	Uncertain []*Lease
+	// Err is the first request error, if any.
+	Err error
+	// RoundTrip is how long the requests took, from the first sent to the
+	// last reply received.
+	RoundTrip time.Duration
+}
+
+// RenewAll renews every Held or Uncertain lease and reports exactly which
+// were not renewed. The script calls (BatchSize leases each) go out at once
+// in a few pipelines on separate connections, whose replies are handled as
+// they arrive: one round trip per shard in wall time, whatever the number
+// of leases. The goroutines it starts for this have exited when it returns.
+//
+// Without a deadline on ctx, the cycle is bounded by TTL/3: a later answer
+// could not keep any lease alive anyway.
+func (m *Manager) RenewAll(ctx context.Context) RenewReport {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.cfg.TTL/3)
+		defer cancel()
+	}
+	m.dropStale(ctx)
+	leases := m.snapshot()
+	if len(leases) == 0 {
+		return RenewReport{}
+	}
+	batches := m.leaseBatches(leases)
+	calls := make([]*call, len(batches))
+	for i, b := range batches {
+		args := m.renewArgs(len(b))
+		for _, l := range b {
+			args = append(args, l.keyArg)
+		}
+		args = append(args, m.ttlArg)
+		for _, l := range b {
+			args = append(args, l.ownerArg)
+		}
+		calls[i] = &call{leases: b, args: args}
+	}
+
+	start := m.cfg.Clock.Now()
+	var mu sync.Mutex // guards rep, last and changes
+	var rep RenewReport
+	var changes []change
+	last := start
+	m.send(ctx, m.renew, calls, m.pipelines(len(calls)), func(done []*call, now time.Time) {
+		for _, c := range done {
+			r, ch := m.renewed(c, now)
+			mu.Lock()
+			rep.Renewed += r.Renewed
+			rep.Lost = append(rep.Lost, r.Lost...)
+			rep.Uncertain = append(rep.Uncertain, r.Uncertain...)
+			if rep.Err == nil {
+				rep.Err = r.Err
+			}
+			changes = append(changes, ch...)
+			mu.Unlock()
+		}
+		mu.Lock()
+		if now.After(last) {
+			last = now
+		}
+		mu.Unlock()
+	})
+	rep.RoundTrip = last.Sub(start)
+	for _, c := range calls {
+		m.putRenewArgs(c.args)
+	}
+	if rep.Err != nil {
+		m.log.Warn("lease renewal failed", zap.String("event", "renew_error"),
+			zap.Int("uncertain", len(rep.Uncertain)), zap.Error(rep.Err))
+	}
+	m.notify(changes)
+	return rep
+}
+
+// renewArgs returns the start of a renew call's command line for n leases,
+// reusing a line of an earlier cycle when one is large enough: a cycle of
+// 100,000 leases would otherwise allocate 3 MB of them.
+func (m *Manager) renewArgs(n int) []any {
+	if p, ok := m.argsPool.Get().(*[]any); ok && cap(*p) >= 4+2*n {
+		return append((*p)[:0], "evalsha", m.renew.Hash(), n)
+	}
+	args := make([]any, 3, 4+2*n)
+	args[0], args[1], args[2] = "evalsha", m.renew.Hash(), n
+	return args
+}
+
+// putRenewArgs keeps args for a later cycle once its call is done (go-redis
+// holds no reference to a command after Exec returns); it keeps no lease
+// reachable.
+func (m *Manager) putRenewArgs(args []any) {
+	clear(args)
+	args = args[:0]
+	m.argsPool.Put(&args)
+}
+
+// leaseBatches groups leases into script calls of at most BatchSize; under
+// Redis Cluster each call holds one hash slot.
+func (m *Manager) leaseBatches(leases []*Lease) [][]*Lease {
+	size := m.cfg.BatchSize
+	if !m.cluster {
+		out := make([][]*Lease, 0, (len(leases)+size-1)/size)
+		for len(leases) > 0 {
+			n := min(size, len(leases))
+			out = append(out, leases[:n:n])
+			leases = leases[n:]
+		}
+		return out
+	}
+	bySlot := make(map[uint16][]*Lease)
+	var order []uint16
+	for _, l := range leases {
+		s := keyspace.Slot(l.key)
+		if _, ok := bySlot[s]; !ok {
+			order = append(order, s)
+		}
+		bySlot[s] = append(bySlot[s], l)
+	}
+	var out [][]*Lease
+	for _, s := range order {
+		for ls := bySlot[s]; len(ls) > 0; {
+			n := min(size, len(ls))
+			out = append(out, ls[:n:n])
+			ls = ls[n:]
+		}
+	}
+	return out
+}
+
+// notRenewed returns the positions (from 0) of the leases of a renew call
+// that were not renewed, from the script's reply: their positions from 1,
+// in increasing order. Anything else is an error: never read as renewed.
+func (c *call) notRenewed() ([]int, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	vals, err := c.cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, len(vals))
+	prev := int64(0)
+	for _, v := range vals {
+		i, ok := v.(int64)
+		if !ok || i <= prev || i > int64(len(c.leases)) {
+			return nil, fmt.Errorf("renew script reply %v: not increasing positions in [1, %d]", vals, len(c.leases))
+		}
+		out = append(out, int(i-1))
+		prev = i
+	}
+	return out, nil
+}
+
+// renewed applies the reply of one renew call, received by now.
+func (m *Manager) renewed(c *call, now time.Time) (RenewReport, []change) {
+	var rep RenewReport
+	var changes []change
+	failed, err := c.notRenewed()
+	if err != nil {
+		rep.Err = err
+		for _, l := range c.leases {
+			if ch, ok := m.transition(l, Uncertain, "renew failed: "+err.Error()); ok {
+				changes = append(changes, ch)
+			}
+			rep.Uncertain = append(rep.Uncertain, l)
+		}
+		return rep, changes
+	}
+	g := newGroup(c.sent.Add(m.cfg.TTL-m.cfg.DriftMargin), len(c.leases))
+	defer m.seal(g, now)
+	for j, l := range c.leases {
+		if len(failed) > 0 && failed[0] == j {
+			failed = failed[1:]
+			if ch, ok := m.transition(l, Lost, "not owner"); ok {
+				changes = append(changes, ch)
+			}
+			m.forget(l)
+			rep.Lost = append(rep.Lost, l)
+			continue
+		}
+		ch, ok := m.extend(l, g, now)
+		if !ok {
+			rep.Lost = append(rep.Lost, l)
+			continue
+		}
+		rep.Renewed++
+		if ch.to != 0 {
+			changes = append(changes, ch)
+		}
+	}
+	return rep, changes
+}
+
+// extend applies a successful renewal whose deadline is g's, at now. It
+// returns ok=false when the lease can no longer be used (already lost, or
+// the reply came too late).
+func (m *Manager) extend(l *Lease, g *expiryGroup, now time.Time) (change, bool) {
+	l.mu.Lock()
+	if l.state != Held && l.state != Uncertain {
+		lost := l.state == Lost
+		l.mu.Unlock()
+		if lost {
+			// The deadline passed while this renewal was in flight: Redis
+			// has just extended a key nobody will use; drop it.
+			m.mu.Lock()
+			m.stale = append(m.stale, l)
+			m.mu.Unlock()
+		}
+		return change{}, false
+	}
+	if !now.Before(g.deadline) {
+		from := l.state
+		l.setLocked(Lost, "renewed past deadline")
+		l.mu.Unlock()
+		m.forget(l)
+		m.mu.Lock()
+		m.stale = append(m.stale, l)
+		m.mu.Unlock()
+		return change{l, from, Lost}, false
+	}
+	if g.deadline.After(l.deadline) {
+		l.joinLocked(g)
+	}
+	from := l.state
+	moved := l.setLocked(Held, "")
+	l.mu.Unlock()
+	if moved {
+		m.log.Info("lease held again", zap.String("session", l.session), zap.String("event", "recovered"), zap.Int64("token", l.token))
+		return change{l, from, Held}, true
+	}
+	return change{}, true
+}
+
+// transition moves l to st (Uncertain or Lost) and logs it.
+func (m *Manager) transition(l *Lease, st State, reason string) (change, bool) {
+	l.mu.Lock()
+	from := l.state
+	moved := l.setLocked(st, reason)
+	l.mu.Unlock()
+	if !moved {
+		return change{}, false
+	}
+	m.log.Warn("lease "+st.String(), zap.String("session", l.session), zap.String("event", st.String()),
+		zap.Int64("token", l.token), zap.String("reason", reason))
+	return change{l, from, st}, true
+}
