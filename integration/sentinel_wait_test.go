@@ -86,7 +86,9 @@ func acquireArgs(sessions []string, owner string, ttl time.Duration) (keys []str
 	var ks keyspace.Space
 	args = []any{ttl.Milliseconds()}
 	for _, s := range sessions {
-		keys = append(keys, ks.Lease(s), ks.Fence(s))
+		// The lease, its fencing counter and its handoff mark (see
+		// acquire.lua; lease.handoffKey builds the last).
+		keys = append(keys, ks.Lease(s), ks.Fence(s), "poll:released:{"+s+"}")
 		args = append(args, owner+"#"+s)
 	}
 	return keys, args
@@ -112,7 +114,7 @@ func acquire(ctx context.Context, c redis.Cmdable, sessions []string, owner stri
 	}
 	tokens := make([]int64, len(sessions))
 	for i := range tokens {
-		tokens[i] = flat[2*i]
+		tokens[i] = flat[3*i] // token, pttl, handoff gap per session
 	}
 	if acked == nil {
 		return tokens, -1, nil

@@ -9,7 +9,10 @@
 // and the calls of one cycle go out at once, in one pipeline or (renewal of
 // many leases) a few pipelines sent concurrently on separate connections,
 // whose replies are handled as each arrives: one round trip per Redis shard
-// in wall time whatever the number of leases.
+// in wall time whatever the number of leases. A release leaves a handoff
+// mark (<prefix>:released:{<session>}, the release time, kept one TTL) that
+// the successor's acquisition consumes to report the handoff gap
+// (Lease.HandoffGap).
 //
 // # Guarantees
 //

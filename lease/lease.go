@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,6 +48,9 @@ type Lease struct {
 	// The key and owner value as script arguments, boxed once at
 	// acquisition so that a renewal cycle allocates nothing per lease.
 	keyArg, ownerArg any
+	gap              time.Duration // release -> this acquisition, in Redis; -1 if no graceful release
+	acquired         time.Time     // local: when the acquire reply arrived
+	polled           atomic.Bool   // MarkPolled was called
 
 	mu       sync.Mutex
 	state    State

@@ -218,9 +218,10 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 
 	var calls []*call
 	for _, b := range m.batches(todo, sessions) {
-		args := evalsha(m.acquire, 2*len(b), 3*len(b)+1)
+		args := evalsha(m.acquire, 3*len(b), 4*len(b)+1)
 		for _, i := range b {
-			args = append(args, m.cfg.Keys.Lease(sessions[i]), m.cfg.Keys.Fence(sessions[i]))
+			s := sessions[i]
+			args = append(args, m.cfg.Keys.Lease(s), m.cfg.Keys.Fence(s), handoffKey(m.cfg.Keys, s))
 		}
 		args = append(args, m.ttlArg)
 		for _, i := range b {
@@ -246,7 +247,7 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 // acquired applies the reply of one acquire call, received by now, to
 // results.
 func (m *Manager) acquired(c *call, sessions, owners []string, results []Result, now time.Time) []change {
-	vals, err := c.ints(2 * len(c.idx))
+	vals, err := c.ints(3 * len(c.idx))
 	g := newGroup(c.sent.Add(m.cfg.TTL-m.cfg.DriftMargin), len(c.idx))
 	defer m.seal(g, now)
 	var changes []change
@@ -257,7 +258,7 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 			m.log.Warn("lease acquire uncertain", zap.String("session", s), zap.String("event", "acquire_error"), zap.Error(err))
 			continue
 		}
-		token, remaining := vals[2*j], vals[2*j+1]
+		token, remaining, gap := vals[3*j], vals[3*j+1], vals[3*j+2]
 		if token <= 0 {
 			results[i].Remaining = time.Duration(remaining) * time.Millisecond
 			if remaining < 0 {
@@ -268,7 +269,7 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 			m.mu.Unlock()
 			continue
 		}
-		l, ch := m.adopt(s, owners[i], token, g, now)
+		l, ch := m.adopt(s, owners[i], token, time.Duration(gap)*time.Millisecond, g, now)
 		results[i].Lease = l
 		changes = append(changes, ch...)
 	}
@@ -277,8 +278,8 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 
 // adopt records a successful acquisition whose reply arrived by now; its
 // deadline is g's, counted from the time the request was sent. g is unsealed
-// and owned by the caller.
-func (m *Manager) adopt(session, owner string, token int64, g *expiryGroup, now time.Time) (*Lease, []change) {
+// and owned by the caller. gap is the handoff gap, negative if none.
+func (m *Manager) adopt(session, owner string, token int64, gap time.Duration, g *expiryGroup, now time.Time) (*Lease, []change) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.pending, session)
@@ -287,7 +288,11 @@ func (m *Manager) adopt(session, owner string, token int64, g *expiryGroup, now 
 	}
 	term, cancel := cancelledContext()
 	key := m.cfg.Keys.Lease(session)
+	if gap < 0 {
+		gap = -1
+	}
 	l := &Lease{session: session, key: key, token: token, owner: owner, keyArg: key, ownerArg: owner,
+		gap: gap, acquired: now,
 		term: term, cancel: cancel, deadline: g.deadline, changed: make(chan struct{}), reason: "acquiring"}
 	if !now.Before(g.deadline) {
 		// The reply came too late to use; the key expires by itself (or a
@@ -367,10 +372,11 @@ func (m *Manager) Release(ctx context.Context, leases ...*Lease) error {
 	}
 	var calls []*call
 	for _, b := range m.batches(idx, names) {
-		args := evalsha(m.release, len(b), 2*len(b))
+		args := evalsha(m.release, 2*len(b), 3*len(b)+1)
 		for _, i := range b {
-			args = append(args, todo[i].key)
+			args = append(args, todo[i].key, handoffKey(m.cfg.Keys, todo[i].session))
 		}
+		args = append(args, m.ttlArg) // the handoff mark lives one TTL
 		for _, i := range b {
 			args = append(args, todo[i].owner)
 		}

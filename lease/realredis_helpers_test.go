@@ -84,6 +84,23 @@ func (r *realEnv) pttl(t *testing.T, session string) int64 {
 	return ms
 }
 
+// markTTL is the lifetime (ms) of the handoff marks runRelease leaves.
+const markTTL = 5000
+
+// mark returns the handoff mark of session (-1 if none) and its PTTL.
+func (r *realEnv) mark(t *testing.T, session string) (ms, pttl int64) {
+	t.Helper()
+	ctx := context.Background()
+	v, err := r.rdb.Get(ctx, handoffKey(realKeys, session)).Int64()
+	if err == redis.Nil {
+		return -1, -2
+	}
+	require.NoError(t, err)
+	pttl, err = r.rdb.Do(ctx, "PTTL", handoffKey(realKeys, session)).Int64()
+	require.NoError(t, err)
+	return v, pttl
+}
+
 // fence returns the fencing counter of session (0 if missing).
 func (r *realEnv) fence(t *testing.T, session string) int64 {
 	t.Helper()
@@ -112,10 +129,10 @@ func tryAcquire(m *Manager, session string) *Lease {
 
 func runAcquire(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]string, sessions ...string) []int64 {
 	t.Helper()
-	ks := make([]string, 0, 2*len(sessions))
+	ks := make([]string, 0, 3*len(sessions))
 	args := []any{ttlMs}
 	for _, s := range sessions {
-		ks = append(ks, realKeys.Lease(s), realKeys.Fence(s))
+		ks = append(ks, realKeys.Lease(s), realKeys.Fence(s), handoffKey(realKeys, s))
 		args = append(args, owners[s])
 	}
 	vals, err := redis.NewScript(lua.Acquire).Run(context.Background(), c, ks, args...).Int64Slice()
@@ -138,10 +155,10 @@ func runRenew(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]str
 
 func runRelease(t *testing.T, c redis.Scripter, owners map[string]string, sessions ...string) []int64 {
 	t.Helper()
-	ks := make([]string, 0, len(sessions))
-	args := make([]any, 0, len(sessions))
+	ks := make([]string, 0, 2*len(sessions))
+	args := []any{markTTL}
 	for _, s := range sessions {
-		ks = append(ks, realKeys.Lease(s))
+		ks = append(ks, realKeys.Lease(s), handoffKey(realKeys, s))
 		args = append(args, owners[s])
 	}
 	vals, err := redis.NewScript(lua.Release).Run(context.Background(), c, ks, args...).Int64Slice()

@@ -101,7 +101,7 @@ func TestRealAcquireScript(t *testing.T) {
 			name:     "free key: token is the first INCR, PX set",
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{1, 0},
+			want:     []int64{1, 0, -1},
 			after:    map[string]after{"s": {"a#1", 1, live}},
 		},
 		{
@@ -109,7 +109,7 @@ func TestRealAcquireScript(t *testing.T) {
 			seed:     seed{fence: map[string]int64{"s": 41}},
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{42, 0},
+			want:     []int64{42, 0, -1},
 			after:    map[string]after{"s": {"a#1", 42, live}},
 		},
 		{
@@ -117,7 +117,7 @@ func TestRealAcquireScript(t *testing.T) {
 			seed:     seed{held: map[string]string{"s": "a#1"}, fence: map[string]int64{"s": 7}},
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{7, 0},
+			want:     []int64{7, 0, -1},
 			after:    map[string]after{"s": {"a#1", 7, live}},
 		},
 		{
@@ -125,7 +125,7 @@ func TestRealAcquireScript(t *testing.T) {
 			seed:     seed{held: map[string]string{"s": "b#1"}, fence: map[string]int64{"s": 3}},
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{0, live},
+			want:     []int64{0, live, -1},
 			after:    map[string]after{"s": {"b#1", 3, live}},
 		},
 		{
@@ -133,7 +133,7 @@ func TestRealAcquireScript(t *testing.T) {
 			seed:     seed{forever: map[string]string{"s": "b#1"}},
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{0, -1},
+			want:     []int64{0, -1, -1},
 			after:    map[string]after{"s": {"b#1", 0, -1}},
 		},
 		{
@@ -144,7 +144,7 @@ func TestRealAcquireScript(t *testing.T) {
 			},
 			sessions: []string{"free", "other", "mine", "used"},
 			owners:   map[string]string{"free": "a#1", "other": "a#2", "mine": "a#3", "used": "a#4"},
-			want:     []int64{1, 0, 0, live, 9, 0, 101, 0},
+			want:     []int64{1, 0, -1, 0, live, -1, 9, 0, -1, 101, 0, -1},
 			after: map[string]after{
 				"free":  {"a#1", 1, live},
 				"other": {"b#1", 5, live},
@@ -323,10 +323,61 @@ func TestRealReleaseScript(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r.seed(t, tt.seed)
+			now := r.rdb.Time(context.Background()).Val().UnixMilli()
 			got := runRelease(t, r.rdb, tt.owners, tt.sessions...)
 			requireReply(t, tt.want, 0, got)
 			r.requireAfter(t, tt.after, scriptTTL)
+			for i, s := range tt.sessions {
+				at, pttl := r.mark(t, s)
+				if got[i] == 0 {
+					require.Equal(t, int64(-1), at, "no handoff mark for %s: not released", s)
+					continue
+				}
+				require.GreaterOrEqual(t, at, now, "handoff mark of %s is the release time", s)
+				require.Less(t, at, now+2000, "handoff mark of %s is the release time", s)
+				require.Greater(t, pttl, int64(0), "handoff mark of %s expires", s)
+				require.LessOrEqual(t, pttl, int64(markTTL), "handoff mark of %s lives ARGV[1] ms", s)
+			}
 		})
+	}
+}
+
+func TestRealAcquireScriptHandoffMark(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	const ago = 1500 // ms between the seeded release and the acquisition
+	setMark := func(session, v string) {
+		require.NoError(t, r.rdb.Set(ctx, handoffKey(realKeys, session), v, time.Minute).Err())
+	}
+	released := func() string {
+		return fmt.Sprint(r.rdb.Time(ctx).Val().UnixMilli() - ago)
+	}
+
+	r.seed(t, seed{held: map[string]string{"other": "b#1", "mine": "a#3"}, fence: map[string]int64{"mine": 3}})
+	for _, s := range []string{"free", "other", "mine"} {
+		setMark(s, released())
+	}
+	setMark("garbage", "not a number")
+	got := runAcquire(t, r.rdb, 10000,
+		map[string]string{"free": "a#1", "other": "a#2", "mine": "a#3", "garbage": "a#4", "none": "a#5"},
+		"free", "other", "mine", "garbage", "none")
+	require.Len(t, got, 15)
+	require.Equal(t, []int64{1, 0}, got[0:2])
+	require.GreaterOrEqual(t, got[2], int64(ago), "gap since the release")
+	require.Less(t, got[2], int64(ago+2000), "gap since the release")
+	require.Equal(t, []int64{0, -1}, []int64{got[3], got[5]}, "held by another: no gap")
+	require.Equal(t, []int64{3, 0, -1}, got[6:9], "a retry reports no gap")
+	require.Equal(t, []int64{1, 0, -1}, got[9:12], "a malformed mark is no gap")
+	require.Equal(t, []int64{1, 0, -1}, got[12:15], "no mark, no gap")
+
+	for s, wantMark := range map[string]bool{"free": false, "garbage": false, "other": true, "mine": true} {
+		at, _ := r.mark(t, s)
+		if s == "garbage" {
+			require.Zero(t, r.rdb.Exists(ctx, handoffKey(realKeys, s)).Val(), "a fresh acquisition consumes the mark")
+			continue
+		}
+		require.Equal(t, wantMark, at != -1, "mark of %s kept: %v", s, wantMark)
 	}
 }
 
@@ -666,7 +717,7 @@ func TestRealBatching10000Sessions(t *testing.T) {
 
 	require.NoError(t, m.ReleaseAll(ctx))
 	require.Zero(t, m.Count())
-	require.Equal(t, int64(n), r.rdb.DBSize(ctx).Val(), "only the fencing counters remain")
+	require.Equal(t, int64(2*n), r.rdb.DBSize(ctx).Val(), "only the fencing counters and handoff marks remain")
 }
 
 func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
@@ -729,7 +780,7 @@ func TestRealAcquireIdempotentUnderClientRetry(t *testing.T) {
 		owners := map[string]string{"s": "a#1"}
 		first := runAcquire(t, r.rdb, 10000, owners, "s")
 		retry := runAcquire(t, r.rdb, 10000, owners, "s")
-		require.Equal(t, []int64{1, 0}, first)
+		require.Equal(t, []int64{1, 0, -1}, first)
 		require.Equal(t, first, retry)
 		require.Equal(t, int64(1), r.fence(t, "s"))
 		require.Equal(t, 1, incrCalls(t, r.rdb))
@@ -835,7 +886,7 @@ func TestRealAcquireRetryWithMissingCounter(t *testing.T) {
 	r := startReal(t)
 	r.seed(t, seed{held: map[string]string{"mine": "a#1"}})
 	got := runAcquire(t, r.rdb, 10000, map[string]string{"mine": "a#1", "free": "a#2"}, "mine", "free")
-	require.Len(t, got, 4, "two integers per session, got %v", got)
+	require.Len(t, got, 6, "three integers per session, got %v", got)
 }
 
 // A renewal sent before the local deadline whose reply comes back after the

@@ -26,6 +26,7 @@ type Prometheus struct {
 	polls          *prometheus.CounterVec
 	pollDuration   prometheus.Histogram
 	redisErrors    *prometheus.CounterVec
+	handoffGap     prometheus.Histogram
 }
 
 var _ poller.Observer = (*Prometheus)(nil)
@@ -60,9 +61,15 @@ func New(reg prometheus.Registerer) (*Prometheus, error) {
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pollworker_redis_errors_total", Help: "Failed Redis operations by operation."},
 			[]string{"op"}),
+		handoffGap: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pollworker_handoff_gap_seconds",
+			Help: "Time a session went unpolled across a graceful handoff: from the previous holder's release to this worker's first poll.",
+			// 1ms to ~33s: a prompt handoff takes milliseconds, a missed
+			// event waits for the next round (seconds).
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
 	for _, c := range []prometheus.Collector{p.leasesHeld, p.leaseEvents, p.renewed, p.renewRoundTrip,
-		p.sessions, p.liveNodes, p.memberChanges, p.polls, p.pollDuration, p.redisErrors} {
+		p.sessions, p.liveNodes, p.memberChanges, p.polls, p.pollDuration, p.redisErrors, p.handoffGap} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -101,6 +108,9 @@ func (p *Prometheus) Round(members, sessions, owned, malformed int, membershipCh
 
 // RedisError implements poller.Observer.
 func (p *Prometheus) RedisError(op string) { p.redisErrors.WithLabelValues(op).Inc() }
+
+// HandoffGap implements poller.Observer.
+func (p *Prometheus) HandoffGap(d time.Duration) { p.handoffGap.Observe(d.Seconds()) }
 
 // ReasonCategory maps a lease reason to a label value from a fixed set, so
 // that error texts never become label values.

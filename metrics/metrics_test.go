@@ -54,3 +54,35 @@ pollworker_polls_total{outcome="panic"} 1
 	_, err = New(reg)
 	require.Error(t, err, "registering twice is refused")
 }
+
+func TestHandoffGapHistogram(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	p, err := New(reg)
+	require.NoError(t, err)
+	p.HandoffGap(3 * time.Millisecond)
+	p.HandoffGap(1500 * time.Millisecond)
+	p.HandoffGap(time.Minute) // past the last bucket: +Inf only
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP pollworker_handoff_gap_seconds Time a session went unpolled across a graceful handoff: from the previous holder's release to this worker's first poll.
+# TYPE pollworker_handoff_gap_seconds histogram
+pollworker_handoff_gap_seconds_bucket{le="0.001"} 0
+pollworker_handoff_gap_seconds_bucket{le="0.002"} 0
+pollworker_handoff_gap_seconds_bucket{le="0.004"} 1
+pollworker_handoff_gap_seconds_bucket{le="0.008"} 1
+pollworker_handoff_gap_seconds_bucket{le="0.016"} 1
+pollworker_handoff_gap_seconds_bucket{le="0.032"} 1
+pollworker_handoff_gap_seconds_bucket{le="0.064"} 1
+pollworker_handoff_gap_seconds_bucket{le="0.128"} 1
+pollworker_handoff_gap_seconds_bucket{le="0.256"} 1
+pollworker_handoff_gap_seconds_bucket{le="0.512"} 1
+pollworker_handoff_gap_seconds_bucket{le="1.024"} 1
+pollworker_handoff_gap_seconds_bucket{le="2.048"} 2
+pollworker_handoff_gap_seconds_bucket{le="4.096"} 2
+pollworker_handoff_gap_seconds_bucket{le="8.192"} 2
+pollworker_handoff_gap_seconds_bucket{le="16.384"} 2
+pollworker_handoff_gap_seconds_bucket{le="32.768"} 2
+pollworker_handoff_gap_seconds_bucket{le="+Inf"} 3
+pollworker_handoff_gap_seconds_sum 61.503
+pollworker_handoff_gap_seconds_count 3
+`), "pollworker_handoff_gap_seconds"))
+}

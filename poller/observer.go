@@ -21,6 +21,11 @@ type Observer interface {
 	// RedisError counts a failed Redis operation by name ("heartbeat",
 	// "renew", "members", "sessions", "acquire", "release", "publish").
 	RedisError(op string)
+	// HandoffGap reports, at the first poll under a lease that followed a
+	// graceful release, how long the session went unpolled: from the
+	// previous holder's release (Redis clock) to this acquisition, plus the
+	// local time from the acquisition to the start of that first poll.
+	HandoffGap(d time.Duration)
 }
 
 type nopObserver struct{}
@@ -30,3 +35,4 @@ func (nopObserver) RenewCycle(time.Duration, int, int, int) {}
 func (nopObserver) PollDone(time.Duration, string)          {}
 func (nopObserver) Round(int, int, int, int, bool)          {}
 func (nopObserver) RedisError(string)                       {}
+func (nopObserver) HandoffGap(time.Duration)                {}

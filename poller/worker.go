@@ -78,7 +78,11 @@ func (c *Coordinator) pollLoop(loopCtx, pollCtx context.Context, w *worker) {
 			return
 		}
 		term := l.Context()
-		if term.Err() == nil && c.cfg.Clock.Now().Before(l.Deadline()) {
+		if now := c.cfg.Clock.Now(); term.Err() == nil && now.Before(l.Deadline()) {
+			first := l.MarkPolled()
+			if gap, ok := l.HandoffGap(); ok && first {
+				c.cfg.Observer.HandoffGap(gap + now.Sub(l.Acquired()))
+			}
 			c.pollOnce(pollCtx, term, w.sess, l)
 		}
 		select {

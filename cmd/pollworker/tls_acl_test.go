@@ -80,6 +80,18 @@ func TestMinimalACLUser(t *testing.T) {
 		v, err := admin.Get(context.Background(), "poll:lease:{c1}").Result()
 		return err == nil && len(v) > 3 && v[:3] == "aw#"
 	})
+	// The drain released the lease as this user: release.lua's TIME and the
+	// SET of the handoff mark (poll:released:{c1}, under ~poll:*) passed,
+	// and nothing was denied on the way but the eviction-policy check,
+	// which is skipped by design (-config).
+	require.Zero(t, admin.Exists(context.Background(), "poll:lease:{c1}").Val(), "lease released at drain")
+	entries, err := admin.Do(context.Background(), "ACL", "LOG").Slice()
+	require.NoError(t, err)
+	for _, e := range entries {
+		m, ok := e.(map[any]any)
+		require.True(t, ok, "ACL LOG entry %v", e)
+		require.Equal(t, "config|get", m["object"], "denied: %v", e)
+	}
 	r = runApp(t, "status", "--redis-url", url)
 	require.Equal(t, exitOK, r.code, r.stderr)
 

@@ -6,7 +6,8 @@ package lua
 import _ "embed"
 
 // Acquire takes leases (SET NX PX) and bumps their fencing counters; a retry
-// with the same owner value is recognised as success.
+// with the same owner value is recognised as success. A fresh acquisition
+// consumes the session's handoff mark and reports the time since the release.
 //
 //go:embed acquire.lua
 var Acquire string
@@ -17,7 +18,8 @@ var Acquire string
 //go:embed renew.lua
 var Renew string
 
-// Release deletes leases only where GET equals the owner value.
+// Release deletes leases only where GET equals the owner value, and marks
+// the release time for the successor (the handoff gap).
 //
 //go:embed release.lua
 var Release string
