@@ -35,26 +35,19 @@ func UUIDs(n int) []string {
 	return ids
 }
 
-// Seed writes the sessions ids with the given interval in pipelines of 1000
-// (SET of the JSON and SADD to the index), then bumps the revision once, as
-// session.Store would after that many Puts, without announcing it.
-func Seed(ctx context.Context, c redis.Cmdable, keys keyspace.Space, ids []string, interval time.Duration) error {
-	const chunk = 1000
-	for i := 0; i < len(ids); i += chunk {
-		p := c.Pipeline()
-		members := make([]any, 0, chunk)
-		for _, id := range ids[i:min(i+chunk, len(ids))] {
-			b, err := session.Encode(session.Session{ID: id, URL: "bench://" + id, Interval: session.Duration(interval)})
-			if err != nil {
-				return err
-			}
-			p.Set(ctx, keys.Session(id), b, 0)
-			members = append(members, id)
-		}
-		p.SAdd(ctx, keys.SessionIndex(), members...)
-		if _, err := p.Exec(ctx); err != nil {
-			return fmt.Errorf("seed: %w", err)
-		}
+// Seed writes the sessions ids with the given interval with
+// session.Store.PutMany (pipelines of 1000, one recorded change).
+func Seed(ctx context.Context, c redis.UniversalClient, keys keyspace.Space, ids []string, interval time.Duration) error {
+	store, err := session.NewStore(c, keys)
+	if err != nil {
+		return fmt.Errorf("seed: %w", err)
 	}
-	return c.Incr(ctx, keys.SessionRev()).Err()
+	sessions := make([]session.Session, len(ids))
+	for i, id := range ids {
+		sessions[i] = session.Session{ID: id, URL: "bench://" + id, Interval: session.Duration(interval)}
+	}
+	if err := store.PutMany(ctx, sessions); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	return nil
 }

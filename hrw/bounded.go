@@ -20,16 +20,35 @@ import (
 // (for 300 keys on 3 nodes plain rendezvous hashing is often 20% off even).
 // A negative slack means no bound (plain Assign).
 func (t *Table) AssignBounded(keys []string, slack float64, out []int) []int {
+	return t.AssignWeighted(keys, nil, slack, out)
+}
+
+// AssignWeighted is AssignBounded for keys that stand for sizes[i] items
+// each (buckets of sessions, say; nil sizes means 1 each): the caps count
+// items, ceil(total items × share × (1+slack)) per node. A key of size 0
+// always stays with its rendezvous owner. A key that fits nowhere (larger
+// than every node's remaining room) goes to the node with the most room.
+func (t *Table) AssignWeighted(keys []string, sizes []int, slack float64, out []int) []int {
 	out = t.Assign(keys, out)
 	n := t.Len()
 	if n == 0 || slack < 0 || len(keys) == 0 {
 		return out
 	}
-	caps := t.capacities(len(keys), slack)
+	size := func(i int) int {
+		if sizes == nil {
+			return 1
+		}
+		return sizes[i]
+	}
+	total := 0
+	for i := range keys {
+		total += size(i)
+	}
+	caps := t.capacities(total, slack)
 	load := make([]int, n)
 	over := false
-	for _, o := range out {
-		load[o]++
+	for i, o := range out {
+		load[o] += size(i)
 		if load[o] > caps[o] {
 			over = true
 		}
@@ -38,9 +57,12 @@ func (t *Table) AssignBounded(keys []string, slack float64, out []int) []int {
 		return out
 	}
 	hashes := make([]uint64, len(keys))
-	order := make([]int, len(keys))
+	order := make([]int, 0, len(keys))
 	for i, k := range keys {
-		hashes[i], order[i] = HashKey(k), i
+		hashes[i] = HashKey(k)
+		if size(i) > 0 {
+			order = append(order, i)
+		}
 	}
 	slices.SortFunc(order, func(a, b int) int {
 		switch {
@@ -53,21 +75,29 @@ func (t *Table) AssignBounded(keys []string, slack float64, out []int) []int {
 	})
 	clear(load)
 	for _, i := range order {
-		if o := out[i]; load[o] < caps[o] {
-			load[o]++
+		w := size(i)
+		if o := out[i]; load[o]+w <= caps[o] {
+			load[o] += w
 			continue
 		}
 		best, bestScore := -1, uint64(0)
 		for j := range n {
-			if load[j] >= caps[j] {
+			if load[j]+w > caps[j] {
 				continue
 			}
 			if s := t.score(hashes[i], j); best < 0 || s > bestScore {
 				best, bestScore = j, s
 			}
 		}
+		if best < 0 { // fits nowhere: the most room
+			for j := range n {
+				if best < 0 || caps[j]-load[j] > caps[best]-load[best] {
+					best = j
+				}
+			}
+		}
 		out[i] = best
-		load[best]++
+		load[best] += w
 	}
 	return out
 }

@@ -42,3 +42,7 @@ func weighted(score uint64, w float64) uint64 {
 	u := (float64(score>>12) + 0.5) * (1.0 / (1 << 52))
 	return math.Float64bits(-w / math.Log(u))
 }
+
+// Bucket returns the bucket of key among n buckets (n > 0): the finalized
+// FNV-1a hash of key modulo n, evenly spread for sequential keys too.
+func Bucket(key string, n int) int { return int(fmix64(HashKey(key)) % uint64(n)) }

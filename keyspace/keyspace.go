@@ -9,19 +9,27 @@
 //	<prefix>:lease:{<session>}    lease of a session: owner value, PX TTL
 //	<prefix>:fence:{<session>}    fencing counter of a session (never expires)
 //	<prefix>:events               Pub/Sub channel for releases and membership
-//	<prefix>:sessions             set of all session ids (the session index)
-//	<prefix>:sessions:rev         change counter of the session index
+//	<prefix>:sessions:<b>         set of the session ids of bucket b (the index)
+//	<prefix>:{sessions}:rev       change counter of the sessions
+//	<prefix>:{sessions}:changes   sorted set: bucket -> revision of its last change
+//	<prefix>:{sessions}:sizes     hash: bucket -> number of ids in it
 //	<prefix>:results              capped stream of poll results
 //	<sessionPrefix>:<session>     a session's JSON definition
 //
 // The braces around the session id are a Redis Cluster hash tag: the lease
 // and fence keys of one session always share a slot, so one script may
-// touch both.
+// touch both; so do the three change-tracking keys.
+//
+// The session index is split into SessionBuckets sets by BucketOf, so that
+// a worker reads only the ids of the buckets it is assigned, not every id.
 package keyspace
 
 import (
 	"errors"
 	"fmt"
+	"strconv"
+
+	"github.com/pollworker/pollworker/hrw"
 )
 
 // Defaults for the two prefixes.
@@ -101,11 +109,30 @@ func (s Space) Events() string { return s.prefix() + ":events" }
 // Session is the key holding a session's JSON definition.
 func (s Space) Session(session string) string { return s.sessionPrefix() + ":" + session }
 
-// SessionIndex is the set of all session ids.
-func (s Space) SessionIndex() string { return s.prefix() + ":sessions" }
+// SessionBuckets is the number of buckets the session index is split into.
+// It is fixed: every worker and writer must agree on it.
+const SessionBuckets = 16384
+
+// BucketOf returns the index bucket of a session id (any string, valid or
+// not), in [0, SessionBuckets).
+func BucketOf(id string) int { return hrw.Bucket(id, SessionBuckets) }
+
+// SessionBucket is the set of the session ids in bucket b.
+func (s Space) SessionBucket(b int) string { return s.prefix() + ":sessions:" + strconv.Itoa(b) }
+
+// SessionBucketOf is the index set that holds the session id.
+func (s Space) SessionBucketOf(id string) string { return s.SessionBucket(BucketOf(id)) }
 
 // SessionRev is the counter bumped on every change to a session.
-func (s Space) SessionRev() string { return s.prefix() + ":sessions:rev" }
+func (s Space) SessionRev() string { return s.prefix() + ":{sessions}:rev" }
+
+// SessionChanges is the sorted set of buckets scored by the revision
+// (SessionRev) of their last change; it shares SessionRev's slot.
+func (s Space) SessionChanges() string { return s.prefix() + ":{sessions}:changes" }
+
+// SessionSizes is the hash of the number of ids in each bucket, kept by the
+// writers; it shares SessionRev's slot.
+func (s Space) SessionSizes() string { return s.prefix() + ":{sessions}:sizes" }
 
 // Results is the capped stream of poll results.
 func (s Space) Results() string { return s.prefix() + ":results" }

@@ -88,8 +88,10 @@ type Config struct {
 	// BatchSize is the number of sessions per lease script call; default 500.
 	BatchSize int
 	// BalanceSlack bounds each worker's share of the sessions to
-	// ceil(sessions/workers × (1+BalanceSlack)) (rendezvous hashing with
-	// bounded loads); default 0.1. A negative value turns the bound off
+	// ceil(sessions/workers × (1+BalanceSlack)) (rendezvous hashing of the
+	// index buckets with bounded loads, each bucket weighing its number of
+	// sessions); default 0.1. A bucket larger than the room left anywhere
+	// can exceed the bound. A negative value turns the bound off
 	// (plain rendezvous hashing: minimal movement, statistical balance).
 	BalanceSlack float64
 

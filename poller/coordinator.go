@@ -47,13 +47,15 @@ type Coordinator struct {
 	workers          map[string]*worker
 	members          nodes.Membership
 	table            *hrw.Table
-	sessions         map[string]session.Session // active (not paused) sessions
-	owner            map[string]string          // session -> preferred live worker
-	assignBuf        []int
-	sessionRev       int64
-	loaded           bool
-	orphanSince      map[string]time.Time // owned sessions taken as orphans
-	pendingOrphans   map[string]time.Time // watched sessions first seen without a lease
+	bucketKeys       []string                   // hashing keys of the index buckets
+	bucketOwner      []int                      // bucket -> table index of its preferred worker
+	sizes            []int                      // bucket -> number of sessions in it
+	buckets          map[int]*bucket            // buckets assigned here, or watched for orphans
+	sessions         map[string]session.Session // active sessions of assigned buckets, and those polled here
+	seenRev          int64                      // session revision whose changes are applied
+	synced           bool                       // seenRev is meaningful
+	orphanSince      map[string]time.Time       // owned sessions taken as orphans
+	pendingOrphans   map[string]time.Time       // watched sessions first seen without a lease
 	lastOrphan       time.Time
 	orphanWatchUntil time.Time // scan at full rate until then
 	membersChanged   bool      // since the last Round report
@@ -86,6 +88,8 @@ func New(cfg Config) (*Coordinator, error) {
 		kick:           make(chan struct{}, 1),
 		workers:        make(map[string]*worker),
 		sessions:       make(map[string]session.Session),
+		buckets:        make(map[int]*bucket),
+		bucketKeys:     bucketKeys(),
 		orphanSince:    make(map[string]time.Time),
 		pendingOrphans: make(map[string]time.Time),
 	}
@@ -123,13 +127,15 @@ type Status struct {
 	Ready bool
 	// Members are the live workers seen in the last round.
 	Members []string
-	// Sessions is the number of active (not paused) sessions known.
+	// Sessions is the number of active (not paused) sessions assigned to
+	// this worker, or polled by it as orphans.
 	Sessions int
 	// Owned are the sessions whose lease this worker holds, sorted.
 	Owned []string
 	// Polls, PollErrors and PollPanics count polls since start.
 	Polls, PollErrors, PollPanics int64
-	// Malformed is the number of malformed session entries in the last load.
+	// Malformed is the number of malformed session entries in the buckets
+	// assigned to this worker.
 	Malformed int
 	// EvictionRisk is set when Redis runs a maxmemory-policy other than
 	// noeviction (leases and counters may be evicted).

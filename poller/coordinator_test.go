@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/pollworker/pollworker/hrw"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
@@ -450,10 +449,9 @@ func TestAdoptsOrphansOfALiveButIdleWorker(t *testing.T) {
 		return err == nil && m.Contains("ghost")
 	}, 5*time.Second, 10*time.Millisecond)
 
-	table := hrw.NewIDs("ghost", "w")
 	ghostShare := 0
-	for _, o := range table.AssignBounded(ids, DefaultBalanceSlack, nil) {
-		if table.ID(o) == "ghost" {
+	for _, o := range Owners([]string{"ghost", "w"}, ids, DefaultBalanceSlack) {
+		if o == "ghost" {
 			ghostShare++
 		}
 	}
@@ -511,9 +509,8 @@ func TestMalformedSessionsAreSkippedNotDeleted(t *testing.T) {
 	}
 	for id, put := range bad {
 		require.NoError(t, put())
-		require.NoError(t, client.SAdd(ctx, "poll:sessions", id).Err())
+		require.NoError(t, client.SAdd(ctx, keyspace.Space{}.SessionBucketOf(id), id).Err())
 	}
-	require.NoError(t, client.Incr(ctx, "poll:sessions:rev").Err())
 	rec := newRecorder()
 	r := start(t, fastConfig(client, "w", rec.poller("w")))
 	require.Eventually(t, func() bool {

@@ -3,12 +3,13 @@ package poller
 import (
 	"context"
 	"maps"
+	"slices"
 	"sort"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/pollworker/pollworker/hrw"
+	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/session"
 )
@@ -27,7 +28,7 @@ func (c *Coordinator) round(ctx context.Context) {
 	me := c.cfg.ID
 	for id, w := range c.workers {
 		s, active := c.sessions[id]
-		owner := c.owner[id]
+		owner := c.ownerOf(id)
 		switch {
 		case w.stopping:
 			// Already handing off: reapWorkers releases it when its poll returned.
@@ -49,7 +50,7 @@ func (c *Coordinator) round(ctx context.Context) {
 	var acquire []string
 	if member {
 		for id := range c.sessions {
-			if _, ok := c.workers[id]; !ok && c.owner[id] == me {
+			if _, ok := c.workers[id]; !ok && c.ownerOf(id) == me {
 				acquire = append(acquire, id)
 			}
 		}
@@ -100,120 +101,51 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 	}
 }
 
-// refresh reads membership and, when its revision moved, the sessions. It
-// reports false when Redis could not be read.
-func (c *Coordinator) refresh(ctx context.Context) bool {
-	rctx, cancel := c.requestCtx(ctx)
-	defer cancel()
-	m, err := c.registry.Members(rctx)
-	if err != nil {
-		c.redisOK.Store(false)
-		c.cfg.Observer.RedisError("members")
-		c.log.Warn("discovery failed", zap.Error(err))
-		return false
-	}
-	membersChanged := m.Version != c.members.Version || c.table == nil
-	c.membersChanged = c.membersChanged || membersChanged
-	if membersChanged {
-		c.watchOrphans()
-		c.table = hrw.NewIDs(m.Nodes...)
-		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
-	}
-	c.members = m
-	if d, ok := m.NextExpiry(); ok {
-		c.scheduleExpiry(d + 2*retrySlack)
-	}
-	rev, err := c.store.Rev(rctx)
-	if err != nil {
-		c.redisOK.Store(false)
-		c.cfg.Observer.RedisError("sessions")
-		c.log.Warn("session revision read failed", zap.Error(err))
-		return false
-	}
-	if c.loaded && rev == c.sessionRev {
-		if membersChanged {
-			c.assign()
-		}
-		return true
-	}
-	lctx, lcancel := context.WithTimeout(ctx, c.cfg.DiscoveryInterval)
-	defer lcancel()
-	snap, err := c.loader.Load(lctx)
-	if err != nil {
-		c.redisOK.Store(false)
-		c.cfg.Observer.RedisError("sessions")
-		c.log.Warn("session load failed", zap.Error(err))
-		return false
-	}
-	active := make(map[string]session.Session, len(snap.Sessions))
-	for _, s := range snap.Sessions {
-		if !s.Paused {
-			active[s.ID] = s
-		}
-	}
-	c.sessions, c.sessionRev, c.loaded = active, snap.Rev, true
-	c.assign()
-	c.watchOrphans()
-	c.mu.Lock()
-	c.status.Malformed = len(snap.Malformed)
-	c.mu.Unlock()
-	return true
-}
+// acquireChunk is the number of leases asked for per request: a large
+// start sends many modest requests one after another rather than one huge
+// pipeline whose reply could outlast RequestTimeout on a busy Redis.
+const acquireChunk = 1000
 
-// assign computes the preferred owner of every active session: rendezvous
-// hashing with bounded loads over the live members, the same on every
-// worker that sees the same members and sessions.
-func (c *Coordinator) assign() {
-	ids := make([]string, 0, len(c.sessions))
-	for id := range c.sessions {
-		ids = append(ids, id)
-	}
-	c.assignBuf = c.table.AssignBounded(ids, c.cfg.BalanceSlack, c.assignBuf)
-	owner := make(map[string]string, len(ids))
-	if c.table.Len() > 0 {
-		for i, id := range ids {
-			owner[id] = c.table.ID(c.assignBuf[i])
-		}
-	}
-	c.owner = owner
-}
-
-// acquire takes the leases of ids and starts their poll loops. A lease held
-// by another worker is retried when it would expire, if that is sooner than
-// the next round.
+// acquire takes the leases of ids and starts their poll loops, in chunks of
+// acquireChunk. A lease held by another worker is retried when it would
+// expire, if that is sooner than the next round.
 func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
-	rctx, cancel := c.requestCtx(ctx)
-	defer cancel()
 	retry := time.Duration(-1)
 	acquireErr := false
-	defer func() {
-		if acquireErr {
-			c.cfg.Observer.RedisError("acquire")
+	for chunk := range slices.Chunk(ids, acquireChunk) {
+		if ctx.Err() != nil {
+			break
 		}
-	}()
-	for _, r := range c.leases.Acquire(rctx, ids) {
-		switch {
-		case r.Err != nil:
-			c.redisOK.Store(false)
-			acquireErr = true
-			c.watchOrphans()
-		case r.Lease != nil:
-			if _, running := c.workers[r.Session]; running || r.Lease.State() != lease.Held {
-				continue
-			}
-			s, ok := c.sessions[r.Session]
-			if !ok {
-				continue
-			}
-			if orphan {
-				c.orphanSince[r.Session] = c.cfg.Clock.Now()
-			}
-			c.startWorker(s, r.Lease)
-		case r.Remaining > 0:
-			if retry < 0 || r.Remaining < retry {
-				retry = r.Remaining
+		rctx, cancel := c.requestCtx(ctx)
+		results := c.leases.Acquire(rctx, chunk)
+		cancel()
+		for _, r := range results {
+			switch {
+			case r.Err != nil:
+				c.redisOK.Store(false)
+				acquireErr = true
+				c.watchOrphans()
+			case r.Lease != nil:
+				if _, running := c.workers[r.Session]; running || r.Lease.State() != lease.Held {
+					continue
+				}
+				s, ok := c.sessions[r.Session]
+				if !ok {
+					continue
+				}
+				if orphan {
+					c.orphanSince[r.Session] = c.cfg.Clock.Now()
+				}
+				c.startWorker(s, r.Lease)
+			case r.Remaining > 0:
+				if retry < 0 || r.Remaining < retry {
+					retry = r.Remaining
+				}
 			}
 		}
+	}
+	if acquireErr {
+		c.cfg.Observer.RedisError("acquire")
 	}
 	if retry >= 0 && retry < c.cfg.DiscoveryInterval {
 		c.scheduleRetry(retry + retrySlack)
@@ -222,8 +154,8 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 
 // adoptOrphans takes sessions that have had no lease for OrphanGrace
 // although a live worker is preferred for them. Each worker watches the
-// sessions for which it ranks second, so the watch costs one read per
-// session per OrphanGrace/2 across the fleet.
+// sessions of the buckets for which it ranks second, so the watch costs
+// one read per session per OrphanGrace/2 across the fleet.
 //
 // In a steady fleet there is nothing to watch, so the scan runs every
 // OrphanGrace/2 only for a while after something changed (membership, the
@@ -240,12 +172,14 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	}
 	c.lastOrphan = now
 	var watch []string
-	for id := range c.sessions {
-		if _, ok := c.workers[id]; ok {
+	for _, st := range c.buckets {
+		if st.assigned || !st.loaded {
 			continue
 		}
-		if r := c.table.Rank(id, 2); len(r) == 2 && r[1] == c.cfg.ID {
-			watch = append(watch, id)
+		for _, id := range st.ids {
+			if _, ok := c.workers[id]; !ok && keyspace.ValidateID(id) == nil {
+				watch = append(watch, id)
+			}
 		}
 	}
 	if len(watch) == 0 {
@@ -280,11 +214,28 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 			delete(c.pendingOrphans, id)
 		}
 	}
+	if len(take) == 0 {
+		return
+	}
+	for _, id := range take {
+		delete(c.pendingOrphans, id)
+	}
+	rctx, cancel = c.requestCtx(ctx)
+	sessions, _, err := c.loader.Fetch(rctx, take)
+	cancel()
+	if err != nil {
+		c.log.Warn("orphan definitions read failed", zap.Error(err))
+		return
+	}
+	take = take[:0]
+	for _, s := range sessions {
+		if !s.Paused {
+			c.sessions[s.ID] = s
+			take = append(take, s.ID)
+		}
+	}
 	if len(take) > 0 {
 		c.log.Info("adopting orphans", zap.Int("sessions", len(take)))
-		for _, id := range take {
-			delete(c.pendingOrphans, id)
-		}
 		c.acquire(ctx, take, true)
 	}
 }
@@ -329,10 +280,11 @@ func (c *Coordinator) scheduleExpiry(d time.Duration) {
 }
 
 func (c *Coordinator) publishStatus() {
+	malformed := c.malformed()
 	c.mu.Lock()
 	c.status.Members = c.members.Nodes
 	c.status.Sessions = len(c.sessions)
-	malformed := c.status.Malformed
+	c.status.Malformed = malformed
 	c.mu.Unlock()
 	c.cfg.Observer.Round(len(c.members.Nodes), len(c.sessions), len(c.workers), malformed, c.membersChanged)
 	c.membersChanged = false

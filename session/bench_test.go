@@ -21,7 +21,7 @@ func seed(t testing.TB, c redis.UniversalClient, n int) []string {
 				return err
 			}
 			p.Set(ctx, keys.Session(ids[i]), b, 0)
-			p.SAdd(ctx, keys.SessionIndex(), ids[i])
+			p.SAdd(ctx, keys.SessionBucketOf(ids[i]), ids[i])
 		}
 		return nil
 	})

@@ -1,24 +1,28 @@
 // Package session stores the polling jobs ("sessions") in Redis and reads
 // them back for the workers.
 //
-// A session is a JSON document at keyspace.Space.Session(id). Three keys
-// describe the whole set:
+// A session is a JSON document at keyspace.Space.Session(id). The index is
+// split into keyspace.SessionBuckets sets, so that a worker reads only the
+// buckets assigned to it:
 //
-//	<sessionPrefix>:<id>   the session's JSON (see Session)
-//	<prefix>:sessions      set of all session ids (the index)
-//	<prefix>:sessions:rev  change counter, incremented by every write
+//	<sessionPrefix>:<id>          the session's JSON (see Session)
+//	<prefix>:sessions:<b>         the ids of bucket b = keyspace.BucketOf(id)
+//	<prefix>:{sessions}:rev       change counter, incremented by every write
+//	<prefix>:{sessions}:changes   bucket -> revision of its last change
+//	<prefix>:{sessions}:sizes     bucket -> number of ids in it
 //
-// so that a worker learns that nothing changed with one GET (Store.Rev) per
-// round instead of re-reading every session, and reloads (Store.Load or
-// Loader.Load) only when the counter moved. Every write also publishes
-// {"type":"sessions","sessions":[id]} on keyspace.Space.Events, the shape of
-// package nodes' EventSessions, so that workers react at once.
+// so that a worker learns what changed with one round trip per round
+// (Store.Changes: nothing, or the buckets changed since the revision it has
+// seen) and rereads only those buckets (BucketIDs, Fetch). Every write also
+// publishes {"type":"sessions","sessions":[id]} on keyspace.Space.Events,
+// the shape of package nodes' EventSessions, so that workers react at once.
 //
 // # Guarantees
 //
 //   - No lost change. A write stores the data (SET and SADD, or DEL and SREM)
-//     and only after Redis acknowledged it increments the counter; Load reads
-//     the counter first and the data afterwards. So a Snapshot includes every
+//     and only after Redis acknowledged it increments the counter and records
+//     the bucket's change, atomically in one script; readers read the
+//     counter and the changes first and the data afterwards. So a Snapshot includes every
 //     write whose increment preceded its Rev, and any write it may have
 //     missed leaves the counter different from Snapshot.Rev: a worker that
 //     reloads whenever Rev() != last Snapshot.Rev converges. Compare with !=,
@@ -40,6 +44,11 @@
 //
 // # Non-guarantees
 //
+//   - Bucket sizes are counted by the writers from the SADD/SREM replies: a
+//     writer that dies between its data write and its change record leaves
+//     the size off by one (the next write to that bucket does not repair
+//     it). Sizes only weigh buckets for balance; ownership and safety do
+//     not depend on them.
 //   - A Snapshot is not atomic: it may mix the states before and after a
 //     concurrent write (its Rev then differs from the counter, see above).
 //   - Put and Delete of the same id racing each other may leave the index

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -13,7 +14,7 @@ import (
 	"github.com/pollworker/pollworker/keyspace"
 )
 
-// batch is the SSCAN COUNT and the number of GETs per pipeline in Load.
+// batch is the number of commands per pipeline in BucketIDs and Fetch.
 const batch = 1000
 
 // Snapshot is the set of sessions as read by one Load.
@@ -52,24 +53,170 @@ func (s *Store) Rev(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// Load reads the revision, then the index, then every indexed session, in
-// pipelines of 1000. Ids whose key is missing (deleted meanwhile) are
-// skipped; malformed entries go to Snapshot.Malformed and do not fail the
-// load. Use Loader to log them.
+// Load reads the revision, then every index bucket, then every indexed
+// session, in pipelines of 1000. Ids whose key is missing (deleted
+// meanwhile) are skipped; malformed entries go to Snapshot.Malformed and do
+// not fail the load. Use Loader to log them. Load reads everything: it is
+// for tools; workers read only their buckets (BucketIDs, Fetch).
 func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 	rev, err := s.Rev(ctx)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("load sessions: %w", err)
 	}
-	ids, err := s.index(ctx)
+	all := make([]int, keyspace.SessionBuckets)
+	for b := range all {
+		all[b] = b
+	}
+	perBucket, err := s.BucketIDs(ctx, all)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("load sessions: %w", err)
 	}
-	snap := Snapshot{Rev: rev, Sessions: make([]Session, 0, len(ids))}
-	var valid []string
+	var ids []string
+	for _, b := range perBucket {
+		ids = append(ids, b...)
+	}
+	slices.Sort(ids)
+	sessions, problems, err := s.Fetch(ctx, ids)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("load sessions: %w", err)
+	}
+	return Snapshot{Rev: rev, Sessions: sessions, Malformed: problems}, nil
+}
+
+// BucketSize is the number of ids in an index bucket, as counted by the
+// writers (keyspace.Space.SessionSizes).
+type BucketSize struct {
+	Bucket, Size int
+}
+
+// Changes returns the index buckets changed after revision since, with
+// their sizes, and the latest revision seen (since when nothing changed).
+// A caller that has read those buckets after this call has seen every
+// change up to rev. If the change record was lost (Redis restarted without
+// persistence), the current revision is below since: reset is then true and
+// the caller must start over with Sizes.
+func (s *Store) Changes(ctx context.Context, since int64) (changed []BucketSize, rev int64, reset bool, err error) {
+	var zs *redis.ZSliceCmd
+	var cur *redis.StringCmd
+	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cur = p.Get(ctx, s.keys.SessionRev())
+		zs = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: s.keys.SessionChanges(),
+			Start: "(" + strconv.FormatInt(since, 10), Stop: "+inf", ByScore: true})
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, false, fmt.Errorf("read session changes: %w", err)
+	}
+	now, err := cur.Int64()
+	if errors.Is(err, redis.Nil) {
+		now, err = 0, nil
+	}
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("read session revision: %w", err)
+	}
+	if now < since {
+		return nil, now, true, nil
+	}
+	rev = since
+	var fields []string
+	for _, z := range zs.Val() {
+		m, _ := z.Member.(string)
+		b, err := strconv.Atoi(m)
+		if err != nil || b < 0 || b >= keyspace.SessionBuckets {
+			continue // not written by Store
+		}
+		changed = append(changed, BucketSize{Bucket: b})
+		fields = append(fields, m)
+		rev = max(rev, int64(z.Score))
+	}
+	if len(fields) == 0 {
+		return nil, rev, false, nil
+	}
+	sizes, err := s.client.HMGet(ctx, s.keys.SessionSizes(), fields...).Result()
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("read session bucket sizes: %w", err)
+	}
+	for i, v := range sizes {
+		changed[i].Size = sizeOf(v)
+	}
+	return changed, rev, false, nil
+}
+
+// Sizes returns the current revision and the size of every bucket (indexed
+// by bucket), read in one round trip: the starting point for Changes.
+func (s *Store) Sizes(ctx context.Context) (rev int64, sizes []int, err error) {
+	var cur *redis.StringCmd
+	var all *redis.MapStringStringCmd
+	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cur = p.Get(ctx, s.keys.SessionRev())
+		all = p.HGetAll(ctx, s.keys.SessionSizes())
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, nil, fmt.Errorf("read session bucket sizes: %w", err)
+	}
+	rev, err = cur.Int64()
+	if errors.Is(err, redis.Nil) {
+		rev, err = 0, nil
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("read session revision: %w", err)
+	}
+	sizes = make([]int, keyspace.SessionBuckets)
+	for k, v := range all.Val() {
+		if b, err := strconv.Atoi(k); err == nil && b >= 0 && b < len(sizes) {
+			sizes[b] = sizeOf(v)
+		}
+	}
+	return rev, sizes, nil
+}
+
+// sizeOf reads a bucket size (a string, or nil when absent); anything but a
+// positive integer counts as 0.
+func sizeOf(v any) int {
+	str, _ := v.(string)
+	n, err := strconv.Atoi(str)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// BucketIDs returns the ids in each of the given index buckets (out[i] for
+// buckets[i]), sorted, with SMEMBERS in pipelines of 1000 buckets.
+func (s *Store) BucketIDs(ctx context.Context, buckets []int) ([][]string, error) {
+	out := make([][]string, 0, len(buckets))
+	for chunk := range slices.Chunk(buckets, batch) {
+		cmds := make([]*redis.StringSliceCmd, len(chunk))
+		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, b := range chunk {
+				cmds[i] = p.SMembers(ctx, s.keys.SessionBucket(b))
+			}
+			return nil
+		})
+		for i, c := range cmds {
+			ids, err := c.Result()
+			if err != nil {
+				return nil, fmt.Errorf("read session index bucket %d: %w", chunk[i], err)
+			}
+			slices.Sort(ids)
+			out = append(out, ids)
+		}
+	}
+	return out, nil
+}
+
+// Fetch reads and decodes the sessions ids (as found in the index, valid or
+// not) in pipelines of 1000. It returns the valid sessions (paused ones
+// too) and the malformed entries, both in the order of ids; ids whose key
+// is missing are skipped. Only a Redis failure is an error.
+func (s *Store) Fetch(ctx context.Context, ids []string) ([]Session, []Problem, error) {
+	sessions := make([]Session, 0, len(ids))
+	var problems []Problem
+	valid := make([]string, 0, len(ids))
 	for _, id := range ids {
 		if err := keyspace.ValidateID(id); err != nil {
-			snap.Malformed = append(snap.Malformed, Problem{ID: id, Err: fmt.Errorf("%w: id in the index: %w", ErrMalformed, err), sum: fingerprint(nil, err)})
+			problems = append(problems, Problem{ID: id, Err: fmt.Errorf("%w: id in the index: %w", ErrMalformed, err), sum: fingerprint(nil, err)})
 			continue
 		}
 		valid = append(valid, id)
@@ -77,7 +224,7 @@ func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 	for chunk := range slices.Chunk(valid, batch) {
 		got, err := s.fetch(ctx, chunk)
 		if err != nil {
-			return Snapshot{}, fmt.Errorf("load sessions: %w", err)
+			return nil, nil, err
 		}
 		for i, f := range got {
 			id := chunk[i]
@@ -88,15 +235,15 @@ func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 			if err == nil {
 				var sess Session
 				if sess, err = Decode(id, f.raw); err == nil {
-					snap.Sessions = append(snap.Sessions, sess)
+					sessions = append(sessions, sess)
 					continue
 				}
 			}
-			snap.Malformed = append(snap.Malformed, Problem{ID: id, Err: err, sum: fingerprint(f.raw, err)})
+			problems = append(problems, Problem{ID: id, Err: err, sum: fingerprint(f.raw, err)})
 		}
 	}
-	slices.SortFunc(snap.Malformed, func(a, b Problem) int { return strings.Compare(a.ID, b.ID) })
-	return snap, nil
+	slices.SortFunc(problems, func(a, b Problem) int { return strings.Compare(a.ID, b.ID) })
+	return sessions, problems, nil
 }
 
 // List returns the valid sessions sorted by id and the malformed entries,
@@ -104,25 +251,6 @@ func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 func (s *Store) List(ctx context.Context) ([]Session, []Problem, error) {
 	snap, err := s.Load(ctx)
 	return snap.Sessions, snap.Malformed, err
-}
-
-// index returns the ids in the index, sorted and without duplicates (SSCAN
-// may return an id twice).
-func (s *Store) index(ctx context.Context) ([]string, error) {
-	var ids []string
-	var cursor uint64
-	for {
-		page, next, err := s.client.SScan(ctx, s.keys.SessionIndex(), cursor, "", batch).Result()
-		if err != nil {
-			return nil, fmt.Errorf("scan session index: %w", err)
-		}
-		ids = append(ids, page...)
-		if cursor = next; cursor == 0 {
-			break
-		}
-	}
-	slices.Sort(ids)
-	return slices.Compact(ids), nil
 }
 
 // fetched is the outcome of reading one session key.

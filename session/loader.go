@@ -18,6 +18,7 @@ type Loader struct {
 
 	mu       sync.Mutex
 	reported map[problemKey]struct{} // guarded by mu; problems of the last load
+	byID     map[string]uint64       // guarded by mu; problems reported by Fetch
 	logged   int                     // guarded by mu
 }
 
@@ -28,7 +29,7 @@ type problemKey struct {
 
 // NewLoader returns a Loader over store, logging to the store's logger.
 func NewLoader(store *Store) *Loader {
-	return &Loader{store: store, log: store.log, reported: map[problemKey]struct{}{}}
+	return &Loader{store: store, log: store.log, reported: map[problemKey]struct{}{}, byID: map[string]uint64{}}
 }
 
 // Load is Store.Load, plus one log line for each malformed entry not
@@ -54,6 +55,35 @@ func (l *Loader) Load(ctx context.Context) (Snapshot, error) {
 	return snap, nil
 }
 
+// Fetch is Store.Fetch, plus one log line for each malformed entry not
+// reported by an earlier Fetch of the same id with the same problem. An id
+// fetched valid or missing is forgotten, so a problem that comes back is
+// logged again.
+func (l *Loader) Fetch(ctx context.Context, ids []string) ([]Session, []Problem, error) {
+	sessions, problems, err := l.store.Fetch(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	bad := make(map[string]struct{}, len(problems))
+	for _, p := range problems {
+		bad[p.ID] = struct{}{}
+		if sum, ok := l.byID[p.ID]; ok && sum == p.sum {
+			continue
+		}
+		l.byID[p.ID] = p.sum
+		l.logged++
+		l.log.Warn("malformed session skipped", zap.String("session", clip(p.ID)), zap.String("reason", p.Err.Error()))
+	}
+	for _, id := range ids {
+		if _, ok := bad[id]; !ok {
+			delete(l.byID, id)
+		}
+	}
+	return sessions, problems, nil
+}
+
 // Logged is the number of distinct problems logged so far.
 func (l *Loader) Logged() int {
 	l.mu.Lock()
@@ -62,7 +92,7 @@ func (l *Loader) Logged() int {
 }
 
 // Malformed is the number of malformed entries found by the last successful
-// Load.
+// Load (Fetch is not counted: its caller knows which ids it asked for).
 func (l *Loader) Malformed() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

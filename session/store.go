@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/scripts/lua"
 )
 
 // ErrNotFound is returned (wrapped) for a session that does not exist.
@@ -22,9 +23,10 @@ const maxWatchRetries = 16
 // Store reads and writes sessions. It starts no goroutines and is safe for
 // concurrent use.
 type Store struct {
-	client redis.UniversalClient
-	keys   keyspace.Space
-	log    *zap.Logger
+	client  redis.UniversalClient
+	keys    keyspace.Space
+	log     *zap.Logger
+	changed *redis.Script
 
 	// afterRead, when set by a test, runs inside Pause and Resume between
 	// the read and the write, to provoke a conflict.
@@ -54,7 +56,7 @@ func NewStore(client redis.UniversalClient, keys keyspace.Space, opts ...Option)
 	if err := keys.Validate(); err != nil {
 		return nil, fmt.Errorf("session: new store: %w", err)
 	}
-	s := &Store{client: client, keys: keys, log: zap.NewNop()}
+	s := &Store{client: client, keys: keys, log: zap.NewNop(), changed: redis.NewScript(lua.SessionChanged)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -73,15 +75,55 @@ func (s *Store) Put(ctx context.Context, sess Session) error {
 	}
 	// SET and SADD may go to different cluster slots, so no MULTI; the
 	// revision is bumped only after both are acknowledged.
+	var sadd *redis.IntCmd
 	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.keys.Session(sess.ID), b, 0)
-		p.SAdd(ctx, s.keys.SessionIndex(), sess.ID)
+		sadd = p.SAdd(ctx, s.keys.SessionBucketOf(sess.ID), sess.ID)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("put %s: %w", sess.ID, err)
 	}
-	return s.changed(ctx, "put", sess.ID)
+	return s.announce(ctx, "put", sess.ID, sadd.Val())
+}
+
+// PutMany validates every session, then creates or replaces them all in
+// pipelines of 1000 and records the change once (one revision, one
+// announcement without ids): the bulk form of Put, for imports. Nothing is
+// written when one session is invalid.
+func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
+	values := make([][]byte, len(sessions))
+	for i, sess := range sessions {
+		b, err := Encode(sess)
+		if err != nil {
+			return fmt.Errorf("put many: %.64q: %w", sess.ID, err)
+		}
+		values[i] = b
+	}
+	added := make(map[int]int64) // bucket -> ids added
+	for lo := 0; lo < len(sessions); lo += batch {
+		hi := min(lo+batch, len(sessions))
+		sadd := make([]*redis.IntCmd, hi-lo)
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := lo; i < hi; i++ {
+				id := sessions[i].ID
+				p.Set(ctx, s.keys.Session(id), values[i], 0)
+				sadd[i-lo] = p.SAdd(ctx, s.keys.SessionBucketOf(id), id)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("put many: %w", err)
+		}
+		for i := lo; i < hi; i++ {
+			added[keyspace.BucketOf(sessions[i].ID)] += sadd[i-lo].Val()
+		}
+	}
+	args := make([]any, 0, 2*len(added))
+	for b, n := range added {
+		args = append(args, b, n)
+	}
+	return s.record(ctx, "put many", "", args)
 }
 
 // Get returns the session id. It returns an error wrapping ErrNotFound when
@@ -121,13 +163,13 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	var del, srem *redis.IntCmd
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		del = p.Del(ctx, s.keys.Session(id))
-		srem = p.SRem(ctx, s.keys.SessionIndex(), id)
+		srem = p.SRem(ctx, s.keys.SessionBucketOf(id), id)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("delete %.64q: %w", id, err)
 	}
-	if err := s.changed(ctx, "delete", id); err != nil {
+	if err := s.announce(ctx, "delete", id, -srem.Val()); err != nil {
 		return err
 	}
 	if del.Val() == 0 && srem.Val() == 0 {
@@ -194,7 +236,7 @@ func (s *Store) setPaused(ctx context.Context, op, id string, paused bool) error
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, id, err)
 	}
-	return s.changed(ctx, op, id)
+	return s.announce(ctx, op, id, 0)
 }
 
 // withPaused returns raw with its "paused" field set (or removed, as Put
@@ -223,11 +265,21 @@ func withPaused(id string, raw []byte, paused bool) ([]byte, error) {
 	return out, nil
 }
 
-// changed bumps the revision (after the data writes were acknowledged) and
-// announces the change; a failed announcement is only logged, since workers
-// also poll the revision.
-func (s *Store) changed(ctx context.Context, op, id string) error {
-	if err := s.client.Incr(ctx, s.keys.SessionRev()).Err(); err != nil {
+// announce bumps the revision, records it as the last change of the id's
+// bucket and adds added to the bucket's size (after the data writes were
+// acknowledged), then publishes the
+// change; a failed publish is only logged, since workers also poll the
+// revision.
+func (s *Store) announce(ctx context.Context, op, id string, added int64) error {
+	return s.record(ctx, op, id, []any{keyspace.BucketOf(id), added})
+}
+
+// record is announce for several buckets: args are pairs of a bucket and
+// the number of ids added to it (negative when removed); id names the one
+// session changed, "" for many.
+func (s *Store) record(ctx context.Context, op, id string, args []any) error {
+	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionSizes()}
+	if err := s.changed.Run(ctx, s.client, keys, args...).Err(); err != nil {
 		return fmt.Errorf("%s %.64q: bump revision: %w", op, id, err)
 	}
 	if err := s.client.Publish(ctx, s.keys.Events(), eventFor(id)).Err(); err != nil {

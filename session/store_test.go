@@ -34,7 +34,7 @@ func TestRoundTrip(t *testing.T) {
 	got, err := s.Get(ctx, "s1")
 	require.NoError(t, err)
 	require.Equal(t, want, got)
-	members, err := m.Members(keys.SessionIndex())
+	members, err := m.Members(keys.SessionBucketOf("s1"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"s1"}, members)
 
@@ -69,7 +69,7 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, s.Delete(ctx, "s1"))
 	require.Equal(t, int64(6), rev(t, s))
 	require.False(t, m.Exists(keys.Session("s1")))
-	require.False(t, m.Exists(keys.SessionIndex()))
+	require.False(t, m.Exists(keys.SessionBucketOf("s1")))
 	_, err = s.Get(ctx, "s1")
 	require.ErrorIs(t, err, ErrNotFound)
 
@@ -114,10 +114,10 @@ func TestDeleteInvalidID(t *testing.T) {
 	m, _, s := newMini(t)
 	ctx := ctxT(t)
 	// An invalid id that reached the index by hand can still be removed.
-	_, err := m.SetAdd(keys.SessionIndex(), "bad id*")
+	_, err := m.SetAdd(keys.SessionBucketOf("bad id*"), "bad id*")
 	require.NoError(t, err)
 	require.NoError(t, s.Delete(ctx, "bad id*"))
-	require.False(t, m.Exists(keys.SessionIndex()))
+	require.False(t, m.Exists(keys.SessionBucketOf("bad id*")))
 }
 
 func TestPauseKeepsUnknownFields(t *testing.T) {
@@ -196,10 +196,12 @@ func putMalformed(t testing.TB, c redis.UniversalClient) map[string]string {
 	}
 	for id, v := range bad {
 		require.NoError(t, c.Set(ctx, keys.Session(id), v, 0).Err())
-		require.NoError(t, c.SAdd(ctx, keys.SessionIndex(), id).Err())
+		require.NoError(t, c.SAdd(ctx, keys.SessionBucketOf(id), id).Err())
 	}
 	require.NoError(t, c.HSet(ctx, keys.Session("hash"), "url", "http://h").Err())
-	require.NoError(t, c.SAdd(ctx, keys.SessionIndex(), "hash", "bad id*", "gone").Err())
+	for _, id := range []string{"hash", "bad id*", "gone"} {
+		require.NoError(t, c.SAdd(ctx, keys.SessionBucketOf(id), id).Err())
+	}
 	return map[string]string{
 		"bad id*":  "id in the index: keyspace: invalid id",
 		"badjson":  "invalid JSON",
@@ -231,7 +233,7 @@ func TestLoadMalformed(t *testing.T) {
 	require.Equal(t, []string{"bad id*", "badjson", "empty", "enormous", "hash", "nourl", "wrongid"}, gotIDs)
 	// Nothing was deleted: "gone" never had a key and was skipped silently.
 	require.Equal(t, keysBefore, m.Keys())
-	members, err := m.Members(keys.SessionIndex())
+	members, err := m.Members(keys.SessionBucketOf("gone"))
 	require.NoError(t, err)
 	require.Contains(t, members, "gone")
 }
@@ -290,9 +292,9 @@ func TestLoadErrors(t *testing.T) {
 	require.ErrorContains(t, err, "read session revision")
 
 	require.NoError(t, c.Set(ctx, keys.SessionRev(), "1", 0).Err())
-	require.NoError(t, c.Set(ctx, keys.SessionIndex(), "x", 0).Err())
+	require.NoError(t, c.Set(ctx, keys.SessionBucket(7), "x", 0).Err())
 	_, err = s.Load(ctx)
-	require.ErrorContains(t, err, "scan session index")
+	require.ErrorContains(t, err, "read session index bucket 7")
 
 	m.Close()
 	_, err = s.Load(ctx)
@@ -312,7 +314,7 @@ func TestEventsPublished(t *testing.T) {
 	require.NoError(t, s.Put(ctx, sess("s1")))
 	require.NoError(t, s.Pause(ctx, "s1"))
 	require.NoError(t, s.Delete(ctx, "s1"))
-	require.NoError(t, c.SAdd(ctx, keys.SessionIndex(), "bad*").Err())
+	require.NoError(t, c.SAdd(ctx, keys.SessionBucketOf("bad*"), "bad*").Err())
 	require.NoError(t, s.Delete(ctx, "bad*"))
 	for _, want := range []string{
 		`{"type":"sessions","sessions":["s1"]}`,

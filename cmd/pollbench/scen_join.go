@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/pollworker/pollworker/bench"
-	"github.com/pollworker/pollworker/hrw"
 	"github.com/pollworker/pollworker/poller"
 )
 
@@ -25,8 +24,7 @@ func runJoin(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		ids := bench.SequentialIDs(sz.joinSessions)
 		all := workerIDs("w", sz.joinWorkers+1)
 		newID := all[len(all)-1]
-		table := hrw.NewIDs(all...)
-		idx := table.AssignBounded(ids, poller.DefaultBalanceSlack, nil)
+		pref := poller.Owners(all, ids, poller.DefaultBalanceSlack)
 		current := map[string]string{}
 		for _, m := range f.members {
 			for _, s := range m.held() {
@@ -35,7 +33,7 @@ func runJoin(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		}
 		from := map[string]string{}
 		for i, id := range ids {
-			if table.ID(idx[i]) == newID {
+			if pref[i] == newID {
 				from[id] = current[id]
 			}
 		}

@@ -53,7 +53,7 @@ func TestSessionsRoundTrip(t *testing.T) {
 
 	// A malformed entry is listed with its reason.
 	mr.Set("session:bad", `{"url":"","interval":"1s"}`)
-	_, err = mr.SAdd("poll:sessions", "bad")
+	_, err = mr.SAdd(keyspace.Space{}.SessionBucketOf("bad"), "bad")
 	require.NoError(t, err)
 
 	r = cli("list")

@@ -55,7 +55,7 @@ func TestComputeStatus(t *testing.T) {
 		require.NoError(t, store.Put(ctx, s))
 	}
 	mr.Set("session:junk", "not json")
-	_, err := mr.SAdd("poll:sessions", "junk")
+	_, err := mr.SAdd(keyspace.Space{}.SessionBucketOf("junk"), "junk")
 	require.NoError(t, err)
 
 	heartbeat(t, c, "w1", "v1")

@@ -28,3 +28,9 @@ var Release string
 //
 //go:embed inspect.lua
 var Inspect string
+
+// SessionChanged increments the session revision and records it as the
+// last change of some index buckets.
+//
+//go:embed session_changed.lua
+var SessionChanged string

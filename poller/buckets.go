@@ -1,0 +1,313 @@
+package poller
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/hrw"
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// The session index is split into keyspace.SessionBuckets buckets, and the
+// rendezvous assignment places buckets, not sessions, on workers, with
+// loads bounded in sessions (each bucket weighs its size, as counted by the
+// writers), so that a few sessions spread as evenly as many. A worker therefore reads only the ids and definitions of the
+// buckets assigned to it, plus the ids of the buckets for which it ranks
+// second (to adopt orphans): 1/N of the index each, instead of all of it.
+// A session's preferred worker is its bucket's.
+
+// maxLoadPerRound bounds the session definitions read in one round, so that
+// a large start makes progress round by round (each round acquires what
+// was read) and notices membership changes in between.
+const maxLoadPerRound = 20_000
+
+// bucket is what the worker knows of one index bucket.
+type bucket struct {
+	assigned  bool     // this worker is preferred: definitions are read
+	loaded    bool     // ids (and, if assigned, definitions) are current
+	ids       []string // sorted, as in the index
+	malformed int      // malformed entries among them (assigned buckets)
+}
+
+// bucketKeys returns the strings hashed to place the buckets.
+func bucketKeys() []string {
+	keys := make([]string, keyspace.SessionBuckets)
+	for b := range keys {
+		keys[b] = "bucket-" + strconv.Itoa(b)
+	}
+	return keys
+}
+
+// ownerOf returns the preferred live worker of a session, "" with no live
+// worker.
+func (c *Coordinator) ownerOf(id string) string {
+	if c.bucketOwner == nil {
+		return ""
+	}
+	return c.table.ID(c.bucketOwner[keyspace.BucketOf(id)])
+}
+
+// refresh reads membership and the session changes, and reads the buckets
+// this worker needs (at most maxLoadPerRound definitions per round; a
+// round that stops short asks for another). It reports false when Redis
+// could not be read.
+func (c *Coordinator) refresh(ctx context.Context) bool {
+	rctx, cancel := c.requestCtx(ctx)
+	defer cancel()
+	m, err := c.registry.Members(rctx)
+	if err != nil {
+		c.redisOK.Store(false)
+		c.cfg.Observer.RedisError("members")
+		c.log.Warn("discovery failed", zap.Error(err))
+		return false
+	}
+	membersChanged := m.Version != c.members.Version || c.table == nil
+	c.membersChanged = c.membersChanged || membersChanged
+	c.members = m
+	if membersChanged {
+		c.watchOrphans()
+		c.table = hrw.NewIDs(m.Nodes...)
+		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
+	}
+	if d, ok := m.NextExpiry(); ok {
+		c.scheduleExpiry(d + 2*retrySlack)
+	}
+	sizesChanged, ok := c.applyChanges(rctx)
+	if !ok {
+		return false
+	}
+	if membersChanged || sizesChanged {
+		c.assignBuckets()
+	}
+	return c.loadBuckets(ctx)
+}
+
+// assignBuckets places every bucket on a live worker and decides which
+// buckets this worker reads: those assigned to it, with definitions, and
+// those for which it ranks second, ids only.
+func (c *Coordinator) assignBuckets() {
+	if c.table.Len() == 0 {
+		c.bucketOwner = nil
+	} else {
+		c.bucketOwner = c.table.AssignWeighted(c.bucketKeys, c.sizes, c.cfg.BalanceSlack, c.bucketOwner)
+	}
+	me := c.cfg.ID
+	want := make(map[int]bool) // bucket -> assigned
+	if c.members.Contains(me) {
+		for b, o := range c.bucketOwner {
+			owner := c.table.ID(o)
+			switch {
+			case owner == me:
+				want[b] = true
+			case c.table.Len() >= 2:
+				// Watch it if this worker is the best ranked after its owner
+				// (bounded loads may have moved it off its first choice).
+				for _, id := range c.table.Rank(c.bucketKeys[b], 3) {
+					if id != owner {
+						if id == me {
+							want[b] = false
+						}
+						break
+					}
+				}
+			}
+		}
+	}
+	for b, st := range c.buckets {
+		assigned, ok := want[b]
+		if !ok {
+			c.dropBucket(b, st)
+			continue
+		}
+		if assigned && !st.assigned {
+			st.loaded = false // definitions are needed now
+		}
+		st.assigned = assigned
+	}
+	for b, assigned := range want {
+		if _, ok := c.buckets[b]; !ok {
+			c.buckets[b] = &bucket{assigned: assigned}
+		}
+	}
+}
+
+// dropBucket forgets a bucket that this worker no longer reads; the
+// definitions of sessions it still polls are kept until they stop.
+func (c *Coordinator) dropBucket(b int, st *bucket) {
+	for _, id := range st.ids {
+		if _, running := c.workers[id]; !running {
+			delete(c.sessions, id)
+		}
+	}
+	delete(c.buckets, b)
+}
+
+// applyChanges marks the buckets changed since the last round for reading
+// and updates the bucket sizes; sizesChanged asks for a new assignment.
+func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) {
+	if c.synced {
+		changed, rev, reset, err := c.store.Changes(ctx, c.seenRev)
+		if err != nil {
+			c.sessionReadFailed(err)
+			return false, false
+		}
+		if !reset {
+			for _, ch := range changed {
+				if st, ok := c.buckets[ch.Bucket]; ok {
+					st.loaded = false
+				}
+				if c.sizes[ch.Bucket] != ch.Size {
+					c.sizes[ch.Bucket], sizesChanged = ch.Size, true
+				}
+			}
+			if len(changed) > 0 {
+				c.watchOrphans()
+			}
+			c.seenRev = rev
+			return sizesChanged, true
+		}
+		c.log.Warn("session change record lost; rereading every bucket", zap.Int64("seen", c.seenRev), zap.Int64("now", rev))
+	}
+	rev, sizes, err := c.store.Sizes(ctx)
+	if err != nil {
+		c.sessionReadFailed(err)
+		return false, false
+	}
+	c.seenRev, c.sizes, c.synced = rev, sizes, true
+	c.unloadAll()
+	return true, true
+}
+
+func (c *Coordinator) unloadAll() {
+	for _, st := range c.buckets {
+		st.loaded = false
+	}
+	c.watchOrphans()
+}
+
+func (c *Coordinator) sessionReadFailed(err error) {
+	c.redisOK.Store(false)
+	c.cfg.Observer.RedisError("sessions")
+	c.log.Warn("session read failed", zap.Error(err))
+}
+
+// loadBuckets reads the buckets marked for reading, assigned ones first,
+// in chunks; it stops after maxLoadPerRound definitions and asks for
+// another round. Progress is kept chunk by chunk.
+func (c *Coordinator) loadBuckets(ctx context.Context) bool {
+	var todo []int
+	for b, st := range c.buckets {
+		if !st.loaded {
+			todo = append(todo, b)
+		}
+	}
+	if len(todo) == 0 {
+		return true
+	}
+	sortBuckets(todo, c.buckets)
+	defs := 0
+	const chunk = 256
+	for len(todo) > 0 {
+		if defs >= maxLoadPerRound {
+			c.trigger()
+			return true
+		}
+		n := min(chunk, len(todo))
+		if err := c.loadChunk(ctx, todo[:n], &defs); err != nil {
+			c.sessionReadFailed(err)
+			return false
+		}
+		todo = todo[n:]
+	}
+	return true
+}
+
+// loadChunk reads the ids of some buckets, then the definitions of the
+// sessions of the assigned ones and of those polled here.
+func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error {
+	rctx, cancel := context.WithTimeout(ctx, max(c.cfg.RequestTimeout, 2*time.Second))
+	defer cancel()
+	perBucket, err := c.store.BucketIDs(rctx, bs)
+	if err != nil {
+		return err
+	}
+	var fetch []string
+	for i, b := range bs {
+		for _, id := range perBucket[i] {
+			if _, running := c.workers[id]; running || c.buckets[b].assigned {
+				fetch = append(fetch, id)
+			}
+		}
+	}
+	sessions, problems, err := c.loader.Fetch(rctx, fetch)
+	if err != nil {
+		return err
+	}
+	*defs += len(fetch)
+	bad := make(map[int]int)
+	for _, p := range problems {
+		bad[keyspace.BucketOf(p.ID)]++
+	}
+	for i, b := range bs {
+		st := c.buckets[b]
+		for _, id := range st.ids {
+			delete(c.sessions, id)
+		}
+		st.ids, st.loaded, st.malformed = perBucket[i], true, bad[b]
+	}
+	for _, s := range sessions {
+		if !s.Paused {
+			c.sessions[s.ID] = s
+		}
+	}
+	return nil
+}
+
+// malformed counts the malformed entries of the assigned buckets.
+func (c *Coordinator) malformed() int {
+	n := 0
+	for _, st := range c.buckets {
+		if st.assigned {
+			n += st.malformed
+		}
+	}
+	return n
+}
+
+// sortBuckets orders bucket numbers: assigned buckets first, then by number.
+func sortBuckets(bs []int, st map[int]*bucket) {
+	slices.SortFunc(bs, func(a, b int) int {
+		if st[a].assigned != st[b].assigned {
+			if st[a].assigned {
+				return -1
+			}
+			return 1
+		}
+		return a - b
+	})
+}
+
+// Owners returns the preferred worker of each of ids (owners[i] for ids[i])
+// among nodes, as a fleet of coordinators with these members, this
+// BalanceSlack and exactly these sessions computes it; "" when nodes is
+// empty. It is for tools and tests that predict the assignment.
+func Owners(nodes, ids []string, slack float64) []string {
+	out := make([]string, len(ids))
+	if len(nodes) == 0 {
+		return out
+	}
+	sizes := make([]int, keyspace.SessionBuckets)
+	for _, id := range ids {
+		sizes[keyspace.BucketOf(id)]++
+	}
+	t := hrw.NewIDs(nodes...)
+	owner := t.AssignWeighted(bucketKeys(), sizes, slack, nil)
+	for i, id := range ids {
+		out[i] = t.ID(owner[keyspace.BucketOf(id)])
+	}
+	return out
+}
