@@ -43,3 +43,41 @@ func BenchmarkLoad(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/session")
 }
+
+// BenchmarkFetch reads and decodes n definitions: a worker's load of its
+// buckets.
+func BenchmarkFetch(b *testing.B) {
+	const n = 10_000
+	_, c, s := newMini(b)
+	ids := seed(b, c, n)
+	ctx := ctxT(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		got, _, err := s.Fetch(ctx, ids)
+		if err != nil || len(got) != n {
+			b.Fatalf("fetch: %d sessions, %v", len(got), err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/session")
+}
+
+// BenchmarkChangesNone is a steady worker's per-round session check:
+// nothing changed since the revision it has seen.
+func BenchmarkChangesNone(b *testing.B) {
+	_, _, s := newMini(b)
+	ctx := ctxT(b)
+	if err := s.PutMany(ctx, []Session{sess("a"), sess("b")}); err != nil {
+		b.Fatal(err)
+	}
+	rev, _, err := s.Sizes(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		changed, _, _, err := s.Changes(ctx, rev)
+		if err != nil || len(changed) != 0 {
+			b.Fatalf("changes: %v, %v", changed, err)
+		}
+	}
+}

@@ -165,7 +165,7 @@ func fullSizes() sizes {
 		crashSessions: 10_000, crashTTL: 3 * time.Second,
 		joinSessions: 10_000, joinWorkers: 4, joinInterval: time.Second,
 		steadySessions: 100_000, steadyWorkers: 10, steadyInterval: 10 * time.Second, steadyWindow: 10 * time.Second,
-		coldSessions: 50_000, coldWorkers: 50, coldRuns: 3,
+		coldSessions: 200_000, coldWorkers: 50, coldRuns: 3,
 		timeout: 120 * time.Second}
 }
 
