@@ -159,23 +159,43 @@ func TestAcceptance(t *testing.T) {
 
 	require.Len(t, lastPollers(tg, time.Now().Add(-400*time.Millisecond)), len(ids), "every session still polled")
 
-	// A request that w3 had begun before SIGSTOP took effect may reach the
-	// target after SIGCONT with its old token: no lease can stop bytes
+	// A request begun under a valid lease may reach the target after a
+	// successor's first request with a newer token: no lease can stop bytes
 	// already on their way, which is what fencing tokens are for (the target
-	// rejected it). Every such poll must have started while w3's lease was
-	// still valid: before t0 + TTL - renew interval - drift margin, the
-	// earliest its local deadline could be. (SIGSTOP takes effect
-	// asynchronously, so "before t0" would be too strict by a few ms.)
+	// rejected it). That happens to the paused w3 (a request begun before
+	// SIGSTOP took effect), and to any worker whose request timed out on its
+	// side (the poll returned, so the lease was handed over) while the
+	// target, busy during the start, had not yet read it. Every stale request
+	// must have begun before the first request with a newer token; w3's
+	// during the pause must also have begun while its lease was still valid:
+	// before t0 + TTL - renew interval - drift margin, the earliest its local
+	// deadline could be. (SIGSTOP takes effect asynchronously, so "before t0"
+	// would be too strict by a few ms.)
 	earliestDeadline := t0.Add(leaseTTL - renewInterval - lease.DefaultDriftMargin(leaseTTL))
 	stale := tg.staleRequests()
+	accepted := tg.since(time.Time{})
+	pausedStale := 0
 	for _, p := range stale {
-		require.Equal(t, "w3", p.worker, "only the paused worker can be stale")
 		started, ok := pollStart(t, rds.URL(), p)
 		require.True(t, ok, "no record of stale poll %+v", p)
+		var first *poll // the first accepted request with a newer token
+		for i, q := range accepted {
+			if q.session == p.session && q.token > p.token && (first == nil || q.at.Before(first.at)) {
+				first = &accepted[i]
+			}
+		}
+		require.NotNil(t, first, "stale poll %+v without a newer accepted one", p)
+		require.True(t, started.Before(first.at), "stale poll %+v started at %v, after %s polled with newer token %d at %v", p, started, first.worker, first.token, first.at)
+		if !p.at.After(t0) {
+			continue
+		}
+		pausedStale++
+		require.Equal(t, "w3", p.worker, "only the paused worker can be stale during the pause: %+v", p)
 		require.True(t, started.Before(earliestDeadline), "stale poll %+v started at %v, after its lease deadline (at the earliest %v)", p, started, earliestDeadline)
 		require.True(t, started.Before(resumed), "stale poll %+v started after SIGCONT", p)
 	}
-	t.Logf("SIGSTOP: %d requests begun before the pause arrived after it and were rejected by their fencing token", len(stale))
+	t.Logf("%d stale requests in all, rejected by their fencing token; %d of them begun by w3 before the pause and arrived after it", len(stale), pausedStale)
+
 	tg.mu.Lock()
 	tg.stale = nil
 	tg.mu.Unlock()
