@@ -165,8 +165,8 @@ func fullSizes() sizes {
 		crashSessions: 10_000, crashTTL: 3 * time.Second,
 		joinSessions: 10_000, joinWorkers: 4, joinInterval: time.Second,
 		steadySessions: 100_000, steadyWorkers: 10, steadyInterval: 10 * time.Second, steadyWindow: 10 * time.Second,
-		coldSessions: 200_000, coldWorkers: 50, coldRuns: 3,
-		timeout: 120 * time.Second}
+		coldSessions: 1_000_000, coldWorkers: 50, coldRuns: 3,
+		timeout: 150 * time.Second}
 }
 
 func quickSizes() sizes {
