@@ -136,7 +136,7 @@ func TestAcceptance(t *testing.T) {
 	t0 = time.Now()
 	w["w2"].signal(t, syscall.SIGKILL)
 	gap = takeover(t, tg, moved, "w2", t0, 20*time.Second)
-	t.Logf("kill -9: %d sessions polled again within %v (TTL %v + discovery %v)", len(moved), gap, leaseTTL, discoveryInterval)
+	t.Logf("kill -9 at %s: %d sessions polled again within %v (TTL %v + discovery %v)", t0.UTC().Format("15:04:05.000"), len(moved), gap, leaseTTL, discoveryInterval)
 	require.LessOrEqual(t, gap, leaseTTL+discoveryInterval+time.Second)
 
 	// SIGSTOP longer than the TTL, then SIGCONT: the paused worker must not
