@@ -75,6 +75,47 @@ func takeover(t *testing.T, tg *target, ids []string, gone string, t0 time.Time,
 	return gap
 }
 
+// requireStaleBegunEarlier checks, then forgets, the requests the target
+// rejected for a stale token so far. A request begun under a valid lease
+// may reach the target after a successor's first request with a newer
+// token: no lease can stop bytes already on their way, which is what
+// fencing tokens are for. That happens to a paused worker (a request begun
+// before SIGSTOP took effect), and to any worker whose request timed out on
+// its side (the poll returned, so the lease was handed over) while the
+// busy target had not yet read it. Each must have begun before the first
+// accepted request with a newer token, where its record (the poll's start)
+// is still in the capped results stream: call it after each phase.
+func requireStaleBegunEarlier(t *testing.T, tg *target, redisURL string) {
+	t.Helper()
+	accepted := tg.since(time.Time{})
+	stale := tg.staleRequests()
+	trimmed := 0
+	for _, p := range stale {
+		started, ok := pollStart(t, redisURL, p)
+		if !ok {
+			// The results stream is capped (~10,000 entries, a few seconds
+			// of a busy start): its record is gone, its start unknown.
+			trimmed++
+			continue
+		}
+		var first *poll // the first accepted request with a newer token
+		for i, q := range accepted {
+			if q.session == p.session && q.token > p.token && (first == nil || q.at.Before(first.at)) {
+				first = &accepted[i]
+			}
+		}
+		require.NotNil(t, first, "stale poll %+v without a newer accepted one", p)
+		require.True(t, started.Before(first.at), "stale poll %+v started at %v, after %s polled with newer token %d at %v", p, started, first.worker, first.token, first.at)
+	}
+	if len(stale) > 0 {
+		t.Logf("%d stale requests rejected by their fencing token; %d checked to have begun before the newer token's first request, %d no longer in the capped results stream",
+			len(stale), len(stale)-trimmed, trimmed)
+	}
+	tg.mu.Lock()
+	tg.stale = tg.stale[len(stale):]
+	tg.mu.Unlock()
+}
+
 func sessionsOf(m map[string]string, w string) []string {
 	var out []string
 	for s, o := range m {
@@ -116,6 +157,7 @@ func TestAcceptance(t *testing.T) {
 	for _, id := range []string{"w1", "w2", "w3"} {
 		t.Logf("%s polls %d sessions", id, len(sessionsOf(owners, id)))
 	}
+	requireStaleBegunEarlier(t, tg, rds.URL()) // while the start's records are in the capped stream
 
 	// SIGTERM: a drain hands the sessions over without waiting for the TTL.
 	moved := sessionsOf(owners, "w1")
@@ -138,6 +180,7 @@ func TestAcceptance(t *testing.T) {
 	gap = takeover(t, tg, moved, "w2", t0, 20*time.Second)
 	t.Logf("kill -9 at %s: %d sessions polled again within %v (TTL %v + discovery %v)", t0.UTC().Format("15:04:05.000"), len(moved), gap, leaseTTL, discoveryInterval)
 	require.LessOrEqual(t, gap, leaseTTL+discoveryInterval+time.Second)
+	requireStaleBegunEarlier(t, tg, rds.URL())
 
 	// SIGSTOP longer than the TTL, then SIGCONT: the paused worker must not
 	// poll again with a token older than one already seen (the target
@@ -159,42 +202,26 @@ func TestAcceptance(t *testing.T) {
 
 	require.Len(t, lastPollers(tg, time.Now().Add(-400*time.Millisecond)), len(ids), "every session still polled")
 
-	// A request begun under a valid lease may reach the target after a
-	// successor's first request with a newer token: no lease can stop bytes
-	// already on their way, which is what fencing tokens are for (the target
-	// rejected it). That happens to the paused w3 (a request begun before
-	// SIGSTOP took effect), and to any worker whose request timed out on its
-	// side (the poll returned, so the lease was handed over) while the
-	// target, busy during the start, had not yet read it. Every stale request
-	// must have begun before the first request with a newer token; w3's
-	// during the pause must also have begun while its lease was still valid:
-	// before t0 + TTL - renew interval - drift margin, the earliest its local
-	// deadline could be. (SIGSTOP takes effect asynchronously, so "before t0"
-	// would be too strict by a few ms.)
+	// During the pause only w3 may send stale requests, and each must have
+	// begun while its lease was still valid: before t0 + TTL - renew
+	// interval - drift margin, the earliest its local deadline could be.
+	// (SIGSTOP takes effect asynchronously, so "before t0" would be too
+	// strict by a few ms.)
 	earliestDeadline := t0.Add(leaseTTL - renewInterval - lease.DefaultDriftMargin(leaseTTL))
-	stale := tg.staleRequests()
-	accepted := tg.since(time.Time{})
 	pausedStale := 0
-	for _, p := range stale {
-		started, ok := pollStart(t, rds.URL(), p)
-		require.True(t, ok, "no record of stale poll %+v", p)
-		var first *poll // the first accepted request with a newer token
-		for i, q := range accepted {
-			if q.session == p.session && q.token > p.token && (first == nil || q.at.Before(first.at)) {
-				first = &accepted[i]
-			}
-		}
-		require.NotNil(t, first, "stale poll %+v without a newer accepted one", p)
-		require.True(t, started.Before(first.at), "stale poll %+v started at %v, after %s polled with newer token %d at %v", p, started, first.worker, first.token, first.at)
+	for _, p := range tg.staleRequests() {
 		if !p.at.After(t0) {
 			continue
 		}
 		pausedStale++
+		started, ok := pollStart(t, rds.URL(), p)
+		require.True(t, ok, "no record of stale poll %+v", p)
 		require.Equal(t, "w3", p.worker, "only the paused worker can be stale during the pause: %+v", p)
 		require.True(t, started.Before(earliestDeadline), "stale poll %+v started at %v, after its lease deadline (at the earliest %v)", p, started, earliestDeadline)
 		require.True(t, started.Before(resumed), "stale poll %+v started after SIGCONT", p)
 	}
-	t.Logf("%d stale requests in all, rejected by their fencing token; %d of them begun by w3 before the pause and arrived after it", len(stale), pausedStale)
+	requireStaleBegunEarlier(t, tg, rds.URL())
+	t.Logf("%d stale requests during the pause, begun by w3 before it", pausedStale)
 
 	tg.mu.Lock()
 	tg.stale = nil

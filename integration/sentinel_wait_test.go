@@ -87,8 +87,8 @@ func acquireArgs(sessions []string, owner string, ttl time.Duration) (keys []str
 	args = []any{ttl.Milliseconds()}
 	for _, s := range sessions {
 		// The lease, its fencing counter and its handoff mark (see
-		// acquire.lua; lease.handoffKey builds the last).
-		keys = append(keys, ks.Lease(s), ks.Fence(s), "poll:released:{"+s+"}")
+		// acquire.lua).
+		keys = append(keys, ks.Lease(s), ks.Fence(s), ks.Released(s))
 		args = append(args, owner+"#"+s)
 	}
 	return keys, args

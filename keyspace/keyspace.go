@@ -8,6 +8,7 @@
 //	<prefix>:nodes                sorted set of live workers scored by expiry (ms)
 //	<prefix>:lease:{<session>}    lease of a session: owner value, PX TTL
 //	<prefix>:fence:{<session>}    fencing counter of a session (never expires)
+//	<prefix>:released:{<session>} time of the last graceful release (PX one TTL)
 //	<prefix>:events               Pub/Sub channel for releases and membership
 //	<prefix>:sessions:<b>         set of the session ids of bucket b (the index)
 //	<prefix>:{sessions}:rev       change counter of the sessions
@@ -96,6 +97,10 @@ func (s Space) Lease(session string) string { return s.prefix() + ":lease:{" + s
 
 // Fence is the fencing counter key of a session; it shares the lease's slot.
 func (s Space) Fence(session string) string { return s.prefix() + ":fence:{" + session + "}" }
+
+// Released is the handoff mark of a session: the Redis time (ms) of its
+// last graceful release, for the handoff gap; it shares the lease's slot.
+func (s Space) Released(session string) string { return s.prefix() + ":released:{" + session + "}" }
 
 // Node is the heartbeat key of a worker.
 func (s Space) Node(node string) string { return s.prefix() + ":node:" + node }

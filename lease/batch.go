@@ -53,26 +53,36 @@ func (m *Manager) batches(idx []int, sessions []string) [][]int {
 }
 
 func batchBySlot(idx []int, sessions []string, size int, cluster bool, keys keyspace.Space) [][]int {
-	var out [][]int
-	if !cluster {
-		for len(idx) > 0 {
-			n := min(size, len(idx))
-			out = append(out, idx[:n:n])
-			idx = idx[n:]
+	return chunkBySlot(idx, size, cluster, func(i int) uint16 { return keyspace.Slot(keys.Lease(sessions[i])) })
+}
+
+// chunkBySlot splits items into chunks of at most size; with cluster set,
+// every chunk holds items of one hash slot (slotOf), slots in the order of
+// their first item.
+func chunkBySlot[T any](items []T, size int, cluster bool, slotOf func(T) uint16) [][]T {
+	chunk := func(out [][]T, items []T) [][]T {
+		for len(items) > 0 {
+			n := min(size, len(items))
+			out = append(out, items[:n:n])
+			items = items[n:]
 		}
 		return out
 	}
-	bySlot := make(map[uint16][]int)
+	if !cluster {
+		return chunk(make([][]T, 0, (len(items)+size-1)/size), items)
+	}
+	bySlot := make(map[uint16][]T)
 	var order []uint16
-	for _, i := range idx {
-		s := keyspace.Slot(keys.Lease(sessions[i]))
+	for _, it := range items {
+		s := slotOf(it)
 		if _, ok := bySlot[s]; !ok {
 			order = append(order, s)
 		}
-		bySlot[s] = append(bySlot[s], i)
+		bySlot[s] = append(bySlot[s], it)
 	}
+	var out [][]T
 	for _, s := range order {
-		out = append(out, batchBySlot(bySlot[s], nil, size, false, keys)...)
+		out = chunk(out, bySlot[s])
 	}
 	return out
 }

@@ -1,23 +1,6 @@
 package lease
 
-import (
-	"time"
-
-	"github.com/pollworker/pollworker/keyspace"
-)
-
-// handoffKey is the handoff mark of session: release.lua sets it to the
-// release time (Redis TIME, ms) when it deletes a lease, with a lifetime of
-// one TTL, and acquire.lua consumes it on the next fresh acquisition to
-// report the gap. It is <prefix>:released:{<session>}, built like
-// keyspace.Space.Lease so that it shares the lease's hash slot.
-func handoffKey(keys keyspace.Space, session string) string {
-	prefix := keys.Prefix
-	if prefix == "" {
-		prefix = keyspace.DefaultPrefix
-	}
-	return prefix + ":released:{" + session + "}"
-}
+import "time"
 
 // HandoffGap returns how long the session had no lease before this
 // acquisition when its previous holder released it gracefully: the time

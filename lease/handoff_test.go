@@ -22,7 +22,7 @@ func TestHandoffKeySharesTheLeaseSlot(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := handoffKey(tt.give, "s-1")
+			got := tt.give.Released("s-1")
 			require.Equal(t, tt.want, got)
 			require.Equal(t, strings.Replace(tt.give.Lease("s-1"), ":lease:", ":released:", 1), got,
 				"built like the lease key")
@@ -57,7 +57,7 @@ func TestRealHandoffGapAfterRelease(t *testing.T) {
 	require.Less(t, gap, time.Second, "the successor took over at once")
 	require.False(t, next.Acquired().Before(before), "Acquired is when the reply arrived")
 	require.False(t, next.Acquired().After(time.Now()))
-	require.Zero(t, r.rdb.Exists(ctx, handoffKey(realKeys, "s")).Val(), "the mark is consumed")
+	require.Zero(t, r.rdb.Exists(ctx, realKeys.Released("s")).Val(), "the mark is consumed")
 
 	require.True(t, next.MarkPolled(), "first poll")
 	require.False(t, next.MarkPolled(), "later polls")
@@ -91,7 +91,7 @@ func TestRealNoHandoffGapAfterExpiry(t *testing.T) {
 		l := acquireOne(t, a, "old").Lease
 		require.NotNil(t, l)
 		require.NoError(t, a.Release(ctx, l))
-		require.Eventually(t, func() bool { return r.rdb.Exists(ctx, handoffKey(realKeys, "old")).Val() == 0 },
+		require.Eventually(t, func() bool { return r.rdb.Exists(ctx, realKeys.Released("old")).Val() == 0 },
 			5*time.Second, 5*time.Millisecond, "the handoff mark never expired")
 		l = acquireOne(t, b, "old").Lease
 		require.NotNil(t, l)

@@ -221,7 +221,7 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 		args := evalsha(m.acquire, 3*len(b), 4*len(b)+1)
 		for _, i := range b {
 			s := sessions[i]
-			args = append(args, m.cfg.Keys.Lease(s), m.cfg.Keys.Fence(s), handoffKey(m.cfg.Keys, s))
+			args = append(args, m.cfg.Keys.Lease(s), m.cfg.Keys.Fence(s), m.cfg.Keys.Released(s))
 		}
 		args = append(args, m.ttlArg)
 		for _, i := range b {
@@ -374,7 +374,7 @@ func (m *Manager) Release(ctx context.Context, leases ...*Lease) error {
 	for _, b := range m.batches(idx, names) {
 		args := evalsha(m.release, 2*len(b), 3*len(b)+1)
 		for _, i := range b {
-			args = append(args, todo[i].key, handoffKey(m.cfg.Keys, todo[i].session))
+			args = append(args, todo[i].key, m.cfg.Keys.Released(todo[i].session))
 		}
 		args = append(args, m.ttlArg) // the handoff mark lives one TTL
 		for _, i := range b {

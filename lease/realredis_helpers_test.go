@@ -91,12 +91,12 @@ const markTTL = 5000
 func (r *realEnv) mark(t *testing.T, session string) (ms, pttl int64) {
 	t.Helper()
 	ctx := context.Background()
-	v, err := r.rdb.Get(ctx, handoffKey(realKeys, session)).Int64()
+	v, err := r.rdb.Get(ctx, realKeys.Released(session)).Int64()
 	if err == redis.Nil {
 		return -1, -2
 	}
 	require.NoError(t, err)
-	pttl, err = r.rdb.Do(ctx, "PTTL", handoffKey(realKeys, session)).Int64()
+	pttl, err = r.rdb.Do(ctx, "PTTL", realKeys.Released(session)).Int64()
 	require.NoError(t, err)
 	return v, pttl
 }
@@ -132,7 +132,7 @@ func runAcquire(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]s
 	ks := make([]string, 0, 3*len(sessions))
 	args := []any{ttlMs}
 	for _, s := range sessions {
-		ks = append(ks, realKeys.Lease(s), realKeys.Fence(s), handoffKey(realKeys, s))
+		ks = append(ks, realKeys.Lease(s), realKeys.Fence(s), realKeys.Released(s))
 		args = append(args, owners[s])
 	}
 	vals, err := redis.NewScript(lua.Acquire).Run(context.Background(), c, ks, args...).Int64Slice()
@@ -158,7 +158,7 @@ func runRelease(t *testing.T, c redis.Scripter, owners map[string]string, sessio
 	ks := make([]string, 0, 2*len(sessions))
 	args := []any{markTTL}
 	for _, s := range sessions {
-		ks = append(ks, realKeys.Lease(s), handoffKey(realKeys, s))
+		ks = append(ks, realKeys.Lease(s), realKeys.Released(s))
 		args = append(args, owners[s])
 	}
 	vals, err := redis.NewScript(lua.Release).Run(context.Background(), c, ks, args...).Int64Slice()

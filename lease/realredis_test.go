@@ -348,7 +348,7 @@ func TestRealAcquireScriptHandoffMark(t *testing.T) {
 	ctx := context.Background()
 	const ago = 1500 // ms between the seeded release and the acquisition
 	setMark := func(session, v string) {
-		require.NoError(t, r.rdb.Set(ctx, handoffKey(realKeys, session), v, time.Minute).Err())
+		require.NoError(t, r.rdb.Set(ctx, realKeys.Released(session), v, time.Minute).Err())
 	}
 	released := func() string {
 		return fmt.Sprint(r.rdb.Time(ctx).Val().UnixMilli() - ago)
@@ -374,7 +374,7 @@ func TestRealAcquireScriptHandoffMark(t *testing.T) {
 	for s, wantMark := range map[string]bool{"free": false, "garbage": false, "other": true, "mine": true} {
 		at, _ := r.mark(t, s)
 		if s == "garbage" {
-			require.Zero(t, r.rdb.Exists(ctx, handoffKey(realKeys, s)).Val(), "a fresh acquisition consumes the mark")
+			require.Zero(t, r.rdb.Exists(ctx, realKeys.Released(s)).Val(), "a fresh acquisition consumes the mark")
 			continue
 		}
 		require.Equal(t, wantMark, at != -1, "mark of %s kept: %v", s, wantMark)

@@ -102,9 +102,7 @@ func (m *Manager) renewArgs(n int) []any {
 	if p, ok := m.argsPool.Get().(*[]any); ok && cap(*p) >= 4+2*n {
 		return append((*p)[:0], "evalsha", m.renew.Hash(), n)
 	}
-	args := make([]any, 3, 4+2*n)
-	args[0], args[1], args[2] = "evalsha", m.renew.Hash(), n
-	return args
+	return evalsha(m.renew, n, 1+2*n)
 }
 
 // putRenewArgs keeps args for a later cycle once its call is done (go-redis
@@ -119,34 +117,7 @@ func (m *Manager) putRenewArgs(args []any) {
 // leaseBatches groups leases into script calls of at most BatchSize; under
 // Redis Cluster each call holds one hash slot.
 func (m *Manager) leaseBatches(leases []*Lease) [][]*Lease {
-	size := m.cfg.BatchSize
-	if !m.cluster {
-		out := make([][]*Lease, 0, (len(leases)+size-1)/size)
-		for len(leases) > 0 {
-			n := min(size, len(leases))
-			out = append(out, leases[:n:n])
-			leases = leases[n:]
-		}
-		return out
-	}
-	bySlot := make(map[uint16][]*Lease)
-	var order []uint16
-	for _, l := range leases {
-		s := keyspace.Slot(l.key)
-		if _, ok := bySlot[s]; !ok {
-			order = append(order, s)
-		}
-		bySlot[s] = append(bySlot[s], l)
-	}
-	var out [][]*Lease
-	for _, s := range order {
-		for ls := bySlot[s]; len(ls) > 0; {
-			n := min(size, len(ls))
-			out = append(out, ls[:n:n])
-			ls = ls[n:]
-		}
-	}
-	return out
+	return chunkBySlot(leases, m.cfg.BatchSize, m.cluster, func(l *Lease) uint16 { return keyspace.Slot(l.key) })
 }
 
 // notRenewed returns the positions (from 0) of the leases of a renew call

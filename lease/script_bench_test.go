@@ -62,7 +62,7 @@ func (s *scriptBench) free(b *testing.B, marks bool) {
 	ks := append([]string(nil), s.keys...)
 	if marks {
 		for _, id := range s.ids {
-			ks = append(ks, handoffKey(realKeys, id))
+			ks = append(ks, realKeys.Released(id))
 		}
 	}
 	if err := s.rdb.Del(context.Background(), ks...).Err(); err != nil {
@@ -77,7 +77,7 @@ func (s *scriptBench) mark(b *testing.B) {
 	now := s.rdb.Time(ctx).Val().UnixMilli()
 	pipe := s.rdb.Pipeline()
 	for _, id := range s.ids {
-		pipe.Set(ctx, handoffKey(realKeys, id), now, time.Minute)
+		pipe.Set(ctx, realKeys.Released(id), now, time.Minute)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		b.Fatal(err)
@@ -168,7 +168,7 @@ func BenchmarkScriptAcquire500(b *testing.B) {
 	s := newScriptBench(b)
 	args := []any{3 * scriptBatch}
 	for _, id := range s.ids {
-		args = append(args, realKeys.Lease(id), realKeys.Fence(id), handoffKey(realKeys, id))
+		args = append(args, realKeys.Lease(id), realKeys.Fence(id), realKeys.Released(id))
 	}
 	args = append(args, int64(30000))
 	for _, o := range s.owners {
@@ -204,7 +204,7 @@ func BenchmarkScriptRelease500(b *testing.B) {
 	s := newScriptBench(b)
 	args := []any{2 * scriptBatch}
 	for _, id := range s.ids {
-		args = append(args, realKeys.Lease(id), handoffKey(realKeys, id))
+		args = append(args, realKeys.Lease(id), realKeys.Released(id))
 	}
 	args = append(args, int64(30000))
 	for _, o := range s.owners {

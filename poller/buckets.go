@@ -71,6 +71,7 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 	if membersChanged {
 		c.watchOrphans()
 		c.table = hrw.NewIDs(m.Nodes...)
+		c.rankBuckets()
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
 	if d, ok := m.NextExpiry(); ok {
@@ -106,13 +107,12 @@ func (c *Coordinator) assignBuckets() {
 			case c.table.Len() >= 2:
 				// Watch it if this worker is the best ranked after its owner
 				// (bounded loads may have moved it off its first choice).
-				for _, id := range c.table.Rank(c.bucketKeys[b], 3) {
-					if id != owner {
-						if id == me {
-							want[b] = false
-						}
-						break
-					}
+				next := c.top2[b][0]
+				if next == owner {
+					next = c.top2[b][1]
+				}
+				if next == me {
+					want[b] = false
 				}
 			}
 		}
@@ -132,6 +132,20 @@ func (c *Coordinator) assignBuckets() {
 		if _, ok := c.buckets[b]; !ok {
 			c.buckets[b] = &bucket{assigned: assigned}
 		}
+	}
+}
+
+// rankBuckets records the two best ranked live workers of every bucket, so
+// that a reassignment after a session change ranks nothing again.
+func (c *Coordinator) rankBuckets() {
+	if c.table.Len() < 2 {
+		c.top2 = nil
+		return
+	}
+	c.top2 = make([][2]string, len(c.bucketKeys))
+	for b, k := range c.bucketKeys {
+		r := c.table.Rank(k, 2)
+		c.top2[b] = [2]string{r[0], r[1]}
 	}
 }
 

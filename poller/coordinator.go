@@ -50,6 +50,7 @@ type Coordinator struct {
 	bucketKeys       []string                   // hashing keys of the index buckets
 	bucketOwner      []int                      // bucket -> table index of its preferred worker
 	sizes            []int                      // bucket -> number of sessions in it
+	top2             [][2]string                // bucket -> its two best ranked live workers (2+ members)
 	buckets          map[int]*bucket            // buckets assigned here, or watched for orphans
 	sessions         map[string]session.Session // active sessions of assigned buckets, and those polled here
 	seenRev          int64                      // session revision whose changes are applied

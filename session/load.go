@@ -92,52 +92,35 @@ type BucketSize struct {
 // Changes returns the index buckets changed after revision since, with
 // their sizes, and the latest revision seen (since when nothing changed).
 // A caller that has read those buckets after this call has seen every
-// change up to rev. If the change record was lost (Redis restarted without
+// change up to rev. One round trip (a read-only script). If the change record was lost (Redis restarted without
 // persistence), the current revision is below since: reset is then true and
 // the caller must start over with Sizes.
 func (s *Store) Changes(ctx context.Context, since int64) (changed []BucketSize, rev int64, reset bool, err error) {
-	var zs *redis.ZSliceCmd
-	var cur *redis.StringCmd
-	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cur = p.Get(ctx, s.keys.SessionRev())
-		zs = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: s.keys.SessionChanges(),
-			Start: "(" + strconv.FormatInt(since, 10), Stop: "+inf", ByScore: true})
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionSizes()}
+	reply, err := s.changes.Run(ctx, s.client, keys, since).Slice()
+	if err != nil {
 		return nil, 0, false, fmt.Errorf("read session changes: %w", err)
 	}
-	now, err := cur.Int64()
-	if errors.Is(err, redis.Nil) {
-		now, err = 0, nil
+	if len(reply)%3 != 1 {
+		return nil, 0, false, fmt.Errorf("read session changes: reply of %d values", len(reply))
 	}
-	if err != nil {
-		return nil, 0, false, fmt.Errorf("read session revision: %w", err)
+	now, ok := reply[0].(int64)
+	if !ok {
+		return nil, 0, false, fmt.Errorf("read session changes: revision %v", reply[0])
 	}
 	if now < since {
 		return nil, now, true, nil
 	}
 	rev = since
-	var fields []string
-	for _, z := range zs.Val() {
-		m, _ := z.Member.(string)
-		b, err := strconv.Atoi(m)
+	for i := 1; i < len(reply); i += 3 {
+		b, err := strconv.Atoi(fmt.Sprint(reply[i]))
 		if err != nil || b < 0 || b >= keyspace.SessionBuckets {
 			continue // not written by Store
 		}
-		changed = append(changed, BucketSize{Bucket: b})
-		fields = append(fields, m)
-		rev = max(rev, int64(z.Score))
-	}
-	if len(fields) == 0 {
-		return nil, rev, false, nil
-	}
-	sizes, err := s.client.HMGet(ctx, s.keys.SessionSizes(), fields...).Result()
-	if err != nil {
-		return nil, 0, false, fmt.Errorf("read session bucket sizes: %w", err)
-	}
-	for i, v := range sizes {
-		changed[i].Size = sizeOf(v)
+		if score, err := strconv.ParseFloat(fmt.Sprint(reply[i+1]), 64); err == nil {
+			rev = max(rev, int64(score))
+		}
+		changed = append(changed, BucketSize{Bucket: b, Size: sizeOf(reply[i+2])})
 	}
 	return changed, rev, false, nil
 }

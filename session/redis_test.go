@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
 )
 
 // TestRealRedis runs the store against a real redis-server, whose WATCH,
@@ -43,4 +44,24 @@ func TestRealRedis(t *testing.T) {
 	require.ErrorIs(t, s.Pause(ctx, "hash"), ErrMalformed)
 	_, err = s.Get(ctx, "c")
 	require.ErrorIs(t, err, ErrNotFound)
+
+	// The change record, read by the script the workers run each round.
+	changed, rev, reset, err := s.Changes(ctx, 0)
+	require.NoError(t, err)
+	require.False(t, reset)
+	require.Equal(t, int64(6), rev)
+	sizes := map[int]int{}
+	for _, ch := range changed {
+		sizes[ch.Bucket] += ch.Size
+	}
+	require.Len(t, changed, len(sizes))
+	wantSizes := map[int]int{}
+	for id, n := range map[string]int{"a": 1, "b": 1, "c": 0} {
+		wantSizes[keyspace.BucketOf(id)] += n
+	}
+	require.Equal(t, wantSizes, sizes)
+	none, same, _, err := s.Changes(ctx, rev)
+	require.NoError(t, err)
+	require.Empty(t, none)
+	require.Equal(t, rev, same)
 }

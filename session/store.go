@@ -26,7 +26,8 @@ type Store struct {
 	client  redis.UniversalClient
 	keys    keyspace.Space
 	log     *zap.Logger
-	changed *redis.Script
+	changed *redis.Script // records a change
+	changes *redis.Script // reads the changes since a revision
 
 	// afterRead, when set by a test, runs inside Pause and Resume between
 	// the read and the write, to provoke a conflict.
@@ -56,7 +57,8 @@ func NewStore(client redis.UniversalClient, keys keyspace.Space, opts ...Option)
 	if err := keys.Validate(); err != nil {
 		return nil, fmt.Errorf("session: new store: %w", err)
 	}
-	s := &Store{client: client, keys: keys, log: zap.NewNop(), changed: redis.NewScript(lua.SessionChanged)}
+	s := &Store{client: client, keys: keys, log: zap.NewNop(), changed: redis.NewScript(lua.SessionChanged),
+		changes: redis.NewScript(lua.SessionChanges)}
 	for _, o := range opts {
 		o(s)
 	}

@@ -34,3 +34,9 @@ var Inspect string
 //
 //go:embed session_changed.lua
 var SessionChanged string
+
+// SessionChanges reads, read-only, the current session revision and the
+// buckets changed since a revision with their sizes.
+//
+//go:embed session_changes.lua
+var SessionChanges string
