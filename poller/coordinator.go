@@ -18,8 +18,8 @@ import (
 )
 
 // Coordinator runs one worker: heartbeat, membership, session list,
-// ownership by rendezvous hashing, leases and one poll loop per owned
-// session.
+// ownership by rendezvous hashing, leases, and the polls of the owned
+// sessions (one timer for all of them; a goroutine only while a poll runs).
 type Coordinator struct {
 	cfg      Config
 	log      *zap.Logger
@@ -45,6 +45,7 @@ type Coordinator struct {
 
 	// Owned by the main loop.
 	workers          map[string]*worker
+	sched            *scheduler
 	members          nodes.Membership
 	table            *hrw.Table
 	bucketKeys       []string                   // hashing keys of the index buckets
@@ -94,6 +95,7 @@ func New(cfg Config) (*Coordinator, error) {
 		orphanSince:    make(map[string]time.Time),
 		pendingOrphans: make(map[string]time.Time),
 	}
+	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
 	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID,
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize,
 		Clock: cfg.Clock, Logger: cfg.Logger, OnChange: c.onLeaseChange})
@@ -190,6 +192,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	err := c.drain()
 	stopRenew()
 	renew.Wait()
+	c.sched.close()
 	c.stopTimers()
 	return err
 }
@@ -338,6 +341,7 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 	case to == lease.Released:
 		t = EventReleased
 	}
+	c.sched.leaseChanged(l, to)
 	c.cfg.Observer.LeaseEvent(t, l.Reason())
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent(Event{Type: t, Session: l.Session(), Token: l.Token(), Reason: l.Reason(), At: c.cfg.Clock.Now()})

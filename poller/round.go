@@ -42,7 +42,7 @@ func (c *Coordinator) round(ctx context.Context) {
 			// Definition changed: restart the loop under the same lease
 			// once the current poll has finished.
 			w.restartAs = &s
-			w.stop()
+			c.sched.stop(w)
 		}
 	}
 	// Only a ready worker that its peers count as live takes sessions.
@@ -72,11 +72,10 @@ func (c *Coordinator) round(ctx context.Context) {
 // forgotten.
 func (c *Coordinator) reapWorkers(ctx context.Context) {
 	var release []*lease.Lease
-	for id, w := range c.workers {
-		select {
-		case <-w.done:
-		default:
-			continue
+	for _, w := range c.sched.collect() {
+		id := w.sess.ID
+		if c.workers[id] != w {
+			continue // collected already (stopAll)
 		}
 		delete(c.workers, id)
 		delete(c.orphanSince, id)

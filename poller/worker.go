@@ -13,7 +13,7 @@ import (
 	"github.com/pollworker/pollworker/session"
 )
 
-// worker is the poll loop of one owned session.
+// worker is the poll loop of one owned session, run by the scheduler.
 //
 // Stopping a worker (handoff, session paused or removed, shutdown) only
 // ends its loop: a poll already running finishes under its lease, which is
@@ -24,21 +24,25 @@ import (
 type worker struct {
 	sess  session.Session
 	lease *lease.Lease
-	stop  context.CancelFunc // ends the loop after the current poll
-	abort context.CancelFunc // also cancels the current poll
-	done  chan struct{}
+	done  chan struct{} // closed when the loop has exited and no poll runs
 	// Set by the main loop only.
 	stopping  bool             // stopWorker was called; release when done
 	restartAs *session.Session // start again with this definition when done (unless stopping)
+
+	// Guarded by scheduler.mu.
+	phase         phase
+	index         int       // position in the scheduler's queue while queued
+	next          time.Time // when the next (or running) poll is due
+	stopRequested bool
+	ctx           context.Context    // of the running poll: a child of the lease term
+	cancel        context.CancelFunc // cancels ctx
 }
 
-// startWorker starts the poll loop of s under l.
+// startWorker starts the poll loop of s under l; its first poll is now.
 func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
-	loopCtx, stop := context.WithCancel(context.Background())
-	pollCtx, abort := context.WithCancel(context.Background())
-	w := &worker{sess: s, lease: l, stop: stop, abort: abort, done: make(chan struct{})}
+	w := &worker{sess: s, lease: l, done: make(chan struct{})}
 	c.workers[s.ID] = w
-	go c.pollLoop(loopCtx, pollCtx, w)
+	c.sched.start(w)
 }
 
 // stopWorker ends w's loop after its current poll; the main loop releases
@@ -46,61 +50,29 @@ func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
 func (c *Coordinator) stopWorker(w *worker) {
 	w.stopping = true
 	w.restartAs = nil // a pending restart gives way: the lease is released
-	w.stop()
+	c.sched.stop(w)
 }
 
-// pollLoop polls w.sess on its interval while the lease is Held, starting at
-// once. It waits while the lease is Uncertain and returns when the lease is
-// Lost or Released or loopCtx is cancelled. Polls run under pollCtx and the
-// lease term.
-func (c *Coordinator) pollLoop(loopCtx, pollCtx context.Context, w *worker) {
-	defer func() {
-		close(w.done)
-		c.trigger() // let the main loop reap it now
-	}()
-	ticker := c.cfg.Clock.NewTicker(w.sess.Interval.D())
-	defer ticker.Stop()
+// runPoll runs one poll of w, under the context the scheduler made for it
+// (a child of the lease term), and hands w back to the scheduler.
+func (c *Coordinator) runPoll(w *worker) {
+	defer c.sched.polled(w)
 	l := w.lease
-	for {
-		changed := l.Changed()
-		switch l.State() {
-		case lease.Lost, lease.Released:
-			return
-		case lease.Uncertain:
-			select {
-			case <-loopCtx.Done():
-				return
-			case <-changed:
-			}
-			continue
-		}
-		if loopCtx.Err() != nil {
-			return
-		}
-		term := l.Context()
-		if now := c.cfg.Clock.Now(); term.Err() == nil && now.Before(l.Deadline()) {
-			first := l.MarkPolled()
-			if gap, ok := l.HandoffGap(); ok && first {
-				c.cfg.Observer.HandoffGap(gap + now.Sub(l.Acquired()))
-			}
-			c.pollOnce(pollCtx, term, w.sess, l)
-		}
-		select {
-		case <-loopCtx.Done():
-			return
-		case <-ticker.C():
-		case <-term.Done():
+	now := c.cfg.Clock.Now()
+	if w.ctx.Err() != nil || !now.Before(l.Deadline()) {
+		return
+	}
+	if first := l.MarkPolled(); first {
+		if gap, ok := l.HandoffGap(); ok {
+			c.cfg.Observer.HandoffGap(gap + now.Sub(l.Acquired()))
 		}
 	}
+	c.pollOnce(w.ctx, w.sess, l)
 }
 
-// pollOnce runs one poll under a context cancelled when either the worker
-// stops or the lease term ends.
-func (c *Coordinator) pollOnce(ctx, term context.Context, s session.Session, l *lease.Lease) {
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(term, cancel)
-	defer stop()
+// pollOnce runs one poll under ctx, which ends when the lease term ends or
+// the poll is aborted, and records its outcome; a panic is recovered.
+func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.Lease) {
 	c.polls.Add(1)
 	started := c.cfg.Clock.Now()
 	outcome := "ok"
@@ -113,9 +85,9 @@ func (c *Coordinator) pollOnce(ctx, term context.Context, s session.Session, l *
 		}
 		c.cfg.Observer.PollDone(c.cfg.Clock.Since(started), outcome)
 	}()
-	if err := c.cfg.Poller.Poll(pctx, s, l); err != nil {
+	if err := c.cfg.Poller.Poll(ctx, s, l); err != nil {
 		outcome = "error"
-		if pctx.Err() != nil {
+		if ctx.Err() != nil {
 			outcome = "cancelled"
 		}
 		c.pollErrors.Add(1)
@@ -148,7 +120,7 @@ func (c *Coordinator) stopAll(ctx context.Context) []*lease.Lease {
 		return exited
 	}
 	for _, w := range c.workers {
-		w.abort()
+		c.sched.abort(w)
 	}
 	grace, cancel := context.WithTimeout(context.Background(), abortGrace)
 	defer cancel()

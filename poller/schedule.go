@@ -1,0 +1,262 @@
+package poller
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/pollworker/pollworker/lease"
+)
+
+// scheduler runs the poll loops of all owned sessions with one timer: a
+// session waits in a heap ordered by its next poll time and has a
+// goroutine only while a poll runs. A worker holding 100k idle sessions
+// then costs 100k small records, not 100k goroutines, tickers and
+// contexts (which dominated a 1M-session cold start).
+//
+// Each worker is in one phase: queued (in the heap), waiting (its lease is
+// Uncertain; a lease change wakes it), polling, or exited. A worker polls
+// only when its lease is Held, its term not ended and its deadline not
+// passed; the poll's context is a child of the lease term, so it is
+// cancelled the moment the lease stops being Held.
+type scheduler struct {
+	clock clock.WithTickerAndDelayedExecution
+	poll  func(w *worker) // runs one poll of w; called in a new goroutine
+	wake  func()          // tells the main loop that a worker exited
+	mu    sync.Mutex      // guards everything below and the scheduling fields of every worker
+	queue dueQueue        // queued workers by next poll time
+	owner map[*lease.Lease]*worker
+	timer clock.Timer
+	armed time.Time // when timer fires; zero when it is not armed
+	ended []*worker // exited workers the main loop has not collected
+	done  bool      // close was called: the timer is not armed again
+}
+
+// phase is where a worker stands in the scheduler.
+type phase uint8
+
+const (
+	queued  phase = iota // in the heap, waiting for its next poll time
+	waiting              // lease Uncertain (or Held past its deadline): a lease change wakes it
+	polling              // a poll runs
+	exited               // done is closed
+)
+
+func newScheduler(clk clock.WithTickerAndDelayedExecution, poll func(*worker), wake func()) *scheduler {
+	return &scheduler{clock: clk, poll: poll, wake: wake, owner: make(map[*lease.Lease]*worker)}
+}
+
+// start schedules w's first poll now.
+func (s *scheduler) start(w *worker) {
+	s.mu.Lock()
+	now := s.clock.Now()
+	s.owner[w.lease] = w
+	launch := s.settleLocked(w, now, now)
+	s.mu.Unlock()
+	if launch {
+		go s.poll(w)
+	}
+}
+
+// stop ends w's loop: at once if no poll runs, else when the poll returns.
+func (s *scheduler) stop(w *worker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.stopRequested = true
+	switch w.phase {
+	case queued:
+		heap.Remove(&s.queue, w.index)
+		s.exitLocked(w)
+	case waiting:
+		s.exitLocked(w)
+	}
+}
+
+// abort cancels w's running poll, if any.
+func (s *scheduler) abort(w *worker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.phase == polling && w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// collect returns the workers that exited since the last call.
+func (s *scheduler) collect() []*worker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ended := s.ended
+	s.ended = nil
+	return ended
+}
+
+// close stops the timer; workers still queued stay queued.
+func (s *scheduler) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.armed = time.Time{}
+}
+
+// leaseChanged wakes the worker of l: a lost or released lease ends a
+// queued or waiting loop at once, a lease back to Held polls at once. A
+// running poll is already cancelled with the term; its end settles it.
+func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
+	s.mu.Lock()
+	w := s.owner[l]
+	if w == nil || w.phase == polling || w.phase == exited {
+		s.mu.Unlock()
+		return
+	}
+	launch := false
+	switch to {
+	case lease.Lost, lease.Released:
+		if w.phase == queued {
+			heap.Remove(&s.queue, w.index)
+		}
+		s.exitLocked(w)
+	case lease.Held:
+		if w.phase == waiting {
+			now := s.clock.Now()
+			launch = s.settleLocked(w, now, now)
+		}
+	}
+	s.mu.Unlock()
+	if launch {
+		go s.poll(w)
+	}
+}
+
+// polled settles w after a poll that began at its due time: next on the
+// interval grid, or at once if the poll overran it.
+func (s *scheduler) polled(w *worker) {
+	s.mu.Lock()
+	now := s.clock.Now()
+	w.cancel()
+	w.ctx, w.cancel = nil, nil
+	next := w.next.Add(w.sess.Interval.D())
+	if next.Before(now) {
+		next = now
+	}
+	launch := s.settleLocked(w, now, next)
+	s.mu.Unlock()
+	if launch {
+		go s.poll(w)
+	}
+}
+
+// fire launches the polls that are due and re-arms the timer.
+func (s *scheduler) fire() {
+	s.mu.Lock()
+	now := s.clock.Now()
+	s.armed = time.Time{}
+	var launch []*worker
+	for s.queue.Len() > 0 && !s.queue[0].next.After(now) {
+		w := heap.Pop(&s.queue).(*worker)
+		if s.settleLocked(w, now, w.next) {
+			launch = append(launch, w)
+		}
+	}
+	s.armLocked(now) // the head may be a worker not pushed above
+	s.mu.Unlock()
+	for _, w := range launch {
+		go s.poll(w)
+	}
+}
+
+// settleLocked decides what w, which is neither queued nor polling, does
+// next, given that its next poll is due at `at`: exit (stopped, or its
+// lease lost or released), wait (lease uncertain or past its deadline),
+// queue (not due yet) or poll now, which it reports; the caller then runs
+// s.poll(w) in a new goroutine.
+func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
+	if w.stopRequested {
+		s.exitLocked(w)
+		return false
+	}
+	switch w.lease.State() {
+	case lease.Lost, lease.Released:
+		s.exitLocked(w)
+		return false
+	case lease.Uncertain:
+		w.phase = waiting
+		return false
+	}
+	if at.After(now) {
+		w.next = at
+		w.phase = queued
+		heap.Push(&s.queue, w)
+		s.armLocked(now)
+		return false
+	}
+	term := w.lease.Context()
+	if term.Err() != nil || !now.Before(w.lease.Deadline()) {
+		// Its expiry is under way and will report the lease Lost.
+		w.phase = waiting
+		return false
+	}
+	w.next = at
+	w.phase = polling
+	w.ctx, w.cancel = context.WithCancel(term)
+	return true
+}
+
+// exitLocked ends w's loop and tells the main loop.
+func (s *scheduler) exitLocked(w *worker) {
+	w.phase = exited
+	if s.owner[w.lease] == w {
+		delete(s.owner, w.lease)
+	}
+	close(w.done)
+	s.ended = append(s.ended, w)
+	s.wake()
+}
+
+// armLocked points the timer at the earliest queued poll.
+func (s *scheduler) armLocked(now time.Time) {
+	if s.queue.Len() == 0 || s.done {
+		return
+	}
+	next := s.queue[0].next
+	if !s.armed.IsZero() && !next.Before(s.armed) {
+		return // armed early enough; an early firing re-arms
+	}
+	s.armed = next
+	d := next.Sub(now)
+	if s.timer == nil {
+		// The callback runs in its own goroutine: fake clocks call it with
+		// their lock held, and fire uses the clock.
+		s.timer = s.clock.AfterFunc(d, func() { go s.fire() })
+		return
+	}
+	s.timer.Reset(d)
+}
+
+// dueQueue is a min-heap of queued workers by next poll time.
+type dueQueue []*worker
+
+func (q dueQueue) Len() int           { return len(q) }
+func (q dueQueue) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
+func (q dueQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *dueQueue) Push(x any) {
+	w := x.(*worker)
+	w.index = len(*q)
+	*q = append(*q, w)
+}
+func (q *dueQueue) Pop() any {
+	old := *q
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	w.index = -1
+	return w
+}

@@ -1,0 +1,259 @@
+package poller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/session"
+)
+
+// schedFixture drives a scheduler on a fake clock with real leases (on
+// miniredis); its polls block until the test lets them return.
+type schedFixture struct {
+	t      *testing.T
+	mr     *miniredis.Miniredis
+	clock  *clocktesting.FakeClock
+	leases *lease.Manager
+	sched  *scheduler
+	polls  chan pollCall // one per poll started
+}
+
+// pollCall is one running poll: its context, the clock when it started, and
+// a channel to close to let it return.
+type pollCall struct {
+	w      *worker
+	ctx    context.Context
+	at     time.Time
+	finish chan struct{}
+}
+
+const (
+	schedTTL      = 3 * time.Second
+	schedInterval = time.Second
+	waitFor       = 5 * time.Second
+)
+
+func newSchedFixture(t *testing.T) *schedFixture {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	f := &schedFixture{t: t, mr: mr, clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), polls: make(chan pollCall, 16)}
+	f.sched = newScheduler(f.clock, func(w *worker) {
+		call := pollCall{w: w, ctx: w.ctx, at: f.clock.Now(), finish: make(chan struct{})}
+		f.polls <- call
+		<-call.finish
+		f.sched.polled(w)
+	}, func() {})
+	var err error
+	f.leases, err = lease.New(lease.Config{Client: rdb, Holder: "me", TTL: schedTTL, Clock: f.clock,
+		OnChange: func(l *lease.Lease, _, to lease.State) { f.sched.leaseChanged(l, to) }})
+	require.NoError(t, err)
+	t.Cleanup(f.sched.close)
+	return f
+}
+
+// start acquires a lease for id and starts its worker.
+func (f *schedFixture) start(id string) *worker {
+	f.t.Helper()
+	r := f.leases.Acquire(context.Background(), []string{id})
+	require.Len(f.t, r, 1)
+	require.NotNil(f.t, r[0].Lease, "acquire %s", id)
+	w := &worker{sess: session.Session{ID: id, Interval: session.Duration(schedInterval)}, lease: r[0].Lease, done: make(chan struct{})}
+	f.sched.start(w)
+	return w
+}
+
+// nextPoll waits for the next poll to start.
+func (f *schedFixture) nextPoll() pollCall {
+	f.t.Helper()
+	select {
+	case c := <-f.polls:
+		return c
+	case <-time.After(waitFor):
+		f.t.Fatal("no poll started")
+		return pollCall{}
+	}
+}
+
+// phaseOf reads w's phase and next poll time under the scheduler's lock.
+func (f *schedFixture) phaseOf(w *worker) (phase, time.Time) {
+	f.sched.mu.Lock()
+	defer f.sched.mu.Unlock()
+	return w.phase, w.next
+}
+
+// waitPhase waits until w is in phase p.
+func (f *schedFixture) waitPhase(w *worker, p phase) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool { got, _ := f.phaseOf(w); return got == p },
+		waitFor, time.Millisecond, "worker %s never reached phase %d", w.sess.ID, p)
+}
+
+func requireNoPoll(t *testing.T, f *schedFixture) {
+	t.Helper()
+	select {
+	case c := <-f.polls:
+		t.Fatalf("unexpected poll of %s at %v", c.w.sess.ID, c.at)
+	default:
+	}
+}
+
+func requireDone(t *testing.T, w *worker) {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(waitFor):
+		t.Fatalf("worker %s did not exit", w.sess.ID)
+	}
+}
+
+func TestSchedulerPollsOnTheIntervalGrid(t *testing.T) {
+	f := newSchedFixture(t)
+	t0 := f.clock.Now()
+	w := f.start("s1")
+	first := f.nextPoll()
+	require.Equal(t, t0, first.at, "the first poll starts at once")
+	require.NoError(t, first.ctx.Err())
+	close(first.finish)
+
+	// Queued for exactly one interval after the first poll was due.
+	f.waitPhase(w, queued)
+	_, next := f.phaseOf(w)
+	require.Equal(t, t0.Add(schedInterval), next)
+	f.clock.Step(schedInterval - time.Millisecond)
+	_, next = f.phaseOf(w)
+	require.Equal(t, t0.Add(schedInterval), next, "nothing moved before the due time")
+	requireNoPoll(t, f)
+	f.clock.Step(time.Millisecond)
+	second := f.nextPoll()
+	require.Equal(t, t0.Add(schedInterval), second.at)
+
+	// A poll that overruns its interval is followed at once by the next.
+	f.clock.Step(schedInterval + schedInterval/2)
+	close(second.finish)
+	third := f.nextPoll()
+	require.Equal(t, t0.Add(2*schedInterval+schedInterval/2), third.at)
+	close(third.finish)
+	f.waitPhase(w, queued)
+	_, next = f.phaseOf(w)
+	require.Equal(t, third.at.Add(schedInterval), next, "the grid restarts at the late poll")
+}
+
+func TestSchedulerManySessionsOneTimer(t *testing.T) {
+	f := newSchedFixture(t)
+	f.polls = make(chan pollCall, 64)
+	ws := make([]*worker, 20)
+	for i := range ws {
+		ws[i] = f.start("s" + string(rune('a'+i)))
+	}
+	for range ws {
+		close(f.nextPoll().finish)
+	}
+	for _, w := range ws {
+		f.waitPhase(w, queued)
+	}
+	f.clock.Step(schedInterval)
+	seen := map[string]bool{}
+	for range ws {
+		c := f.nextPoll()
+		seen[c.w.sess.ID] = true
+		close(c.finish)
+	}
+	require.Len(t, seen, len(ws), "every session polled once per interval")
+	requireNoPoll(t, f)
+}
+
+func TestSchedulerUncertainLeaseWaitsThenPollsOnRecovery(t *testing.T) {
+	f := newSchedFixture(t)
+	w := f.start("s1")
+	running := f.nextPoll()
+
+	// A failed renewal makes the lease uncertain: the running poll is cancelled.
+	f.mr.SetError("LOADING simulated")
+	rep := f.leases.RenewAll(context.Background())
+	require.Len(t, rep.Uncertain, 1)
+	select {
+	case <-running.ctx.Done():
+	case <-time.After(waitFor):
+		t.Fatal("poll context not cancelled when the lease became uncertain")
+	}
+	close(running.finish)
+	f.waitPhase(w, waiting)
+	f.clock.Step(schedInterval)
+	got, _ := f.phaseOf(w)
+	require.Equal(t, waiting, got, "no poll while uncertain")
+	requireNoPoll(t, f)
+
+	// Back to Held before the deadline: polls again at once.
+	f.mr.SetError("")
+	rep = f.leases.RenewAll(context.Background())
+	require.Equal(t, 1, rep.Renewed)
+	again := f.nextPoll()
+	require.Equal(t, f.clock.Now(), again.at)
+	require.NoError(t, again.ctx.Err())
+	close(again.finish)
+}
+
+func TestSchedulerLostLeaseEndsTheLoop(t *testing.T) {
+	f := newSchedFixture(t)
+	idle := f.start("idle")
+	close(f.nextPoll().finish)
+	f.waitPhase(idle, queued)
+	busy := f.start("busy")
+	running := f.nextPoll()
+
+	// Nothing renews: the deadline passes, both leases are lost.
+	f.clock.Step(schedTTL)
+	requireDone(t, idle)
+	select {
+	case <-running.ctx.Done():
+	case <-time.After(waitFor):
+		t.Fatal("poll context not cancelled when the lease was lost")
+	}
+	select {
+	case <-busy.done:
+		t.Fatal("a loop ended while its poll was still running")
+	default:
+	}
+	close(running.finish)
+	requireDone(t, busy)
+	ended := append(f.sched.collect(), f.sched.collect()...)
+	require.ElementsMatch(t, []*worker{idle, busy}, ended)
+}
+
+func TestSchedulerStopAndAbort(t *testing.T) {
+	f := newSchedFixture(t)
+
+	// Stopping a queued worker ends it at once.
+	idle := f.start("idle")
+	close(f.nextPoll().finish)
+	f.waitPhase(idle, queued)
+	f.sched.stop(idle)
+	requireDone(t, idle)
+
+	// Stopping a polling worker lets the poll finish under its lease.
+	busy := f.start("busy")
+	running := f.nextPoll()
+	f.sched.stop(busy)
+	require.NoError(t, running.ctx.Err(), "stop does not cancel the running poll")
+	select {
+	case <-busy.done:
+		t.Fatal("stopped loop ended before its poll returned")
+	default:
+	}
+	f.sched.abort(busy)
+	require.Error(t, running.ctx.Err(), "abort cancels the running poll")
+	close(running.finish)
+	requireDone(t, busy)
+	f.clock.Step(2 * schedInterval)
+	requireNoPoll(t, f)
+	require.Equal(t, lease.Held, busy.lease.State(), "the scheduler never releases; the main loop does")
+}
