@@ -83,6 +83,7 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 	}
 	if membersChanged || sizesChanged {
 		c.assignBuckets()
+		c.sweepAll = true
 	}
 	return c.loadBuckets(ctx)
 }
@@ -269,11 +270,15 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 	for i, b := range bs {
 		st := c.buckets[b]
 		for _, id := range st.ids {
-			delete(c.sessions, id)
+			if _, known := c.sessions[id]; known {
+				delete(c.sessions, id)
+				c.touch(id)
+			}
 		}
 		st.ids, st.loaded, st.malformed = perBucket[i], true, bad[b]
 	}
 	for _, s := range sessions {
+		c.touch(s.ID)
 		if !s.Paused {
 			c.sessions[s.ID] = s
 		}

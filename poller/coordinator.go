@@ -57,6 +57,9 @@ type Coordinator struct {
 	seenRev          int64                      // session revision whose changes are applied
 	synced           bool                       // seenRev is meaningful
 	orphanSince      map[string]time.Time       // owned sessions taken as orphans
+	touched          map[string]struct{}        // sessions whose standing may have changed since the last round
+	sweepAll         bool                       // the next round looks at every session (assignment changed)
+	wasMember        bool                       // member at the last round
 	pendingOrphans   map[string]time.Time       // watched sessions first seen without a lease
 	lastOrphan       time.Time
 	orphanWatchUntil time.Time // scan at full rate until then
@@ -93,6 +96,7 @@ func New(cfg Config) (*Coordinator, error) {
 		buckets:        make(map[int]*bucket),
 		bucketKeys:     bucketKeys(),
 		orphanSince:    make(map[string]time.Time),
+		touched:        make(map[string]struct{}),
 		pendingOrphans: make(map[string]time.Time),
 	}
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
@@ -202,13 +206,15 @@ func (c *Coordinator) mainLoop(ctx context.Context) {
 	defer ticker.Stop()
 	c.trigger()
 	for {
+		full := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C():
+			full = true
 		case <-c.kick:
 		}
-		c.round(ctx)
+		c.round(ctx, full)
 	}
 }
 

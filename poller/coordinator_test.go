@@ -109,12 +109,14 @@ func (r *recorder) reset() {
 	r.count = map[string]int{}
 }
 
-// fastConfig returns sub-second timings for tests.
+// fastConfig returns sub-second timings for tests. The discovery interval
+// (the periodic full round) is long, so that the tests see the event-driven
+// rounds do the work on their own.
 func fastConfig(client redis.UniversalClient, id string, p Poller) Config {
 	return Config{
 		Client: client, ID: id, Poller: p,
 		LeaseTTL: 900 * time.Millisecond, RenewInterval: 150 * time.Millisecond,
-		HeartbeatInterval: 150 * time.Millisecond, DiscoveryInterval: 200 * time.Millisecond,
+		HeartbeatInterval: 150 * time.Millisecond, DiscoveryInterval: 6 * time.Second, OrphanGrace: 400 * time.Millisecond,
 		RequestTimeout: 100 * time.Millisecond, DrainTimeout: 2 * time.Second,
 	}
 }

@@ -20,38 +20,54 @@ const retrySlack = 5 * time.Millisecond
 // round refreshes membership and sessions, then makes the owned set match
 // the rendezvous assignment: hands off what another live worker should
 // own, acquires what this worker should own, and picks up orphans.
-func (c *Coordinator) round(ctx context.Context) {
+//
+// A full round looks at every session; it runs every DiscoveryInterval and
+// whenever the assignment changed. Other rounds (woken by events, loads,
+// exits and retries) look only at the sessions touched since the last
+// round, so that their cost follows what changed, not what is owned.
+func (c *Coordinator) round(ctx context.Context, full bool) {
 	c.reapWorkers(ctx)
 	if !c.refresh(ctx) {
 		return
 	}
 	me := c.cfg.ID
-	for id, w := range c.workers {
-		s, active := c.sessions[id]
-		owner := c.ownerOf(id)
-		switch {
-		case w.stopping:
-			// Already handing off: reapWorkers releases it when its poll returned.
-		case !active, // removed or paused
-			// Another live worker is preferred. With no live worker at all
-			// (say every heartbeat fails while Redis refuses writes) there
-			// is nobody to hand to: keep the lease while it can be renewed.
-			owner != me && owner != "" && c.orphanDue(id):
-			c.stopWorker(w)
-		case !sameSession(s, w.sess):
-			// Definition changed: restart the loop under the same lease
-			// once the current poll has finished.
-			w.restartAs = &s
-			c.sched.stop(w)
-		}
-	}
 	// Only a ready worker that its peers count as live takes sessions.
 	member := c.Ready() && c.members.Contains(me)
+	full = full || c.sweepAll || member != c.wasMember
+	c.sweepAll, c.wasMember = false, member
+	touched := c.touched
+	c.touched = make(map[string]struct{})
+	if full {
+		for id, w := range c.workers {
+			c.checkWorker(id, w)
+		}
+	} else {
+		for id := range c.orphanSince {
+			touched[id] = struct{}{} // handed back once OrphanGrace has passed
+		}
+		for id := range touched {
+			if w, ok := c.workers[id]; ok {
+				c.checkWorker(id, w)
+			}
+		}
+	}
 	var acquire []string
 	if member {
-		for id := range c.sessions {
-			if _, ok := c.workers[id]; !ok && c.ownerOf(id) == me {
-				acquire = append(acquire, id)
+		wanted := func(id string) bool {
+			_, running := c.workers[id]
+			return !running && c.ownerOf(id) == me
+		}
+		if full {
+			for id := range c.sessions {
+				if wanted(id) {
+					acquire = append(acquire, id)
+				}
+			}
+		} else {
+			for id := range touched {
+				if _, active := c.sessions[id]; active && wanted(id) {
+					acquire = append(acquire, id)
+				}
 			}
 		}
 	}
@@ -63,6 +79,31 @@ func (c *Coordinator) round(ctx context.Context) {
 		c.adoptOrphans(ctx)
 	}
 	c.publishStatus()
+}
+
+// touch marks a session for the next round to look at.
+func (c *Coordinator) touch(id string) { c.touched[id] = struct{}{} }
+
+// checkWorker stops or restarts the loop of an owned session whose
+// standing changed: removed or paused, preferred elsewhere, or redefined.
+func (c *Coordinator) checkWorker(id string, w *worker) {
+	s, active := c.sessions[id]
+	owner := c.ownerOf(id)
+	switch {
+	case w.stopping:
+		// Already handing off: reapWorkers releases it when its poll returned.
+	case !active, // removed or paused
+		// Another live worker is preferred. With no live worker at all
+		// (say every heartbeat fails while Redis refuses writes) there
+		// is nobody to hand to: keep the lease while it can be renewed.
+		owner != c.cfg.ID && owner != "" && c.orphanDue(id):
+		c.stopWorker(w)
+	case !sameSession(s, w.sess):
+		// Definition changed: restart the loop under the same lease
+		// once the current poll has finished.
+		w.restartAs = &s
+		c.sched.stop(w)
+	}
 }
 
 // reapWorkers handles the poll loops that have exited: a loop restarted
@@ -79,6 +120,7 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 		}
 		delete(c.workers, id)
 		delete(c.orphanSince, id)
+		c.touch(id) // lost ones may be taken again
 		held := w.lease.State() == lease.Held || w.lease.State() == lease.Uncertain
 		switch {
 		case !held:
@@ -121,6 +163,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 		for _, r := range results {
 			switch {
 			case r.Err != nil:
+				c.touch(r.Session)
 				c.redisOK.Store(false)
 				acquireErr = true
 				c.watchOrphans()
@@ -137,6 +180,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 				}
 				c.startWorker(s, r.Lease)
 			case r.Remaining > 0:
+				c.touch(r.Session)
 				if retry < 0 || r.Remaining < retry {
 					retry = r.Remaining
 				}

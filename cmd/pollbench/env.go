@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,8 @@ type env struct {
 	// counter counts the commands of every worker client (not the admin's).
 	counter *bench.Counter
 	logger  *zap.Logger // nil = no logs
+	// acquired counts the leases every worker acquired (EventAcquired).
+	acquired atomic.Int64
 }
 
 func newEnv(ctx context.Context) (*env, error) {
@@ -128,6 +131,11 @@ func (e *env) startOurs(id, addr string, t timings, rec *bench.Recorder) (*membe
 		}),
 		LeaseTTL: t.ttl, RenewInterval: t.renew, HeartbeatInterval: t.heartbeat,
 		DiscoveryInterval: t.discovery, DrainTimeout: t.drain, Logger: e.logger,
+		OnEvent: func(ev poller.Event) {
+			if ev.Type == poller.EventAcquired {
+				e.acquired.Add(1)
+			}
+		},
 	})
 	if err != nil {
 		_ = client.Close()

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/pollworker/pollworker/bench"
@@ -12,7 +16,8 @@ import (
 // once and measures the time until every session has been polled, and the
 // Redis memory per session (definition, index entry, lease and fence).
 func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
-	var secs, mem []float64
+	var secs, mem, churn, redisCPU []float64
+	var busiest string
 	for r := 0; r < sz.coldRuns; r++ {
 		if err := e.reset(ctx); err != nil {
 			return nil, err
@@ -24,8 +29,13 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		if err := bench.Seed(ctx, e.admin, e.keys, bench.SequentialIDs(sz.coldSessions), time.Hour); err != nil {
 			return nil, err
 		}
+		seeded, err := bench.ReadStats(ctx, e.admin)
+		if err != nil {
+			return nil, err
+		}
 		rec := bench.NewRecorder()
 		all := rec.WaitPolled(sz.coldSessions)
+		acquiredBefore := e.acquired.Load()
 		t0 := time.Now()
 		var ms []*member
 		for _, id := range workerIDs("w", sz.coldWorkers) {
@@ -38,10 +48,14 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		}
 		err = waitChan(ctx, all, sz.timeout, "every session polled")
 		el := time.Since(t0)
+		churn = append(churn, float64(e.acquired.Load()-acquiredBefore)/float64(sz.coldSessions))
 		if err == nil {
 			after, serr := bench.ReadStats(ctx, e.admin)
 			if serr == nil {
 				mem = append(mem, float64(after.UsedMemory-before.UsedMemory)/float64(sz.coldSessions))
+				d := after.Delta(seeded)
+				redisCPU = append(redisCPU, d.CPUSeconds)
+				busiest = busiestCommands(d, 12)
 			}
 		}
 		stopAll(ms)
@@ -59,6 +73,23 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		{Figure: fmt.Sprintf("cold start, %d sessions over %d workers: all polled", sz.coldSessions, sz.coldWorkers),
 			Target: "1M over 50 in < 20 s", Unit: "s", Ours: s, Met: coldMet,
 			Note: fmt.Sprintf("%d runs; each worker reads the ids and definitions of its own index buckets only (≤ 20k definitions per round, leases in requests of 1000); all workers and redis-server share the machine's cores", sz.coldRuns)},
+		{Figure: "leases acquired per session until all polled (1 = no churn)", Target: "reported", Unit: "x", Ours: bench.Summarize(churn),
+			Note: "workers start together and see each other join one by one; sessions taken before the fleet is complete move again"},
+		{Figure: "Redis CPU during the cold start", Target: "reported", Unit: "s", Ours: bench.Summarize(redisCPU),
+			Note: "busiest commands (last run, Redis CPU): " + busiest},
 		{Figure: "Redis memory per session (definition + index + lease + fence)", Target: "reported", Unit: "B", Ours: bench.Summarize(mem)},
 	}, nil
+}
+
+// busiestCommands names the n commands that used the most Redis CPU in d,
+// with their calls and seconds.
+func busiestCommands(d bench.RedisStats, n int) string {
+	names := slices.Collect(maps.Keys(d.Commands))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(d.Commands[b].Usec, d.Commands[a].Usec) })
+	var parts []string
+	for _, name := range names[:min(n, len(names))] {
+		c := d.Commands[name]
+		parts = append(parts, fmt.Sprintf("%s %d calls %.2f s", name, c.Calls, float64(c.Usec)/1e6))
+	}
+	return strings.Join(parts, ", ")
 }
