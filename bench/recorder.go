@@ -9,10 +9,9 @@ import (
 // measures gaps: after Watch, the time from a mark to the first poll of
 // each watched session by another worker than the one it is moving from.
 type Recorder struct {
-	mu     sync.Mutex
-	last   map[string]pollRec
-	polled map[string]struct{}
-	polls  int64
+	mu    sync.Mutex
+	last  map[string]pollRec // every session polled so far
+	polls int64
 
 	watchFrom  map[string]string // session -> worker it is moving away from ("" = any)
 	watchOnly  string            // if set, only polls by this worker count
@@ -31,7 +30,7 @@ type pollRec struct {
 
 // NewRecorder returns an empty Recorder.
 func NewRecorder() *Recorder {
-	return &Recorder{last: map[string]pollRec{}, polled: map[string]struct{}{}}
+	return &Recorder{last: map[string]pollRec{}}
 }
 
 // Poll records a poll of session by worker at the current time.
@@ -43,8 +42,7 @@ func (r *Recorder) Poll(session, worker string) {
 	prev, seen := r.last[session]
 	r.last[session] = pollRec{worker: worker, at: now}
 	if !seen {
-		r.polled[session] = struct{}{}
-		if r.allPolled != nil && len(r.polled) >= r.wantPolled {
+		if r.allPolled != nil && len(r.last) >= r.wantPolled {
 			close(r.allPolled)
 			r.allPolled = nil
 		}
@@ -75,7 +73,10 @@ func (r *Recorder) WaitPolled(n int) <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ch := make(chan struct{})
-	if len(r.polled) >= n {
+	if len(r.last) == 0 {
+		r.last = make(map[string]pollRec, n) // no growth while measuring
+	}
+	if len(r.last) >= n {
 		close(ch)
 		return ch
 	}
@@ -87,7 +88,7 @@ func (r *Recorder) WaitPolled(n int) <-chan struct{} {
 func (r *Recorder) Polled() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.polled)
+	return len(r.last)
 }
 
 // Owners returns, per session, the worker that polled it last.

@@ -193,21 +193,29 @@ func Inspect(ctx context.Context, client Client, keys keyspace.Space, sessions [
 	return m.Inspect(ctx, sessions)
 }
 
-// inspectAll runs the inspect script over sessions in one pipeline.
-func (m *Manager) inspectAll(ctx context.Context, sessions []string) ([]Holding, error) {
+// readLeases runs a read-only script whose keys are the lease keys of
+// sessions, batched and pipelined; each call's idx maps its keys back to
+// positions in sessions.
+func (m *Manager) readLeases(ctx context.Context, script *redis.Script, sessions []string) []*call {
 	idx := make([]int, len(sessions))
 	for i := range idx {
 		idx[i] = i
 	}
 	var calls []*call
 	for _, b := range m.batches(idx, sessions) {
-		args := evalsha(m.inspect, len(b), len(b))
+		args := evalsha(script, len(b), len(b))
 		for _, i := range b {
 			args = append(args, m.cfg.Keys.Lease(sessions[i]))
 		}
 		calls = append(calls, &call{idx: b, args: args})
 	}
-	m.send(ctx, m.inspect, calls, 1, func([]*call, time.Time) {})
+	m.send(ctx, script, calls, 1, func([]*call, time.Time) {})
+	return calls
+}
+
+// inspectAll runs the inspect script over sessions in one pipeline.
+func (m *Manager) inspectAll(ctx context.Context, sessions []string) ([]Holding, error) {
+	calls := m.readLeases(ctx, m.inspect, sessions)
 	out := make([]Holding, len(sessions))
 	for _, c := range calls {
 		if c.err != nil {

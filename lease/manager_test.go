@@ -334,3 +334,31 @@ func TestInspect(t *testing.T) {
 	require.Equal(t, 3*time.Second, hs[0].Remaining)
 	require.Equal(t, Holding{Session: "s2"}, hs[1])
 }
+
+func TestUnheld(t *testing.T) {
+	f := newFixture(t)
+	a, b := f.manager(t, "a", func(c *Config) { c.BatchSize = 2 }), f.manager(t, "b")
+	acquireOne(t, a, "mine")
+	acquireOne(t, b, "theirs")
+	acquireOne(t, a, "expired")
+	f.mr.Del(realKeys.Lease("expired")) // as if its TTL ran out in Redis
+	tests := []struct {
+		name string
+		give []string
+		want []string
+	}{
+		{"none", nil, nil},
+		{"all held", []string{"mine", "theirs"}, nil},
+		{"free ones in order across batches", []string{"free1", "mine", "expired", "theirs", "free2"}, []string{"free1", "expired", "free2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := a.Unheld(context.Background(), tt.give)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+	f.mr.SetError("LOADING simulated")
+	_, err := a.Unheld(context.Background(), []string{"mine"})
+	require.Error(t, err, "a Redis error is never read as free or held")
+}

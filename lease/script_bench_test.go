@@ -223,3 +223,16 @@ func BenchmarkScriptInspect500(b *testing.B) {
 	}
 	s.run(b, lua.Inspect, args, nil, replyLen(2*scriptBatch))
 }
+
+// BenchmarkScriptUnheld500 times unheld.lua checking 500 held leases (the
+// orphan watch of a steady fleet: nothing free, an empty reply), to compare
+// with BenchmarkScriptInspect500 over the same keys.
+func BenchmarkScriptUnheld500(b *testing.B) {
+	s := newScriptBench(b)
+	s.hold(b)
+	args := []any{scriptBatch}
+	for _, k := range s.keys {
+		args = append(args, k)
+	}
+	s.run(b, lua.Unheld, args, nil, replyLen(0))
+}

@@ -228,28 +228,24 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	if len(watch) == 0 {
 		return
 	}
-	sort.Strings(watch)
 	rctx, cancel := c.requestCtx(ctx)
-	hs, err := c.leases.Inspect(rctx, watch)
+	free, err := c.leases.Unheld(rctx, watch)
 	cancel()
 	if err != nil {
 		c.log.Warn("orphan check failed", zap.Error(err))
 		return
 	}
 	var take []string
-	seen := make(map[string]bool, len(hs))
-	for _, h := range hs {
-		if h.Owner != "" {
-			continue
-		}
-		seen[h.Session] = true
-		first, ok := c.pendingOrphans[h.Session]
+	seen := make(map[string]bool, len(free))
+	for _, id := range free {
+		seen[id] = true
+		first, ok := c.pendingOrphans[id]
 		if !ok {
-			c.pendingOrphans[h.Session] = now
+			c.pendingOrphans[id] = now
 			continue
 		}
 		if now.Sub(first) >= c.cfg.OrphanGrace {
-			take = append(take, h.Session)
+			take = append(take, id)
 		}
 	}
 	for id := range c.pendingOrphans {

@@ -29,6 +29,12 @@ var Release string
 //go:embed inspect.lua
 var Inspect string
 
+// Unheld returns the positions of the lease keys that do not exist,
+// read-only: the cheap question an orphan watch asks of many leases.
+//
+//go:embed unheld.lua
+var Unheld string
+
 // SessionChanged increments the session revision and records it as the
 // last change of some index buckets.
 //
