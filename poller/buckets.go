@@ -210,13 +210,14 @@ func (c *Coordinator) sessionReadFailed(err error) {
 	c.log.Warn("session read failed", zap.Error(err))
 }
 
-// loadBuckets reads the buckets marked for reading, assigned ones first,
-// in chunks; it stops after maxLoadPerRound definitions and asks for
+// loadBuckets reads the buckets marked for reading, assigned ones first
+// (watched ones only once the orphan watch has begun), in chunks; it stops after maxLoadPerRound definitions and asks for
 // another round. Progress is kept chunk by chunk.
 func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 	var todo []int
+	watching := !c.cfg.Clock.Now().Before(c.watchFrom)
 	for b, st := range c.buckets {
-		if !st.loaded {
+		if !st.loaded && (st.assigned || watching) {
 			todo = append(todo, b)
 		}
 	}

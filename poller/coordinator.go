@@ -62,6 +62,7 @@ type Coordinator struct {
 	wasMember        bool                       // member at the last round
 	pendingOrphans   map[string]time.Time       // watched sessions first seen without a lease
 	lastOrphan       time.Time
+	watchFrom        time.Time // no orphan watch before then (set at the first round)
 	orphanWatchUntil time.Time // scan at full rate until then
 	membersChanged   bool      // since the last Round report
 	retryTimer       clock.Timer

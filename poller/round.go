@@ -26,6 +26,9 @@ const retrySlack = 5 * time.Millisecond
 // exits and retries) look only at the sessions touched since the last
 // round, so that their cost follows what changed, not what is owned.
 func (c *Coordinator) round(ctx context.Context, full bool) {
+	if c.watchFrom.IsZero() {
+		c.watchFrom = c.cfg.Clock.Now().Add(c.cfg.OrphanGrace / 2)
+	}
 	c.reapWorkers(ctx)
 	if !c.refresh(ctx) {
 		return
@@ -200,13 +203,18 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 // sessions of the buckets for which it ranks second, so the watch costs
 // one read per session per OrphanGrace/2 across the fleet.
 //
+// A worker starts watching OrphanGrace/2 after its first round: a session
+// must be seen free for OrphanGrace anyway, and in a fleet that starts
+// together every session is free at first, so an earlier look would only
+// read and remember the whole watch set.
+//
 // In a steady fleet there is nothing to watch, so the scan runs every
 // OrphanGrace/2 only for a while after something changed (membership, the
 // sessions, a lost lease, a failed acquire) or while a suspect is pending,
 // and otherwise once per orphanFallback × OrphanGrace.
 func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	now := c.cfg.Clock.Now()
-	if now.Sub(c.lastOrphan) < c.cfg.OrphanGrace/2 || c.table.Len() < 2 {
+	if now.Before(c.watchFrom) || now.Sub(c.lastOrphan) < c.cfg.OrphanGrace/2 || c.table.Len() < 2 {
 		return
 	}
 	active := now.Before(c.orphanWatchUntil) || len(c.pendingOrphans) > 0
