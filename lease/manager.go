@@ -182,6 +182,9 @@ type Result struct {
 	// Remaining is the other holder's remaining TTL when Lease is nil and
 	// Err is nil (-1 when the key has no expiry).
 	Remaining time.Duration
+	// Holder is the holder id of that other holder (see HolderOf), so that
+	// a caller can try again when that holder announces a release.
+	Holder string
 	// Err is set when the outcome is unknown (the request failed); the lease
 	// is then not ours, and a later Acquire retries with the same owner value.
 	Err error
@@ -249,7 +252,7 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 // acquired applies the reply of one acquire call, received by now, to
 // results.
 func (m *Manager) acquired(c *call, sessions, owners []string, results []Result, now time.Time) []change {
-	vals, err := c.ints(3 * len(c.idx))
+	vals, held, err := acquireReply(c, len(c.idx))
 	g := newGroup(c.sent.Add(m.cfg.TTL-m.cfg.DriftMargin), len(c.idx))
 	defer m.seal(g, now)
 	var changes []change
@@ -262,6 +265,7 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 		}
 		token, remaining, gap := vals[3*j], vals[3*j+1], vals[3*j+2]
 		if token <= 0 {
+			results[i].Holder = HolderOf(held[j])
 			results[i].Remaining = time.Duration(remaining) * time.Millisecond
 			if remaining < 0 {
 				results[i].Remaining = time.Duration(remaining)
@@ -276,6 +280,38 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 		changes = append(changes, ch...)
 	}
 	return changes
+}
+
+// acquireReply parses the reply of one acquire call for n sessions: three
+// integers per session, except that a lease held by another owner value
+// has that value (a string) in its third place, returned in held[j].
+func acquireReply(c *call, n int) (vals []int64, held []string, err error) {
+	if c.err != nil {
+		return nil, nil, c.err
+	}
+	raw, err := c.cmd.Slice()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(raw) != 3*n {
+		return nil, nil, fmt.Errorf("script reply has %d values, want %d", len(raw), 3*n)
+	}
+	vals = make([]int64, len(raw))
+	held = make([]string, n)
+	for k, v := range raw {
+		switch v := v.(type) {
+		case int64:
+			vals[k] = v
+		case string:
+			if k%3 != 2 {
+				return nil, nil, fmt.Errorf("script reply value %d is a string, want an integer", k)
+			}
+			held[k/3] = v
+		default:
+			return nil, nil, fmt.Errorf("script reply value %d has type %T", k, v)
+		}
+	}
+	return vals, held, nil
 }
 
 // adopt records a successful acquisition whose reply arrived by now; its

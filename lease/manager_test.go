@@ -89,6 +89,7 @@ func TestAcquireExclusiveWithIncreasingTokens(t *testing.T) {
 	require.NoError(t, rb.Err)
 	require.Nil(t, rb.Lease)
 	require.Equal(t, 3*time.Second, rb.Remaining)
+	require.Equal(t, "a", rb.Holder, "the holder is named, so b can retry on its release")
 
 	// Acquiring again what we hold returns the same lease.
 	require.Same(t, ra.Lease, acquireOne(t, a, "s1").Lease)

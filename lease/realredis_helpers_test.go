@@ -127,7 +127,10 @@ func tryAcquire(m *Manager, session string) *Lease {
 
 // Direct script calls, as the contract headers describe them.
 
-func runAcquire(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]string, sessions ...string) []int64 {
+// runAcquire returns the acquire reply as integers, with -1 standing in
+// the third place of a session held by another owner value; heldBy[i] is
+// that value ("" for the others).
+func runAcquire(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]string, sessions ...string) (vals []int64, heldBy []string) {
 	t.Helper()
 	ks := make([]string, 0, 3*len(sessions))
 	args := []any{ttlMs}
@@ -135,9 +138,24 @@ func runAcquire(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]s
 		ks = append(ks, realKeys.Lease(s), realKeys.Fence(s), realKeys.Released(s))
 		args = append(args, owners[s])
 	}
-	vals, err := redis.NewScript(lua.Acquire).Run(context.Background(), c, ks, args...).Int64Slice()
+	raw, err := redis.NewScript(lua.Acquire).Run(context.Background(), c, ks, args...).Slice()
 	require.NoError(t, err)
-	return vals
+	require.Len(t, raw, 3*len(sessions))
+	heldBy = make([]string, len(sessions))
+	for k, v := range raw {
+		switch v := v.(type) {
+		case int64:
+			vals = append(vals, v)
+		case string:
+			require.Equal(t, 2, k%3, "only the third value of a session may be a string")
+			require.Zero(t, raw[k-2], "an owner value comes only with token 0")
+			heldBy[k/3] = v
+			vals = append(vals, -1)
+		default:
+			t.Fatalf("reply value %d has type %T", k, v)
+		}
+	}
+	return vals, heldBy
 }
 
 func runRenew(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]string, sessions ...string) []int64 {

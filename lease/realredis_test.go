@@ -156,15 +156,25 @@ func TestRealAcquireScript(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r.seed(t, tt.seed)
-			got := runAcquire(t, r.rdb, ttl, tt.owners, tt.sessions...)
+			got, heldBy := runAcquire(t, r.rdb, ttl, tt.owners, tt.sessions...)
 			requireReply(t, tt.want, scriptTTL, got)
+			for i, s := range tt.sessions {
+				want := ""
+				if h, ok := tt.seed.held[s]; ok && h != tt.owners[s] {
+					want = h
+				}
+				if h, ok := tt.seed.forever[s]; ok && h != tt.owners[s] {
+					want = h
+				}
+				require.Equal(t, want, heldBy[i], "holder reported for %s", s)
+			}
 			r.requireAfter(t, tt.after, ttl)
 		})
 	}
 
 	t.Run("fresh SET uses the given PX", func(t *testing.T) {
 		r.seed(t, seed{})
-		runAcquire(t, r.rdb, ttl, map[string]string{"s": "a#1"}, "s")
+		_, _ = runAcquire(t, r.rdb, ttl, map[string]string{"s": "a#1"}, "s")
 		require.Greater(t, r.pttl(t, "s"), int64(scriptTTL), "fresh acquire sets PX ttl")
 	})
 }
@@ -359,7 +369,7 @@ func TestRealAcquireScriptHandoffMark(t *testing.T) {
 		setMark(s, released())
 	}
 	setMark("garbage", "not a number")
-	got := runAcquire(t, r.rdb, 10000,
+	got, _ := runAcquire(t, r.rdb, 10000,
 		map[string]string{"free": "a#1", "other": "a#2", "mine": "a#3", "garbage": "a#4", "none": "a#5"},
 		"free", "other", "mine", "garbage", "none")
 	require.Len(t, got, 15)
@@ -778,8 +788,8 @@ func TestRealAcquireIdempotentUnderClientRetry(t *testing.T) {
 		r := startReal(t)
 		require.NoError(t, r.rdb.ConfigResetStat(ctx).Err())
 		owners := map[string]string{"s": "a#1"}
-		first := runAcquire(t, r.rdb, 10000, owners, "s")
-		retry := runAcquire(t, r.rdb, 10000, owners, "s")
+		first, _ := runAcquire(t, r.rdb, 10000, owners, "s")
+		retry, _ := runAcquire(t, r.rdb, 10000, owners, "s")
 		require.Equal(t, []int64{1, 0, -1}, first)
 		require.Equal(t, first, retry)
 		require.Equal(t, int64(1), r.fence(t, "s"))
@@ -885,7 +895,7 @@ func TestRealAcquireRetryWithMissingCounter(t *testing.T) {
 	t.Parallel()
 	r := startReal(t)
 	r.seed(t, seed{held: map[string]string{"mine": "a#1"}})
-	got := runAcquire(t, r.rdb, 10000, map[string]string{"mine": "a#1", "free": "a#2"}, "mine", "free")
+	got, _ := runAcquire(t, r.rdb, 10000, map[string]string{"mine": "a#1", "free": "a#2"}, "mine", "free")
 	require.Len(t, got, 6, "three integers per session, got %v", got)
 }
 

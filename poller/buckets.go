@@ -58,6 +58,7 @@ func (c *Coordinator) ownerOf(id string) string {
 func (c *Coordinator) refresh(ctx context.Context) bool {
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
+	c.peerNews.Store(false) // news from now on asks for another round
 	m, err := c.registry.Members(rctx)
 	if err != nil {
 		c.redisOK.Store(false)
@@ -211,8 +212,9 @@ func (c *Coordinator) sessionReadFailed(err error) {
 }
 
 // loadBuckets reads the buckets marked for reading, assigned ones first
-// (watched ones only once the orphan watch has begun), in chunks; it stops after maxLoadPerRound definitions and asks for
-// another round. Progress is kept chunk by chunk.
+// (watched ones only once the orphan watch has begun), in chunks. It stops
+// after maxLoadPerRound definitions, or when a peer joins or leaves, and
+// asks for another round. Progress is kept chunk by chunk.
 func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 	var todo []int
 	watching := !c.cfg.Clock.Now().Before(c.watchFrom)
@@ -228,7 +230,10 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 	defs := 0
 	const chunk = 256
 	for len(todo) > 0 {
-		if defs >= maxLoadPerRound {
+		// Stop after maxLoadPerRound definitions, or when a peer joined or
+		// left (the assignment this plan follows may be stale); the next
+		// round goes on from here.
+		if defs >= maxLoadPerRound || (defs > 0 && c.peerNews.Load()) {
 			c.trigger()
 			return true
 		}

@@ -43,6 +43,10 @@ type Coordinator struct {
 	mu     sync.Mutex
 	status Status
 
+	peerNews   atomic.Bool // a peer joined or left since membership was last read
+	releasedMu sync.Mutex
+	releasedBy map[string]struct{} // peers that announced a release or leave since the last round
+
 	// Owned by the main loop.
 	workers          map[string]*worker
 	sched            *scheduler
@@ -58,6 +62,7 @@ type Coordinator struct {
 	synced           bool                       // seenRev is meaningful
 	orphanSince      map[string]time.Time       // owned sessions taken as orphans
 	touched          map[string]struct{}        // sessions whose standing may have changed since the last round
+	contended        map[string]contention      // sessions another worker held at the last try
 	sweepAll         bool                       // the next round looks at every session (assignment changed)
 	wasMember        bool                       // member at the last round
 	pendingOrphans   map[string]time.Time       // watched sessions first seen without a lease
@@ -98,6 +103,8 @@ func New(cfg Config) (*Coordinator, error) {
 		bucketKeys:     bucketKeys(),
 		orphanSince:    make(map[string]time.Time),
 		touched:        make(map[string]struct{}),
+		contended:      make(map[string]contention),
+		releasedBy:     make(map[string]struct{}),
 		pendingOrphans: make(map[string]time.Time),
 	}
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
@@ -316,6 +323,14 @@ func (c *Coordinator) subscribeLoop(ctx context.Context) {
 				}
 				if ev.Node == c.cfg.ID {
 					continue
+				}
+				if ev.Type == nodes.EventJoin || ev.Type == nodes.EventLeave {
+					c.peerNews.Store(true)
+				}
+				if ev.Type == nodes.EventRelease || ev.Type == nodes.EventLeave {
+					c.releasedMu.Lock()
+					c.releasedBy[ev.Node] = struct{}{}
+					c.releasedMu.Unlock()
 				}
 				c.trigger()
 			}

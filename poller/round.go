@@ -3,7 +3,6 @@ package poller
 import (
 	"context"
 	"maps"
-	"slices"
 	"sort"
 	"time"
 
@@ -30,6 +29,7 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 		c.watchFrom = c.cfg.Clock.Now().Add(c.cfg.OrphanGrace / 2)
 	}
 	c.reapWorkers(ctx)
+	c.retryContended()
 	if !c.refresh(ctx) {
 		return
 	}
@@ -58,7 +58,8 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 	if member {
 		wanted := func(id string) bool {
 			_, running := c.workers[id]
-			return !running && c.ownerOf(id) == me
+			_, contended := c.contended[id]
+			return !running && !contended && c.ownerOf(id) == me
 		}
 		if full {
 			for id := range c.sessions {
@@ -82,6 +83,34 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 		c.adoptOrphans(ctx)
 	}
 	c.publishStatus()
+}
+
+// contention is what an acquire learned of a session another worker held.
+type contention struct {
+	holder string    // its holder id
+	until  time.Time // when its lease expires unless renewed (local clock)
+}
+
+// retryContended marks for this round the sessions whose holder has
+// announced a release (or left) since the last round, and those whose
+// holder's lease has run out. Until then a contended session is not asked
+// for again: while a fleet rebalances, a worker would otherwise send a
+// failing acquire per session in every round until the holder hands over.
+func (c *Coordinator) retryContended() {
+	c.releasedMu.Lock()
+	released := c.releasedBy
+	c.releasedBy = make(map[string]struct{})
+	c.releasedMu.Unlock()
+	if len(c.contended) == 0 {
+		return
+	}
+	now := c.cfg.Clock.Now()
+	for id, ct := range c.contended {
+		if _, ok := released[ct.holder]; ok || !now.Before(ct.until) {
+			delete(c.contended, id)
+			c.touch(id)
+		}
+	}
 }
 
 // touch marks a session for the next round to look at.
@@ -151,18 +180,30 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 const acquireChunk = 1000
 
 // acquire takes the leases of ids and starts their poll loops, in chunks of
-// acquireChunk. A lease held by another worker is retried when it would
+// acquireChunk; it stops early, asking for a new round, when a peer joins
+// or leaves meanwhile. A lease held by another worker is retried when it would
 // expire, if that is sooner than the next round.
 func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 	retry := time.Duration(-1)
 	acquireErr := false
-	for chunk := range slices.Chunk(ids, acquireChunk) {
+	for start := 0; start < len(ids); start += acquireChunk {
+		chunk := ids[start:min(start+acquireChunk, len(ids))]
 		if ctx.Err() != nil {
+			break
+		}
+		if start > 0 && c.peerNews.Load() {
+			// A peer joined or left: the rest of this plan may be stale
+			// (and already taken by others). Plan again at once.
+			for _, id := range ids[start:] {
+				c.touch(id)
+			}
+			c.trigger()
 			break
 		}
 		rctx, cancel := c.requestCtx(ctx)
 		results := c.leases.Acquire(rctx, chunk)
 		cancel()
+		now := c.cfg.Clock.Now()
 		for _, r := range results {
 			switch {
 			case r.Err != nil:
@@ -171,6 +212,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 				acquireErr = true
 				c.watchOrphans()
 			case r.Lease != nil:
+				delete(c.contended, r.Session)
 				if _, running := c.workers[r.Session]; running || r.Lease.State() != lease.Held {
 					continue
 				}
@@ -183,7 +225,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 				}
 				c.startWorker(s, r.Lease)
 			case r.Remaining > 0:
-				c.touch(r.Session)
+				c.contended[r.Session] = contention{holder: r.Holder, until: now.Add(r.Remaining)}
 				if retry < 0 || r.Remaining < retry {
 					retry = r.Remaining
 				}

@@ -13,7 +13,8 @@
 --                 retry) and the token is the current counter, which is this
 --                 acquisition's; if the counter was lost (eviction,
 --                 failover) it is incremented again rather than guessed
---   0, pttl, -1   held by another owner; pttl = its remaining ms (-1 if none)
+--   0, pttl, cur  held by another owner value cur (a string); pttl = its
+--                 remaining ms (-1 if none)
 -- The counter never expires and is only ever incremented, so tokens of one
 -- session strictly increase across acquisitions, expiries and script flushes.
 local ttl = ARGV[1]
@@ -53,7 +54,7 @@ for i = 1, #KEYS / 3 do
   else
     out[#out + 1] = 0
     out[#out + 1] = redis.call('PTTL', lease)
-    out[#out + 1] = -1
+    out[#out + 1] = cur
   end
 end
 return out
