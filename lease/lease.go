@@ -57,7 +57,7 @@ type Lease struct {
 	deadline time.Time // local, monotonic: send time + TTL - drift
 	term     context.Context
 	cancel   context.CancelFunc
-	changed  chan struct{} // closed and replaced on every state change
+	changed  chan struct{} // closed at the next state change; made when first asked for
 	reason   string
 	group    *expiryGroup // the timer that ends the lease at its deadline; nil once Lost or Released
 
@@ -110,6 +110,9 @@ func (l *Lease) Context() context.Context {
 func (l *Lease) Changed() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
 	return l.changed
 }
 
@@ -130,13 +133,9 @@ func (l *Lease) setLocked(st State, reason string) bool {
 		l.leaveGroupLocked()
 	}
 	l.state, l.reason = st, reason
-	close(l.changed)
-	l.changed = make(chan struct{})
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
 	return true
-}
-
-func cancelledContext() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx, cancel
 }

@@ -68,6 +68,7 @@ type Manager struct {
 	cfg                     Config
 	acquire, renew, release *redis.Script
 	inspect, unheld         *redis.Script
+	notHeld                 context.Context // already cancelled: the term of a lease not Held yet, shared
 	cluster                 bool
 	log                     *zap.Logger
 
@@ -119,7 +120,10 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	_, cluster := cfg.Client.(*redis.ClusterClient)
+	notHeld, cancel := context.WithCancel(context.Background())
+	cancel()
 	return &Manager{
+		notHeld:      notHeld,
 		cfg:          cfg,
 		acquire:      redis.NewScript(lua.Acquire),
 		renew:        redis.NewScript(lua.Renew),
@@ -324,14 +328,14 @@ func (m *Manager) adopt(session, owner string, token int64, gap time.Duration, g
 	if l, ok := m.held[session]; ok { // acquired twice in parallel calls
 		return l, nil
 	}
-	term, cancel := cancelledContext()
+	term, cancel := m.notHeld, func() {}
 	key := m.cfg.Keys.Lease(session)
 	if gap < 0 {
 		gap = -1
 	}
 	l := &Lease{session: session, key: key, token: token, owner: owner, keyArg: key, ownerArg: owner,
 		gap: gap, acquired: now,
-		term: term, cancel: cancel, deadline: g.deadline, changed: make(chan struct{}), reason: "acquiring"}
+		term: term, cancel: cancel, deadline: g.deadline, reason: "acquiring"}
 	if !now.Before(g.deadline) {
 		// The reply came too late to use; the key expires by itself (or a
 		// later release drops it).

@@ -228,7 +228,6 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 	}
 	sortBuckets(todo, c.buckets)
 	defs := 0
-	const chunk = 256
 	for len(todo) > 0 {
 		// Stop after maxLoadPerRound definitions, or when a peer joined or
 		// left (the assignment this plan follows may be stale); the next
@@ -237,7 +236,7 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 			c.trigger()
 			return true
 		}
-		n := min(chunk, len(todo))
+		n := c.loadChunkLen(todo)
 		if err := c.loadChunk(ctx, todo[:n], &defs); err != nil {
 			c.sessionReadFailed(err)
 			return false
@@ -246,6 +245,25 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 	}
 	return true
 }
+
+// loadChunkLen is how many of the buckets bs (in order) one read takes: up
+// to 256 buckets and about loadChunkSessions sessions (by the writers'
+// counts), at least one bucket. Small reads let a join or leave interrupt
+// a stale plan soon.
+func (c *Coordinator) loadChunkLen(bs []int) int {
+	const maxBuckets = 256
+	n, sessions := 0, 0
+	for n < len(bs) && n < maxBuckets && (n == 0 || sessions < loadChunkSessions) {
+		if c.sizes != nil {
+			sessions += c.sizes[bs[n]]
+		}
+		n++
+	}
+	return n
+}
+
+// loadChunkSessions is the number of sessions one bucket read aims at.
+const loadChunkSessions = 2000
 
 // loadChunk reads the ids of some buckets, then the definitions of the
 // sessions of the assigned ones and of those polled here.

@@ -184,3 +184,16 @@ func BenchmarkChangesNone(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecode times decoding and validating one stored definition of
+// the shape the benchmarks store (a URL, an interval string, six labels).
+func BenchmarkDecode(b *testing.B) {
+	raw := []byte(`{"id":"session-42","url":"http://127.0.0.1:8080/poll/session-42","interval":"30s",` +
+		`"labels":{"env":"bench","tier":"a","zone":"z1","team":"poll","region":"eu","owner":"ops"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decode("session-42", raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,7 +119,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	if len(b) > 0 && b[0] == '"' {
 		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
+		if len(b) >= 2 && b[len(b)-1] == '"' && !bytes.ContainsAny(b[1:len(b)-1], `"\`) {
+			// The usual "30s": json.Unmarshal has checked the token, and
+			// without escapes its text is the string (no second decode).
+			s = string(b[1 : len(b)-1])
+		} else if err := json.Unmarshal(b, &s); err != nil {
 			return fmt.Errorf("interval: %w", err)
 		}
 		v, err := time.ParseDuration(s)
