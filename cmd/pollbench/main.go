@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -212,12 +213,6 @@ var scenarios = []scenario{
 func runBench(ctx context.Context, sz sizes, sel map[string]bool, progress io.Writer) (*Report, error) {
 	start := time.Now()
 	rep := &Report{Started: start, Mode: sz.mode, Runs: sz.runs, Machine: machine()}
-	e, err := newEnv(ctx)
-	if err != nil {
-		return nil, err
-	}
-	e.logger = sz.logger
-	defer e.close()
 	for _, s := range scenarios {
 		if sel != nil && !sel[s.name] {
 			continue
@@ -227,10 +222,16 @@ func runBench(ctx context.Context, sz sizes, sel map[string]bool, progress io.Wr
 		}
 		t0 := time.Now()
 		fmt.Fprintf(progress, "running %s…\n", s.name)
-		if err := e.reset(ctx); err != nil {
+		// Each scenario gets a fresh redis-server and a collected heap, so
+		// that none inherits the memory state the previous ones left.
+		runtime.GC()
+		e, err := newEnv(ctx)
+		if err != nil {
 			return nil, err
 		}
+		e.logger = sz.logger
 		rows, err := s.run(ctx, e, sz)
+		e.close()
 		for i := range rows {
 			rows[i].Scenario = s.name
 		}
