@@ -77,7 +77,9 @@ type Config struct {
 	DiscoveryInterval time.Duration
 	// OrphanGrace is how long a session may stay without a lease before a
 	// worker that is not its preferred owner takes it; default
-	// 2 × DiscoveryInterval.
+	// 2 × DiscoveryInterval. A worker starts this watch OrphanGrace after
+	// its first round, when a fleet starting together has had time to take
+	// its sessions.
 	OrphanGrace time.Duration
 	// DrainTimeout bounds the shutdown: stopping polls, releasing leases and
 	// leaving the membership; default 10s.

@@ -26,7 +26,7 @@ const retrySlack = 5 * time.Millisecond
 // round, so that their cost follows what changed, not what is owned.
 func (c *Coordinator) round(ctx context.Context, full bool) {
 	if c.watchFrom.IsZero() {
-		c.watchFrom = c.cfg.Clock.Now().Add(c.cfg.OrphanGrace / 2)
+		c.watchFrom = c.cfg.Clock.Now().Add(c.cfg.OrphanGrace)
 	}
 	c.reapWorkers(ctx)
 	c.retryContended()
@@ -245,7 +245,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 // sessions of the buckets for which it ranks second, so the watch costs
 // one read per session per OrphanGrace/2 across the fleet.
 //
-// A worker starts watching OrphanGrace/2 after its first round: a session
+// A worker starts watching OrphanGrace after its first round: a session
 // must be seen free for OrphanGrace anyway, and in a fleet that starts
 // together every session is free at first, so an earlier look would only
 // read and remember the whole watch set.
