@@ -47,6 +47,15 @@ func TestContendedSessionsWaitForTheirHolder(t *testing.T) {
 			require.ElementsMatch(t, tt.want, got)
 			require.Len(t, c.contended, 3-len(tt.want))
 			require.Empty(t, c.releasedBy, "announcements are consumed")
+			var earliest time.Time
+			for _, ct := range c.contended {
+				if earliest.IsZero() || ct.until.Before(earliest) {
+					earliest = ct.until
+				}
+			}
+			if !earliest.IsZero() {
+				require.Equal(t, earliest.Add(retrySlack), c.retryAt, "a round is asked for when the first remaining lease expires")
+			}
 			clk.SetTime(start)
 		})
 	}

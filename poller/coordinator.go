@@ -71,6 +71,7 @@ type Coordinator struct {
 	orphanWatchUntil time.Time // scan at full rate until then
 	membersChanged   bool      // since the last Round report
 	retryTimer       clock.Timer
+	retryAt          time.Time // when retryTimer fires
 	expiryTimer      clock.Timer
 }
 

@@ -105,11 +105,17 @@ func (c *Coordinator) retryContended() {
 		return
 	}
 	now := c.cfg.Clock.Now()
+	var next time.Time
 	for id, ct := range c.contended {
 		if _, ok := released[ct.holder]; ok || !now.Before(ct.until) {
 			delete(c.contended, id)
 			c.touch(id)
+		} else if next.IsZero() || ct.until.Before(next) {
+			next = ct.until
 		}
+	}
+	if !next.IsZero() {
+		c.scheduleRetry(next.Sub(now) + retrySlack)
 	}
 }
 
@@ -181,8 +187,9 @@ const acquireChunk = 1000
 
 // acquire takes the leases of ids and starts their poll loops, in chunks of
 // acquireChunk; it stops early, asking for a new round, when a peer joins
-// or leaves meanwhile. A lease held by another worker is retried when it would
-// expire, if that is sooner than the next round.
+// or leaves meanwhile. A lease held by another worker is asked for again
+// when it would expire (a retry timer), or sooner if its holder announces
+// a release.
 func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 	retry := time.Duration(-1)
 	acquireErr := false
@@ -235,7 +242,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 	if acquireErr {
 		c.cfg.Observer.RedisError("acquire")
 	}
-	if retry >= 0 && retry < c.cfg.DiscoveryInterval {
+	if retry >= 0 {
 		c.scheduleRetry(retry + retrySlack)
 	}
 }
@@ -352,7 +359,15 @@ func sameSession(a, b session.Session) bool {
 		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels)
 }
 
+// scheduleRetry asks for a round in d, unless one is due sooner already
+// (the round it starts schedules the next retry).
 func (c *Coordinator) scheduleRetry(d time.Duration) {
+	now := c.cfg.Clock.Now()
+	at := now.Add(d)
+	if c.retryTimer != nil && c.retryAt.After(now) && !at.Before(c.retryAt) {
+		return
+	}
+	c.retryAt = at
 	if c.retryTimer == nil {
 		c.retryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
 		return

@@ -221,7 +221,7 @@ func runBench(ctx context.Context, sz sizes, sel map[string]bool, progress io.Wr
 			return nil, ctx.Err()
 		}
 		t0 := time.Now()
-		fmt.Fprintf(progress, "running %s…\n", s.name)
+		fmt.Fprintf(progress, "running %s… (%d goroutines)\n", s.name, runtime.NumGoroutine())
 		// Each scenario gets a fresh redis-server and a collected heap, so
 		// that none inherits the memory state the previous ones left.
 		runtime.GC()
