@@ -22,7 +22,7 @@ const (
 	DefaultHeartbeatInterval = 10 * time.Second
 	DefaultDiscoveryInterval = 10 * time.Second
 	DefaultDrainTimeout      = 10 * time.Second
-	DefaultBalanceSlack      = 0.1
+	DefaultBalanceSlack      = 0.05
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -92,7 +92,7 @@ type Config struct {
 	// BalanceSlack bounds each worker's share of the sessions to
 	// ceil(sessions/workers × (1+BalanceSlack)) (rendezvous hashing of the
 	// index buckets with bounded loads, each bucket weighing its number of
-	// sessions); default 0.1. A bucket larger than the room left anywhere
+	// sessions); default 0.05. A bucket larger than the room left anywhere
 	// can exceed the bound. A negative value turns the bound off
 	// (plain rendezvous hashing: minimal movement, statistical balance).
 	BalanceSlack float64

@@ -408,7 +408,7 @@ func TestBoundedLoadsEvenOutFewSessions(t *testing.T) {
 	ids := addSessions(t, client, 60, 50*time.Millisecond)
 	rec := newRecorder()
 	for _, id := range []string{"w1", "w2", "w3"} {
-		start(t, fastConfig(client, id, rec.poller(id))) // default BalanceSlack 0.1
+		start(t, fastConfig(client, id, rec.poller(id))) // default BalanceSlack
 	}
 	// Each worker holds at most ceil(60/3 × 1.1) = 22 sessions.
 	require.Eventually(t, func() bool {

@@ -74,18 +74,18 @@ func runHRW(ctx context.Context, _ *env, sz sizes) ([]Row, error) {
 			Row{Figure: fmt.Sprintf("balance max/mean, %s ids, %d over %d (plain HRW)", kind, len(ids), len(nodes)),
 				Target: "≤ 1.05", Ours: bench.Summarize([]float64{plain}), Base: &gr, BaseName: "go-rendezvous",
 				Met: met(plain <= 1.05)},
-			Row{Figure: fmt.Sprintf("balance max/mean, %s ids, %d over %d (the poller's: 16384 buckets, bounded loads slack 0.1)", kind, len(ids), len(nodes)),
+			Row{Figure: fmt.Sprintf("balance max/mean, %s ids, %d over %d (the poller's: 16384 buckets, bounded loads slack %g)", kind, len(ids), len(nodes), poller.DefaultBalanceSlack),
 				Target: "≤ 1.05", Ours: bench.Summarize([]float64{bounded}), Met: met(bounded <= 1.05)})
 	}
 	// Movement on a join (N-1 → N) and a leave (N → N-1).
 	ids := bench.SequentialIDs(sz.balanceSessions)
 	before, after := hrw.NewIDs(nodes[:len(nodes)-1]...), hrw.NewIDs(nodes...)
 	ideal := float64(len(ids)) / float64(len(nodes))
-	for _, slack := range []float64{-1, 0.1} {
+	for _, slack := range []float64{-1, poller.DefaultBalanceSlack} {
 		name := "plain HRW per session"
 		a, b := owners(before, ids, slack), owners(after, ids, slack)
 		if slack >= 0 {
-			name = "the poller's: buckets, bounded 0.1"
+			name = fmt.Sprintf("the poller's: buckets, bounded %g", slack)
 			a = poller.Owners(nodes[:len(nodes)-1], ids, slack)
 			b = poller.Owners(nodes, ids, slack)
 		}
