@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pollworker/pollworker/internal/redisstats"
 	"github.com/pollworker/pollworker/internal/redistest"
 )
 
@@ -37,24 +36,11 @@ func benchRedis(b *testing.B) *redis.Client {
 // redisCPU is the CPU time the server has used so far (user + sys).
 func redisCPU(b *testing.B, c *redis.Client) time.Duration {
 	b.Helper()
-	info, err := c.Info(context.Background(), "cpu").Result()
+	st, err := redisstats.Read(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		for _, name := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(line, name); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("INFO cpu: %q: %v", line, err)
-				}
-				total += f
-			}
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return st.CPU()
 }
 
 // benchIDs returns n session ids shaped like real ones.

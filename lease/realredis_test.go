@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/pollworker/pollworker/internal/redisstats"
 	"github.com/pollworker/pollworker/scripts/lua"
 )
 
@@ -843,17 +844,9 @@ func TestRealAcquireIdempotentUnderClientRetry(t *testing.T) {
 // by scripts included).
 func incrCalls(t *testing.T, c *redis.Client) int {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
+	st, err := redisstats.Read(context.Background(), c)
 	require.NoError(t, err)
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_incr:calls="); ok {
-			var n int
-			_, err := fmt.Sscanf(rest, "%d", &n)
-			require.NoError(t, err)
-			return n
-		}
-	}
-	return 0
+	return int(st.Commands["incr"].Calls)
 }
 
 // A manager that retries an acquire whose reply was lost adopts the lease

@@ -3,13 +3,12 @@ package lease
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pollworker/pollworker/internal/redisstats"
 	"github.com/pollworker/pollworker/scripts/lua"
 )
 
@@ -125,26 +124,11 @@ func (s *scriptBench) run(b *testing.B, src string, args []any, before func(), c
 // CONFIG RESETSTAT and the microseconds they took (INFO commandstats).
 func evalshaStats(b *testing.B, c *redis.Client) (calls, usec int64) {
 	b.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
+	st, err := redisstats.Read(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			switch k {
-			case "calls":
-				calls, _ = strconv.ParseInt(v, 10, 64)
-			case "usec":
-				usec, _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-	}
-	return calls, usec
+	return st.Commands["evalsha"].Calls, st.Commands["evalsha"].Usec
 }
 
 // replyLen checks that a reply is an array of n values.

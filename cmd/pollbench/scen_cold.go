@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pollworker/pollworker/bench"
+	"github.com/pollworker/pollworker/internal/redisstats"
 )
 
 // runCold seeds coldSessions sessions, starts coldWorkers coordinators at
@@ -22,14 +23,14 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		if err := e.reset(ctx); err != nil {
 			return nil, err
 		}
-		before, err := bench.ReadStats(ctx, e.admin)
+		before, err := redisstats.Read(ctx, e.admin)
 		if err != nil {
 			return nil, err
 		}
 		if err := bench.Seed(ctx, e.admin, e.keys, bench.SequentialIDs(sz.coldSessions), time.Hour); err != nil {
 			return nil, err
 		}
-		seeded, err := bench.ReadStats(ctx, e.admin)
+		seeded, err := redisstats.Read(ctx, e.admin)
 		if err != nil {
 			return nil, err
 		}
@@ -50,7 +51,7 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		el := time.Since(t0)
 		churn = append(churn, float64(e.acquired.Load()-acquiredBefore)/float64(sz.coldSessions))
 		if err == nil {
-			after, serr := bench.ReadStats(ctx, e.admin)
+			after, serr := redisstats.Read(ctx, e.admin)
 			if serr == nil {
 				mem = append(mem, float64(after.UsedMemory-before.UsedMemory)/float64(sz.coldSessions))
 				d := after.Delta(seeded)
@@ -83,7 +84,7 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 
 // busiestCommands names the n commands that used the most Redis CPU in d,
 // with their calls and seconds.
-func busiestCommands(d bench.RedisStats, n int) string {
+func busiestCommands(d redisstats.Stats, n int) string {
 	names := slices.Collect(maps.Keys(d.Commands))
 	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(d.Commands[b].Usec, d.Commands[a].Usec) })
 	var parts []string

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pollworker/pollworker/bench"
 	"github.com/pollworker/pollworker/bench/baseline"
+	"github.com/pollworker/pollworker/internal/redisstats"
 	"github.com/pollworker/pollworker/lease"
 )
 
@@ -29,7 +30,7 @@ func runRenew(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	}
 	var wall, perCall, cpu []float64
 	for r := 0; r < sz.runs; r++ {
-		before, err := bench.ReadStats(ctx, e.admin)
+		before, err := redisstats.Read(ctx, e.admin)
 		if err != nil {
 			return nil, err
 		}
@@ -39,7 +40,7 @@ func runRenew(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		if rep.Err != nil || rep.Renewed != n {
 			return nil, fmt.Errorf("renew: %d of %d renewed: %v", rep.Renewed, n, rep.Err)
 		}
-		after, err := bench.ReadStats(ctx, e.admin)
+		after, err := redisstats.Read(ctx, e.admin)
 		if err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pollworker/pollworker/bench"
+	"github.com/pollworker/pollworker/internal/redisstats"
 )
 
 // runSteady counts Redis commands per second over windows in which nothing
@@ -19,7 +20,7 @@ func runSteady(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	measure := func(ms []*member) (rates, error) {
 		var rt rates
 		for r := 0; r < sz.runs; r++ {
-			before, err := bench.ReadStats(ctx, e.admin)
+			before, err := redisstats.Read(ctx, e.admin)
 			if err != nil {
 				return rt, err
 			}
@@ -31,7 +32,7 @@ func runSteady(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 			case <-time.After(sz.steadyWindow):
 			}
 			c1, r1 := e.counter.Commands(), e.counter.RoundTrips()
-			after, err := bench.ReadStats(ctx, e.admin)
+			after, err := redisstats.Read(ctx, e.admin)
 			if err != nil {
 				return rt, err
 			}
@@ -108,7 +109,7 @@ func runSteady(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 }
 
 // topCommands names the n most frequent commands of d with their share.
-func topCommands(d bench.RedisStats, n int) string {
+func topCommands(d redisstats.Stats, n int) string {
 	type kv struct {
 		name  string
 		calls int64

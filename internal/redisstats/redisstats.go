@@ -1,9 +1,13 @@
-package bench
+// Package redisstats reads the counters a redis-server keeps about itself
+// (INFO commandstats, cpu and memory), for benchmarks and tests that
+// measure what Redis spent.
+package redisstats
 
 import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,20 +18,20 @@ type CommandStat struct {
 	Usec  int64
 }
 
-// RedisStats is a snapshot of the Redis counters the benchmark compares.
-type RedisStats struct {
+// Stats is a snapshot of the counters.
+type Stats struct {
 	Commands   map[string]CommandStat
 	CPUSeconds float64 // used_cpu_sys + used_cpu_user
 	UsedMemory int64
 }
 
-// ReadStats reads INFO commandstats, cpu and memory.
-func ReadStats(ctx context.Context, c redis.Cmdable) (RedisStats, error) {
+// Read reads INFO commandstats, cpu and memory.
+func Read(ctx context.Context, c redis.Cmdable) (Stats, error) {
 	txt, err := c.Info(ctx, "commandstats", "cpu", "memory").Result()
 	if err != nil {
-		return RedisStats{}, err
+		return Stats{}, err
 	}
-	st := RedisStats{Commands: map[string]CommandStat{}}
+	st := Stats{Commands: map[string]CommandStat{}}
 	for _, line := range strings.Split(txt, "\n") {
 		line = strings.TrimSpace(line)
 		k, v, ok := strings.Cut(line, ":")
@@ -58,8 +62,8 @@ func ReadStats(ctx context.Context, c redis.Cmdable) (RedisStats, error) {
 }
 
 // Delta is the difference of two snapshots, by command.
-func (st RedisStats) Delta(before RedisStats) RedisStats {
-	d := RedisStats{Commands: map[string]CommandStat{},
+func (st Stats) Delta(before Stats) Stats {
+	d := Stats{Commands: map[string]CommandStat{},
 		CPUSeconds: st.CPUSeconds - before.CPUSeconds, UsedMemory: st.UsedMemory - before.UsedMemory}
 	for k, v := range st.Commands {
 		b := before.Commands[k]
@@ -72,7 +76,7 @@ func (st RedisStats) Delta(before RedisStats) RedisStats {
 
 // Calls is the number of commands, leaving out the INFO calls that take
 // the snapshots.
-func (st RedisStats) Calls() int64 {
+func (st Stats) Calls() int64 {
 	var n int64
 	for k, v := range st.Commands {
 		if k == "info" {
@@ -81,4 +85,9 @@ func (st RedisStats) Calls() int64 {
 		n += v.Calls
 	}
 	return n
+}
+
+// CPU is the server's CPU time (user + sys) as a duration.
+func (st Stats) CPU() time.Duration {
+	return time.Duration(st.CPUSeconds * float64(time.Second))
 }
