@@ -16,20 +16,15 @@ type Loader struct {
 	store *Store
 	log   *zap.Logger
 
-	mu       sync.Mutex
-	reported map[problemKey]struct{} // guarded by mu; problems of the last load
-	byID     map[string]uint64       // guarded by mu; problems reported by Fetch
-	logged   int                     // guarded by mu
-}
-
-type problemKey struct {
-	id  string
-	sum uint64
+	mu        sync.Mutex
+	reported  map[string]uint64 // guarded by mu; id -> fingerprint of its problem, as last logged
+	malformed int               // guarded by mu; malformed entries of the last Load
+	logged    int               // guarded by mu
 }
 
 // NewLoader returns a Loader over store, logging to the store's logger.
 func NewLoader(store *Store) *Loader {
-	return &Loader{store: store, log: store.log, reported: map[problemKey]struct{}{}, byID: map[string]uint64{}}
+	return &Loader{store: store, log: store.log, reported: map[string]uint64{}}
 }
 
 // Load is Store.Load, plus one log line for each malformed entry not
@@ -41,17 +36,8 @@ func (l *Loader) Load(ctx context.Context) (Snapshot, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := make(map[problemKey]struct{}, len(snap.Malformed))
-	for _, p := range snap.Malformed {
-		k := problemKey{id: p.ID, sum: p.sum}
-		now[k] = struct{}{}
-		if _, ok := l.reported[k]; ok {
-			continue
-		}
-		l.logged++
-		l.log.Warn("malformed session skipped", zap.String("session", clip(p.ID)), zap.String("reason", p.Err.Error()))
-	}
-	l.reported = now
+	l.reported = l.reportLocked(snap.Malformed) // a Load sees every id: forget the others
+	l.malformed = len(snap.Malformed)
 	return snap, nil
 }
 
@@ -66,22 +52,30 @@ func (l *Loader) Fetch(ctx context.Context, ids []string) ([]Session, []Problem,
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	bad := make(map[string]struct{}, len(problems))
-	for _, p := range problems {
-		bad[p.ID] = struct{}{}
-		if sum, ok := l.byID[p.ID]; ok && sum == p.sum {
-			continue
-		}
-		l.byID[p.ID] = p.sum
-		l.logged++
-		l.log.Warn("malformed session skipped", zap.String("session", clip(p.ID)), zap.String("reason", p.Err.Error()))
-	}
+	now := l.reportLocked(problems)
 	for _, id := range ids {
-		if _, ok := bad[id]; !ok {
-			delete(l.byID, id)
+		if sum, bad := now[id]; bad {
+			l.reported[id] = sum
+		} else {
+			delete(l.reported, id)
 		}
 	}
 	return sessions, problems, nil
+}
+
+// reportLocked logs each problem not reported before with the same value
+// and returns them all, id -> fingerprint. Caller holds l.mu.
+func (l *Loader) reportLocked(problems []Problem) map[string]uint64 {
+	now := make(map[string]uint64, len(problems))
+	for _, p := range problems {
+		now[p.ID] = p.sum
+		if sum, ok := l.reported[p.ID]; ok && sum == p.sum {
+			continue
+		}
+		l.logged++
+		l.log.Warn("malformed session skipped", zap.String("session", clip(p.ID)), zap.String("reason", p.Err.Error()))
+	}
+	return now
 }
 
 // Logged is the number of distinct problems logged so far.
@@ -96,7 +90,7 @@ func (l *Loader) Logged() int {
 func (l *Loader) Malformed() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.reported)
+	return l.malformed
 }
 
 // clip shortens an id for a log line: an invalid id in the index may be long.
