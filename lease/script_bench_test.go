@@ -197,26 +197,17 @@ func BenchmarkScriptRelease500(b *testing.B) {
 	s.run(b, lua.Release, args, func() { s.hold(b) }, replyLen(scriptBatch))
 }
 
-// BenchmarkScriptInspect500 times inspect.lua reading 500 held leases.
-func BenchmarkScriptInspect500(b *testing.B) {
+// BenchmarkScriptLeaseRead500 times the two read-only scripts over the
+// same 500 held leases: inspect.lua (owner and PTTL of each) and
+// unheld.lua (which are free: the orphan watch of a steady fleet, nothing
+// free, an empty reply).
+func BenchmarkScriptLeaseRead500(b *testing.B) {
 	s := newScriptBench(b)
 	s.hold(b)
 	args := []any{scriptBatch}
 	for _, k := range s.keys {
 		args = append(args, k)
 	}
-	s.run(b, lua.Inspect, args, nil, replyLen(2*scriptBatch))
-}
-
-// BenchmarkScriptUnheld500 times unheld.lua checking 500 held leases (the
-// orphan watch of a steady fleet: nothing free, an empty reply), to compare
-// with BenchmarkScriptInspect500 over the same keys.
-func BenchmarkScriptUnheld500(b *testing.B) {
-	s := newScriptBench(b)
-	s.hold(b)
-	args := []any{scriptBatch}
-	for _, k := range s.keys {
-		args = append(args, k)
-	}
-	s.run(b, lua.Unheld, args, nil, replyLen(0))
+	b.Run("inspect", func(b *testing.B) { s.run(b, lua.Inspect, args, nil, replyLen(2*scriptBatch)) })
+	b.Run("unheld", func(b *testing.B) { s.run(b, lua.Unheld, args, nil, replyLen(0)) })
 }

@@ -228,7 +228,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 					continue
 				}
 				if orphan {
-					c.orphanSince[r.Session] = c.cfg.Clock.Now()
+					c.orphanSince[r.Session] = now
 				}
 				c.startWorker(s, r.Lease)
 			case r.Remaining > 0:
