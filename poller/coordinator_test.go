@@ -284,13 +284,17 @@ func TestJoinMovesOnlyToNewcomer(t *testing.T) {
 	}
 	start(t, plain("a"))
 	start(t, plain("b"))
-	require.Eventually(t, func() bool { return len(owners(t, client, ids)) == len(ids) }, 10*time.Second, 20*time.Millisecond)
+	// Settled: every session with its rendezvous owner among a and b (a
+	// split that merely adds up could still be handing over).
+	want := Owners([]string{"a", "b"}, ids, -1)
 	require.Eventually(t, func() bool {
-		per := map[string]int{}
-		for _, w := range owners(t, client, ids) {
-			per[w]++
+		own := owners(t, client, ids)
+		for i, id := range ids {
+			if own[id] != want[i] {
+				return false
+			}
 		}
-		return per["a"] > 0 && per["b"] > 0 && per["a"]+per["b"] == len(ids)
+		return true
 	}, 10*time.Second, 20*time.Millisecond)
 	before := owners(t, client, ids)
 
