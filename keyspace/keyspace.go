@@ -21,6 +21,10 @@
 // and fence keys of one session always share a slot, so one script may
 // touch both; so do the three change-tracking keys.
 //
+// The two prefixes must name disjoint namespaces (Space.Validate, Overlap):
+// with --session-prefix poll:sessions, session 7 would be stored at
+// poll:sessions:7, the key of index bucket 7, and the index would break.
+//
 // The session index is split into SessionBuckets sets by BucketOf, so that
 // a worker reads only the ids of the buckets it is assigned, not every id.
 package keyspace
@@ -29,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/pollworker/pollworker/hrw"
 )
@@ -44,6 +49,26 @@ const (
 // ErrInvalidID is returned (wrapped) for an id or prefix that would build an
 // ambiguous or unsafe key.
 var ErrInvalidID = errors.New("keyspace: invalid id")
+
+// ErrOverlap is returned (wrapped) by Space.Validate for a key prefix and a
+// session prefix whose keys can collide (see Overlap).
+var ErrOverlap = errors.New("keyspace: prefixes overlap")
+
+// IDError is the error of ValidateID: the id and the rule it breaks.
+// errors.Is(err, ErrInvalidID) holds for it.
+type IDError struct {
+	// ID is the refused id (possibly long: quote it with %.64q).
+	ID string
+	// Reason says which rule ID breaks, without the "keyspace:" prefix,
+	// e.g. `"a b" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)`.
+	Reason string
+}
+
+// Error returns "keyspace: invalid id: " and the reason.
+func (e *IDError) Error() string { return ErrInvalidID.Error() + ": " + e.Reason }
+
+// Unwrap returns ErrInvalidID.
+func (e *IDError) Unwrap() error { return ErrInvalidID }
 
 // Space names the keys of one pollworker deployment. The zero value uses the
 // default prefixes "poll" and "session".
@@ -64,7 +89,11 @@ func New(prefix, sessionPrefix string) (Space, error) {
 	return s, nil
 }
 
-// Validate reports whether both prefixes are usable.
+// Validate reports whether both prefixes are usable: each a valid id (see
+// ValidateID; in particular no braces, so that a prefix never carries a
+// Redis Cluster hash tag that would pull every key into one slot and
+// override the {session} tag of the lease keys), and the two namespaces
+// disjoint (see Overlap). Every constructor that takes a Space calls it.
 func (s Space) Validate() error {
 	if err := validatePart("key prefix", s.prefix()); err != nil {
 		return err
@@ -72,10 +101,28 @@ func (s Space) Validate() error {
 	if err := validatePart("session prefix", s.sessionPrefix()); err != nil {
 		return err
 	}
-	if s.prefix() == s.sessionPrefix() {
-		return fmt.Errorf("%w: key prefix and session prefix must differ (both %q)", ErrInvalidID, s.prefix())
+	if Overlap(s.prefix(), s.sessionPrefix()) {
+		return fmt.Errorf("%w: key prefix %q and session prefix %q: %s", ErrOverlap, s.prefix(), s.sessionPrefix(), OverlapRule)
 	}
 	return nil
+}
+
+// OverlapRule is the rule Overlap checks, in words, for error messages.
+const OverlapRule = `neither may equal the other or start with the other followed by ":"`
+
+// Overlap reports whether a worker key prefix and a session prefix can
+// build the same key. Every worker key starts with prefix+":" (including
+// keys this package does not list, such as the election's
+// <prefix>:candidates:{...}), and every session key is sessionPrefix+":"
+// followed by a session id, which may itself contain ':'. So the two
+// namespaces are disjoint exactly when neither of prefix+":" and
+// sessionPrefix+":" is a prefix of the other: "poll" and "pollx" are
+// disjoint, while "poll" and "poll:sessions" are not (session 7 would be
+// written at poll:sessions:7, index bucket 7), nor "session" and
+// "session:poll" (session "poll:nodes" would be the node index).
+func Overlap(prefix, sessionPrefix string) bool {
+	a, b := prefix+":", sessionPrefix+":"
+	return strings.HasPrefix(a, b) || strings.HasPrefix(b, a)
 }
 
 func (s Space) prefix() string {
@@ -147,14 +194,14 @@ func (s Space) Results() string { return s.prefix() + ":results" }
 // never contain glob characters, braces (hash tags), spaces or CR/LF.
 func ValidateID(id string) error {
 	if id == "" {
-		return fmt.Errorf("%w: empty", ErrInvalidID)
+		return &IDError{ID: id, Reason: "empty"}
 	}
 	if len(id) > MaxIDLen {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidID, len(id), MaxIDLen)
+		return &IDError{ID: id, Reason: fmt.Sprintf("%d bytes, at most %d", len(id), MaxIDLen)}
 	}
 	for i := 0; i < len(id); i++ {
 		if !idByte(id[i]) {
-			return fmt.Errorf("%w: %q has byte %q at %d (allowed: letters, digits, . _ - : @ /)", ErrInvalidID, id, id[i], i)
+			return &IDError{ID: id, Reason: fmt.Sprintf("%q has byte %q at %d (allowed: letters, digits, . _ - : @ /)", id, id[i], i)}
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package keyspace
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -51,8 +52,83 @@ func TestValidateID(t *testing.T) {
 
 func TestSpaceValidate(t *testing.T) {
 	require.NoError(t, Space{}.Validate())
-	require.Error(t, Space{Prefix: "a*"}.Validate())
-	require.Error(t, Space{Prefix: "x", SessionPrefix: "x"}.Validate())
+	require.ErrorIs(t, Space{Prefix: "a*"}.Validate(), ErrInvalidID)
+	require.ErrorIs(t, Space{Prefix: "x", SessionPrefix: "x"}.Validate(), ErrOverlap)
+}
+
+// TestSpaceValidateOverlap: a session prefix that can build a worker key, or
+// the reverse, is refused (issue 10, item 9: --session-prefix poll:sessions
+// wrote session 7 at poll:sessions:7, the key of index bucket 7).
+func TestSpaceValidateOverlap(t *testing.T) {
+	tests := []struct {
+		name          string
+		prefix, sprfx string
+		ok            bool
+	}{
+		{name: "defaults", ok: true},
+		{name: "distinct", prefix: "p", sprfx: "q", ok: true},
+		{name: "one extends the other without colon", prefix: "poll", sprfx: "pollx", ok: true},
+		{name: "reverse without colon", prefix: "sessionx", sprfx: "session", ok: true},
+		{name: "differ after colon", prefix: "app:poll", sprfx: "app:session", ok: true},
+		{name: "equal", prefix: "x", sprfx: "x"},
+		{name: "equal to the default session prefix", prefix: "session"},
+		{name: "session prefix inside the index", sprfx: "poll:sessions"},
+		{name: "session prefix inside the worker keys", sprfx: "poll:x"},
+		{name: "session prefix inside, trailing colon", sprfx: "poll:"},
+		{name: "key prefix inside the sessions", prefix: "session:poll"},
+		{name: "key prefix with a trailing colon", prefix: "poll:", sprfx: "poll"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Space{Prefix: tt.prefix, SessionPrefix: tt.sprfx}
+			err := s.Validate()
+			if tt.ok {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrOverlap)
+			require.Contains(t, err.Error(), OverlapRule)
+		})
+	}
+}
+
+// TestOverlapMeansCollision checks Overlap against the keys themselves: for
+// these overlapping prefixes some session id builds a worker key, for
+// disjoint ones none does. (Overlap is stricter than today's key kinds: it
+// also refuses "a" with "a:b:c", since all of "a:" belongs to the workers.)
+func TestOverlapMeansCollision(t *testing.T) {
+	pairs := [][2]string{{"poll", "session"}, {"poll", "poll:sessions"}, {"poll", "pollx"}, {"session:poll", "session"}, {"a:b", "a"}, {"a", "a:sessions"}}
+	for _, p := range pairs {
+		s := Space{Prefix: p[0], SessionPrefix: p[1]}
+		worker := []string{s.SessionBucket(7), s.NodeIndex(), s.Node("n1"), s.Results(), s.SessionRev()}
+		collides := false
+		for _, k := range worker {
+			// The session id that would build k, if any.
+			if id, ok := strings.CutPrefix(k, s.sessionPrefix()+":"); ok && ValidateID(id) == nil {
+				require.Equal(t, k, s.Session(id))
+				collides = true
+			}
+		}
+		require.Equal(t, Overlap(p[0], p[1]), collides, "%q and %q", p[0], p[1])
+	}
+}
+
+func TestHashTagPrefixRefused(t *testing.T) {
+	// A hash tag in a prefix would put every key in one slot and override
+	// the {session} tag of the lease keys.
+	for _, p := range []string{"{poll}", "a{b}c", "{"} {
+		require.ErrorIs(t, Space{Prefix: p}.Validate(), ErrInvalidID, p)
+		require.ErrorIs(t, Space{SessionPrefix: p}.Validate(), ErrInvalidID, p)
+	}
+}
+
+func TestIDError(t *testing.T) {
+	err := ValidateID("a b")
+	var ie *IDError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, "a b", ie.ID)
+	require.Equal(t, `"a b" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)`, ie.Reason)
+	require.EqualError(t, err, `keyspace: invalid id: "a b" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)`)
 }
 
 func TestSlot(t *testing.T) {

@@ -179,17 +179,31 @@ func parseRedisURL(raw string) (*redis.Options, string, error) {
 	return opts, u.Redacted(), nil
 }
 
+// parseKeys validates the two prefixes: each a valid id, and the two
+// namespaces disjoint (keyspace.Overlap), so that no session key can be a
+// worker key.
 func parseKeys(prefix, sessionPrefix string) (keyspace.Space, error) {
 	if err := keyspace.ValidateID(prefix); err != nil {
-		return keyspace.Space{}, fmt.Errorf("%w: --%s: %w", errInvalidConfig, flagKeyPrefix, err)
+		return keyspace.Space{}, fmt.Errorf("%w: --%s: %s", errInvalidConfig, flagKeyPrefix, idProblem(err))
 	}
 	if err := keyspace.ValidateID(sessionPrefix); err != nil {
-		return keyspace.Space{}, fmt.Errorf("%w: --%s: %w", errInvalidConfig, flagSessionPrefix, err)
+		return keyspace.Space{}, fmt.Errorf("%w: --%s: %s", errInvalidConfig, flagSessionPrefix, idProblem(err))
 	}
-	if prefix == sessionPrefix {
-		return keyspace.Space{}, fmt.Errorf("%w: --%s and --%s must differ (both %q)", errInvalidConfig, flagKeyPrefix, flagSessionPrefix, prefix)
+	if keyspace.Overlap(prefix, sessionPrefix) {
+		return keyspace.Space{}, fmt.Errorf("%w: --%s %q and --%s %q overlap: %s, so that no session key can be a worker key",
+			errInvalidConfig, flagKeyPrefix, prefix, flagSessionPrefix, sessionPrefix, keyspace.OverlapRule)
 	}
 	return keyspace.New(prefix, sessionPrefix)
+}
+
+// idProblem says what is wrong with an id refused by keyspace.ValidateID,
+// without the package prefixes: "invalid id: <reason>".
+func idProblem(err error) string {
+	var ie *keyspace.IDError
+	if errors.As(err, &ie) {
+		return "invalid id: " + ie.Reason
+	}
+	return err.Error()
 }
 
 // workerOptions are the values of the run command's flags, as given.
@@ -234,7 +248,7 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 	if id == "" {
 		id = nodes.DefaultID()
 	} else if err := keyspace.ValidateID(id); err != nil {
-		return workerConfig{}, fmt.Errorf("%w: --id: %w", errInvalidConfig, err)
+		return workerConfig{}, fmt.Errorf("%w: --id: %s", errInvalidConfig, idProblem(err))
 	}
 	for _, d := range []struct {
 		flag string

@@ -60,12 +60,16 @@ func TestParseConfigRules(t *testing.T) {
 			want: `--redis-url: redis: invalid database number: "x"`},
 		{name: "unknown option", give: func(o *workerOptions) { o.RedisURL = "redis://host/0?bogus=1" },
 			want: "--redis-url: redis: unexpected option: bogus"},
-		{name: "bad key prefix", give: func(o *workerOptions) { o.KeyPrefix = "a{b}" }, want: "--key-prefix: keyspace: invalid id"},
-		{name: "empty key prefix", give: func(o *workerOptions) { o.KeyPrefix = "" }, want: "--key-prefix: keyspace: invalid id: empty"},
-		{name: "bad session prefix", give: func(o *workerOptions) { o.SessionPrefix = "a b" }, want: "--session-prefix: keyspace: invalid id"},
+		{name: "bad key prefix", give: func(o *workerOptions) { o.KeyPrefix = "a{b}" }, want: `--key-prefix: invalid id: "a{b}" has byte '{' at 1`},
+		{name: "empty key prefix", give: func(o *workerOptions) { o.KeyPrefix = "" }, want: "--key-prefix: invalid id: empty"},
+		{name: "bad session prefix", give: func(o *workerOptions) { o.SessionPrefix = "a b" }, want: "--session-prefix: invalid id"},
 		{name: "same prefixes", give: func(o *workerOptions) { o.SessionPrefix = "poll" },
-			want: `--key-prefix and --session-prefix must differ (both "poll")`},
-		{name: "bad id", give: func(o *workerOptions) { o.ID = "worker 1" }, want: "--id: keyspace: invalid id"},
+			want: `--key-prefix "poll" and --session-prefix "poll" overlap: neither may equal the other or start with the other followed by ":"`},
+		{name: "session prefix inside the worker keys", give: func(o *workerOptions) { o.SessionPrefix = "poll:sessions" },
+			want: `--key-prefix "poll" and --session-prefix "poll:sessions" overlap: neither may equal`},
+		{name: "key prefix inside the session keys", give: func(o *workerOptions) { o.KeyPrefix = "session:poll" },
+			want: `--key-prefix "session:poll" and --session-prefix "session" overlap: neither may equal`},
+		{name: "bad id", give: func(o *workerOptions) { o.ID = "worker 1" }, want: `--id: invalid id: "worker 1" has byte ' ' at 6`},
 		{name: "http addr without port", give: func(o *workerOptions) { o.HTTPAddr = "9090" },
 			want: `--http-addr "9090" must be host:port, :port or empty to disable`},
 		{name: "http addr bad port", give: func(o *workerOptions) { o.HTTPAddr = "localhost:nope" },
@@ -137,7 +141,10 @@ func TestRunBadConfigOneLine(t *testing.T) {
 		{name: "scheme", give: []string{"--redis-url", "http://u:hunter2@h"},
 			want: `pollworker: invalid config: --redis-url scheme "http" must be redis or rediss (want redis://[user:password@]host:port/db or rediss://...)` + "\n"},
 		{name: "prefix", give: []string{"--key-prefix", "a b"},
-			want: `pollworker: invalid config: --key-prefix: keyspace: invalid id: "a b" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)` + "\n"},
+			want: `pollworker: invalid config: --key-prefix: invalid id: "a b" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)` + "\n"},
+		{name: "overlapping prefixes", give: []string{"--session-prefix", "poll:sessions"},
+			want: `pollworker: invalid config: --key-prefix "poll" and --session-prefix "poll:sessions" overlap: ` +
+				`neither may equal the other or start with the other followed by ":", so that no session key can be a worker key` + "\n"},
 		{name: "non-positive", give: []string{"--drain-timeout", "0s"},
 			want: "pollworker: invalid config: --drain-timeout (0s) must be positive\n"},
 		{name: "unknown flag", give: []string{"--bogus"},
@@ -209,7 +216,8 @@ log-format:         console
 	t.Setenv("POLLWORKER_KEY_PREFIX", "sp")
 	r = runApp(t, "sessions", "list")
 	require.Equal(t, exitUsage, r.code)
-	require.Equal(t, "pollworker: invalid config: --key-prefix and --session-prefix must differ (both \"sp\")\n", r.stderr)
+	require.Equal(t, `pollworker: invalid config: --key-prefix "sp" and --session-prefix "sp" overlap: `+
+		`neither may equal the other or start with the other followed by ":", so that no session key can be a worker key`+"\n", r.stderr)
 }
 
 // TestBinaryBadConfig checks the real process: exit status 2 and one line

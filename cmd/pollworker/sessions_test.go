@@ -149,3 +149,27 @@ func newTestStore(t *testing.T, mr *miniredis.Miniredis) *session.Store {
 	require.NoError(t, err)
 	return store
 }
+
+// TestSessionsOverlappingPrefixesRefused: a session prefix inside the worker
+// namespace is refused before anything is written (issue 10, item 9: it
+// wrote session 7 at poll:sessions:7, the key of index bucket 7, and every
+// later `sessions list` failed with WRONGTYPE).
+func TestSessionsOverlappingPrefixesRefused(t *testing.T) {
+	mr, url := miniURL(t)
+	for _, flags := range [][]string{
+		{"--session-prefix", "poll:sessions"},
+		{"--session-prefix", "poll"},
+		{"--key-prefix", "session:x"},
+	} {
+		args := append([]string{"sessions", "--redis-url", url}, flags...)
+		r := runApp(t, append(args, "add", "--id", "7", "--url", "http://example.com/", "--interval", "1s")...)
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		oneLine(t, r.stderr)
+		require.Contains(t, r.stderr, "pollworker: invalid config: --key-prefix ")
+		require.Contains(t, r.stderr, "overlap: neither may equal the other or start with the other followed by \":\"")
+		require.Empty(t, r.stdout)
+		require.Empty(t, mr.Keys(), "nothing written")
+	}
+	r := runApp(t, "sessions", "--redis-url", url, "list")
+	require.Equal(t, exitOK, r.code, r.stderr)
+}
