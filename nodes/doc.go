@@ -4,19 +4,29 @@
 //
 // A worker is live while its entry in the node index (a sorted set at
 // keyspace.Space.NodeIndex, scored by expiry in Redis server milliseconds)
-// has not expired. Heartbeat moves the entry's expiry to server time + TTL
-// and also refreshes a JSON Info at keyspace.Space.Node for the status
-// command. Members prunes expired entries and returns the live set. Both run
-// Lua scripts that read Redis TIME, so expiry is judged by one clock, the
-// server's, never by the workers' clocks. Discovery reads only the index: it
-// never uses SCAN or KEYS, whose cost grows with the whole keyspace.
+// has not expired. Heartbeat first claims the id: it sets a JSON Info at
+// keyspace.Space.Node, with the TTL, only if that key is absent or holds this
+// Registry's own Info, which carries a random incarnation (claim.lua); then
+// it moves the index entry's expiry to server time + TTL. Members prunes
+// expired entries and returns the live set. The index scripts read Redis
+// TIME, so expiry is judged by one clock, the server's, never by the
+// workers' clocks. Discovery reads only the index: it never uses SCAN or
+// KEYS, whose cost grows with the whole keyspace.
 //
 // Guarantees:
 //   - A worker that stops heartbeating drops out of Members once TTL has
 //     passed since its last successful Heartbeat (by the server's clock).
 //   - Membership.Version, local to one Registry, increases exactly when the
 //     set of ids it observes changes, not when expiries move.
-//   - Leave removes the worker at once, for graceful shutdown.
+//   - Leave removes the worker at once, for graceful shutdown, but only the
+//     entries its own incarnation wrote.
+//   - One id, one incarnation: while one Registry holds its id's claim, a
+//     heartbeat of any other Registry with that id (another process started
+//     with the same id, or one that stopped heartbeating past its TTL and
+//     lost the id) writes nothing and returns ErrDuplicateID. WaitForID lets
+//     a worker restarted after a crash wait (at most one TTL) for the dead
+//     incarnation's claim to expire, and refuses an id whose holder still
+//     heartbeats.
 //
 // Non-guarantees:
 //   - Membership is eventually consistent. Two workers that call Members at
@@ -36,5 +46,6 @@
 //
 // Requires Redis 5 or newer (scripts call TIME before writing, which needs
 // script effects replication, the default since Redis 5). Each script touches
-// one key, so Redis Cluster works.
+// one key, so Redis Cluster works; that is why the claim and the index entry
+// are two scripts, and a heartbeat two round trips.
 package nodes

@@ -3,6 +3,7 @@ package nodes
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strconv"
 	"time"
@@ -23,6 +24,38 @@ type Info struct {
 	Started time.Time `json:"started"`
 	// Version is the worker's build version, free text.
 	Version string `json:"version,omitempty"`
+	// Incarnation is random, unique to one Registry (one run of a worker);
+	// empty in entries written before incarnations existed.
+	Incarnation string `json:"incarnation,omitempty"`
+	// TTLMs is the registry's TTL in milliseconds: the time since the last
+	// heartbeat is TTLMs minus the time left before expiry. Zero if unknown.
+	TTLMs int64 `json:"ttl_ms,omitempty"`
+}
+
+// incarnationLen is the length of NewIncarnation's ids: 16 hex digits.
+const incarnationLen = 16
+
+// NewIncarnation returns a fresh random incarnation: 16 hex digits (64
+// random bits).
+func NewIncarnation() string {
+	var b [incarnationLen / 2]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read crashes the program instead
+	return hex.EncodeToString(b[:])
+}
+
+// ValidateIncarnation accepts 1 to 64 letters and digits, so that an
+// incarnation can sit between separators in other values (lease owners).
+func ValidateIncarnation(s string) error {
+	if s == "" || len(s) > 64 {
+		return fmt.Errorf("incarnation %q must have 1 to 64 letters or digits", s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return fmt.Errorf("incarnation %q must have 1 to 64 letters or digits", s)
+		}
+	}
+	return nil
 }
 
 // processStart approximates the process start time: it is set once when the

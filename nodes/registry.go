@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,6 +46,13 @@ type Config struct {
 	// within it (for example every TTL/3). Truncated to milliseconds; at
 	// least 1ms. Default DefaultTTL (30s).
 	TTL time.Duration
+	// Incarnation tells this registry apart from every other process or
+	// registry using the same ID: it is stored in Info, and a heartbeat
+	// claims the ID only while no other incarnation does. It must pass
+	// ValidateIncarnation. Default NewIncarnation(); set it only to share
+	// one incarnation with other components of the same worker (for example
+	// lease.Config.Incarnation, so that lease owners name it).
+	Incarnation string
 	// Logger receives membership changes and failures; default zap.NewNop().
 	Logger *zap.Logger
 }
@@ -59,8 +67,11 @@ type Registry struct {
 	id     string
 	ttl    time.Duration
 	info   Info
-	value  string // info as JSON, the heartbeat key's value
+	value  string // info as JSON, the heartbeat key's value; unique to the incarnation
 	log    *zap.Logger
+
+	claimed    atomic.Bool  // a heartbeat claimed the id at least once
+	lastExpiry atomic.Int64 // index expiry (server ms) written by the last successful heartbeat
 
 	mu      sync.Mutex
 	version uint64   // guarded by mu
@@ -89,10 +100,17 @@ func New(cfg Config) (*Registry, error) {
 		return nil, fmt.Errorf("%w: TTL %v must be at least 1ms", ErrInvalidConfig, cfg.TTL)
 	}
 	cfg.TTL = cfg.TTL.Truncate(time.Millisecond)
+	if cfg.Incarnation == "" {
+		cfg.Incarnation = NewIncarnation()
+	}
+	if err := ValidateIncarnation(cfg.Incarnation); err != nil {
+		return nil, fmt.Errorf("%w: Incarnation: %w", ErrInvalidConfig, err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	info := Info{ID: cfg.ID, Host: hostname(), PID: os.Getpid(), Started: processStart, Version: cfg.Version}
+	info := Info{ID: cfg.ID, Host: hostname(), PID: os.Getpid(), Started: processStart, Version: cfg.Version,
+		Incarnation: cfg.Incarnation, TTLMs: cfg.TTL.Milliseconds()}
 	value, err := json.Marshal(info)
 	if err != nil {
 		return nil, fmt.Errorf("nodes: encode info: %w", err)
@@ -117,34 +135,34 @@ func (r *Registry) TTL() time.Duration { return r.ttl }
 // Info is what Heartbeat stores about this worker.
 func (r *Registry) Info() Info { return r.info }
 
-// Heartbeat marks this worker live for TTL from now (by the Redis server's
-// clock) and refreshes its Info, in one pipelined round trip; it also prunes
-// expired members from the index. If the script cache was flushed it takes
-// a second round trip to send the script source.
+// Incarnation is this registry's incarnation (see Config.Incarnation).
+func (r *Registry) Incarnation() string { return r.info.Incarnation }
+
+// Heartbeat claims this worker's id and marks it live for TTL from now (by
+// the Redis server's clock), in two round trips: claim.lua sets the Info key
+// only if it is absent or holds this incarnation's Info, then heartbeat.lua
+// moves the id's expiry in the index (and prunes expired members). The two
+// keys are separate scripts so that each touches one key (Redis Cluster).
+//
+// If another incarnation holds the id, Heartbeat writes nothing and returns
+// a *DuplicateIDError (errors.Is ErrDuplicateID): either a second process
+// runs with the same id, or, when DuplicateIDError.TakenOver is set, this
+// process stopped heartbeating for longer than TTL and another took the id.
+// That error is final: the caller must stop working as this id.
 func (r *Registry) Heartbeat(ctx context.Context) error {
-	keys := []string{r.keys.NodeIndex()}
-	ttlMs := r.ttl.Milliseconds()
-	var set *redis.StatusCmd
-	var script *redis.Cmd
-	// The pipeline's own error repeats the first failed command's; each
-	// command's error is checked below.
-	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		set = p.Set(ctx, r.keys.Node(r.id), r.value, r.ttl)
-		script = heartbeatScript.EvalSha(ctx, p, keys, r.id, ttlMs)
-		return nil
-	})
-	if err := set.Err(); err != nil {
-		return fmt.Errorf("heartbeat %s: set info: %w", r.id, err)
+	if err := r.claim(ctx); err != nil {
+		var dup *DuplicateIDError
+		if errors.As(err, &dup) {
+			return err
+		}
+		return fmt.Errorf("heartbeat %s: claim: %w", r.id, err)
 	}
-	err := script.Err()
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// A pipelined EVALSHA cannot fall back by itself; EVAL also caches
-		// the script for the next heartbeat.
-		err = heartbeatScript.Eval(ctx, r.client, keys, r.id, ttlMs).Err()
-	}
+	r.claimed.Store(true)
+	now, err := heartbeatScript.Run(ctx, r.client, []string{r.keys.NodeIndex()}, r.id, r.ttl.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("heartbeat %s: %w", r.id, err)
 	}
+	r.lastExpiry.Store(now + r.ttl.Milliseconds())
 	return nil
 }
 
@@ -259,20 +277,27 @@ func toInt64(v any) (int64, error) {
 	return 0, fmt.Errorf("%T is not a number", v)
 }
 
-// Leave removes this worker from the index and deletes its Info, in one
-// pipelined round trip, so peers see it gone at their next Members call.
-// Call it on graceful shutdown, after the heartbeat loop has stopped (a
-// heartbeat racing with Leave re-adds the worker), with a fresh, bounded
-// context.
+// Leave deletes this worker's Info and its entry in the index, so peers see
+// it gone at their next Members call, but only what this incarnation wrote:
+// the Info key only if it holds this incarnation's Info (unclaim.lua), the
+// index entry only if no later heartbeat of another incarnation moved it
+// (leave.lua). If another incarnation holds the id, Leave removes nothing
+// and returns nil (this worker is not a member either way). Call it on
+// graceful shutdown, after the heartbeat loop has stopped (a heartbeat
+// racing with Leave re-adds the worker), with a fresh, bounded context.
 func (r *Registry) Leave(ctx context.Context) error {
-	var zrem, del *redis.IntCmd
-	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		zrem = p.ZRem(ctx, r.keys.NodeIndex(), r.id)
-		del = p.Del(ctx, r.keys.Node(r.id))
-		return nil
-	})
-	if err := errors.Join(zrem.Err(), del.Err()); err != nil {
+	n, err := unclaimScript.Run(ctx, r.client, []string{r.keys.Node(r.id)}, r.value).Int64()
+	if err != nil {
 		return fmt.Errorf("leave %s: %w", r.id, err)
+	}
+	if n < 0 {
+		r.log.Warn("not leaving: another incarnation holds this id")
+		return nil
+	}
+	if last := r.lastExpiry.Load(); last > 0 {
+		if err := leaveScript.Run(ctx, r.client, []string{r.keys.NodeIndex()}, r.id, last).Err(); err != nil {
+			return fmt.Errorf("leave %s: %w", r.id, err)
+		}
 	}
 	r.log.Info("left")
 	return nil

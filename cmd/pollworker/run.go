@@ -12,11 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 	"go.uber.org/zap"
 
 	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/metrics"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/poller"
 )
 
@@ -50,7 +52,11 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 			"recording each result in the stream <key-prefix>:results. Redis may be down at start:\n" +
 			"the worker reports not ready (/readyz 503) and polls nothing until Redis is reachable.\n" +
 			"SIGTERM or SIGINT drains (stops polls, releases leases, leaves) and exits 0; a second\n" +
-			"signal kills the process.",
+			"signal kills the process.\n\n" +
+			"One --id, one process: before it starts, the worker checks the id's heartbeat entry.\n" +
+			"If a live worker holds it (the entry is renewed), run exits 2 naming that worker's host\n" +
+			"and pid. If the entry is not renewed (a worker killed with the same id, restarted at once),\n" +
+			"run waits for it to expire, at most 3 × --heartbeat-interval, logging why, then starts.",
 		Flags: flags,
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			cfg, err := parseConfig(workerOptions{
@@ -103,9 +109,9 @@ func printConfig(w io.Writer, cfg workerConfig) {
 
 // runWorker runs a coordinator with the HTTP poller until ctx is done, then
 // drains it. Logs go to logw, and go-redis's own lines too if
-// setRedisLogger is set. Redis is not contacted before the coordinator
-// starts: go-redis connects lazily, and the coordinator reports not ready
-// until Redis answers.
+// setRedisLogger is set. The health server starts first; the coordinator
+// starts once preflight has found Redis answering and the id free, and
+// until then the worker reports not ready.
 func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLogger func(*zap.Logger)) error {
 	// The coordinator and the poller name the worker in their own fields.
 	base := newLogger(logw, cfg.LogLevel, cfg.LogFormat)
@@ -175,6 +181,18 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 		}()
 	}
 
+	if err := preflight(ctx, client, cfg, log); err != nil {
+		shutdownHTTP(srv)
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			if err := <-srvErr; err != nil {
+				return err
+			}
+			log.Info("worker stopped before it started")
+			return nil
+		}
+		return err
+	}
+
 	log.Info("worker starting",
 		zap.String("version", version),
 		zap.String("redis_url", cfg.RedisURL),
@@ -187,13 +205,14 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 		zap.Duration("drain_timeout", pc.DrainTimeout))
 	runErr := coord.Run(ctx)
 
-	if srv != nil {
-		sctx, scancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
-		_ = srv.Shutdown(sctx)
-		scancel()
-	}
+	shutdownHTTP(srv)
 	if err := <-srvErr; err != nil {
 		return errors.Join(err, runErr)
+	}
+	var dup *nodes.DuplicateIDError
+	if errors.As(runErr, &dup) {
+		log.Error("worker stopped: its id is held by another worker", zap.Error(runErr))
+		return duplicateIDError(dup)
 	}
 	if runErr != nil {
 		log.Error("worker stopped; the drain was incomplete", zap.Error(runErr))
@@ -201,4 +220,72 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 	}
 	log.Info("worker stopped")
 	return nil
+}
+
+// shutdownHTTP stops the health server, if any, within httpShutdownTimeout.
+func shutdownHTTP(srv *http.Server) {
+	if srv == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+}
+
+// preflightRetry is how often preflight tries again while Redis does not
+// answer.
+const preflightRetry = time.Second
+
+// preflight returns once Redis answers and this worker's id is free: it
+// waits while Redis is unreachable (the worker is not ready meanwhile, as
+// documented) and while a dead worker's heartbeat entry for the same id has
+// not expired. It returns an exit-2 error when a live worker holds the id,
+// and ctx's error when ctx ends first.
+func preflight(ctx context.Context, client redis.UniversalClient, cfg workerConfig, log *zap.Logger) error {
+	pc := cfg.Poller
+	ttl := pc.HeartbeatTTL
+	if ttl == 0 {
+		ttl = 3 * pc.HeartbeatInterval // poller's default
+	}
+	reg, err := nodes.New(nodes.Config{Client: client, Keys: cfg.Keys, ID: pc.ID, TTL: ttl, Logger: log})
+	if err != nil {
+		return configError(err)
+	}
+	every := min(max(ttl/20, 10*time.Millisecond), time.Second)
+	onWait := func(c nodes.Claim) {
+		log.Warn("another worker's heartbeat entry holds this id; waiting for it to expire "+
+			"(a worker killed and restarted with the same id); if it is renewed, that worker is alive and this one exits",
+			zap.String("holder_host", c.Info.Host), zap.Int("holder_pid", c.Info.PID),
+			zap.String("holder_incarnation", c.Info.Incarnation), zap.Duration("expires_in", c.TTL))
+	}
+	ticker := time.NewTicker(preflightRetry)
+	defer ticker.Stop()
+	for warned := false; ; {
+		err := reg.WaitForID(ctx, every, onWait)
+		var dup *nodes.DuplicateIDError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &dup):
+			return duplicateIDError(dup)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !warned:
+			warned = true
+			log.Warn("Redis does not answer yet; not ready until it does", zap.Error(err))
+		default:
+			log.Debug("Redis does not answer yet", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+		}
+	}
+}
+
+// duplicateIDError is the exit-2 error of a worker whose --id another
+// worker holds.
+func duplicateIDError(dup *nodes.DuplicateIDError) error {
+	return configError(fmt.Errorf("--id: %w; every worker needs its own --id", dup))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -194,4 +196,76 @@ func TestRunSignals(t *testing.T) {
 			require.Zero(t, client.Exists(ctxT(t), "poll:lease:{s1}").Val(), fmt.Sprintf("released by %s", id))
 		})
 	}
+}
+
+// waitExit waits, with a deadline, for the exit code of an in-process run.
+func waitExit(t *testing.T, done <-chan int, stderr *syncBuffer) int {
+	t.Helper()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the worker did not exit: %s", stderr.String())
+		return 0
+	}
+}
+
+// TestRunDuplicateIDExits2 (issue 10, item 5): a second worker started with
+// the --id of a live one refuses to start, exit 2, naming the holder; the
+// first keeps its membership.
+func TestRunDuplicateIDExits2(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	addr := startRunWorker(t, srv.URL(), "dup")
+	require.Eventually(t, func() bool { code, _ := get("http://" + addr + "/readyz"); return code == http.StatusOK },
+		10*time.Second, 10*time.Millisecond)
+
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	args := append([]string{"pollworker", "run", "--redis-url", srv.URL(), "--id", "dup"}, fastTimings...)
+	go func() { done <- run(ctxT(t), args, &stdout, &stderr, nil) }()
+	require.Equal(t, exitUsage, waitExit(t, done, &stderr), stderr.String())
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	last := lines[len(lines)-1]
+	require.Contains(t, last, `pollworker: invalid config: --id: nodes: duplicate node id: id "dup" is in use by another live worker (host `)
+	require.Contains(t, last, fmt.Sprintf("pid %d", os.Getpid()))
+	require.Contains(t, last, "every worker needs its own --id")
+	require.NotContains(t, stderr.String(), `"msg":"worker starting"`)
+
+	require.Equal(t, []string{"dup"}, client.ZRange(ctxT(t), "poll:nodes", 0, -1).Val(), "the first worker is still a member")
+	code, _ := get("http://" + addr + "/readyz")
+	require.Equal(t, http.StatusOK, code)
+}
+
+// TestRunRestartAfterCrashWaitsForOldEntry (issue 10, item 5): a worker
+// restarted under the id of one that was killed (its entry still there, not
+// renewed) waits for that entry to expire, saying so, then starts.
+func TestRunRestartAfterCrashWaitsForOldEntry(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	crashed, err := nodes.New(nodes.Config{Client: client, ID: "phoenix", TTL: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, crashed.Heartbeat(ctxT(t))) // and then kill -9
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	args := append([]string{"pollworker", "run", "--redis-url", srv.URL(), "--id", "phoenix"}, fastTimings...)
+	go func() { done <- run(ctx, args, &stdout, &stderr, nil) }()
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "waiting for it to expire") },
+		10*time.Second, 10*time.Millisecond, stderr.String())
+	require.Contains(t, stderr.String(), `"holder_incarnation":"`+crashed.Incarnation()+`"`)
+	var addr string
+	require.Eventually(t, func() bool {
+		addr = httpAddrIn(stderr.String())
+		code, _ := get("http://" + addr + "/readyz")
+		return code == http.StatusOK
+	}, 15*time.Second, 20*time.Millisecond, stderr.String())
+	require.Eventually(t, func() bool {
+		claim, ok, err := crashed.Claim(ctxT(t))
+		return err == nil && ok && claim.Info.Incarnation != crashed.Incarnation()
+	}, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	require.Equal(t, exitOK, waitExit(t, done, &stderr), stderr.String())
 }
