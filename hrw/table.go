@@ -208,3 +208,36 @@ func Owner(key string, ids []string) string {
 	}
 	return best
 }
+
+// WeightedScore returns the score of the key whose HashKey is h at node i
+// as the float -weight/ln(u) of weighted rendezvous hashing (u is the
+// pair's hash scaled into (0, 1)). It orders the nodes of a key as
+// OwnerOfHash does, and it is proportional to the node's weight, so a
+// caller may scale one node's scores by a factor to shift keys off it in a
+// predictable order (the bounded-load planner does). It panics if i is out
+// of range.
+func (t *Table) WeightedScore(h uint64, i int) float64 {
+	return math.Float64frombits(weighted(fmix64(h^t.hashes[i]), t.weightOf(i)))
+}
+
+// Weight returns the weight of node i (1 when all weights are equal).
+func (t *Table) Weight(i int) float64 { return t.weightOf(i) }
+
+// Top2 returns the indexes in Nodes of the two highest-scoring nodes for
+// the key whose HashKey is h, best first (as Rank would order them); second
+// is -1 with fewer than two nodes, and both are -1 with none.
+func (t *Table) Top2(h uint64) (first, second int) {
+	first, second = -1, -1
+	var s1, s2 uint64
+	for i := range t.hashes {
+		s := t.score(h, i)
+		switch {
+		case first < 0 || s > s1:
+			second, s2 = first, s1
+			first, s1 = i, s
+		case second < 0 || s > s2:
+			second, s2 = i, s
+		}
+	}
+	return first, second
+}

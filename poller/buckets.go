@@ -3,22 +3,21 @@ package poller
 import (
 	"context"
 	"slices"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/pollworker/pollworker/hrw"
+	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/keyspace"
 )
 
 // The session index is split into keyspace.SessionBuckets buckets, and the
-// rendezvous assignment places buckets, not sessions, on workers, with
+// planner (package assign) places buckets, not sessions, on workers, with
 // loads bounded in sessions (each bucket weighs its size, as counted by the
-// writers), so that a few sessions spread as evenly as many. A worker therefore reads only the ids and definitions of the
-// buckets assigned to it, plus the ids of the buckets for which it ranks
-// second (to adopt orphans): 1/N of the index each, instead of all of it.
-// A session's preferred worker is its bucket's.
+// writers), so that a few sessions spread as evenly as many. A worker
+// therefore reads only the ids and definitions of the buckets assigned to
+// it, plus the ids of the buckets it watches for orphans: 1/N of the index
+// each, instead of all of it. A session's preferred worker is its bucket's.
 
 // maxLoadPerRound bounds the session definitions read in one round, so that
 // a large start makes progress round by round (each round acquires what
@@ -33,22 +32,13 @@ type bucket struct {
 	malformed int      // malformed entries among them (assigned buckets)
 }
 
-// bucketKeys returns the strings hashed to place the buckets.
-func bucketKeys() []string {
-	keys := make([]string, keyspace.SessionBuckets)
-	for b := range keys {
-		keys[b] = "bucket-" + strconv.Itoa(b)
-	}
-	return keys
-}
-
 // ownerOf returns the preferred live worker of a session, "" with no live
 // worker.
 func (c *Coordinator) ownerOf(id string) string {
-	if c.bucketOwner == nil {
+	if c.plan == nil {
 		return ""
 	}
-	return c.table.ID(c.bucketOwner[keyspace.BucketOf(id)])
+	return c.plan.OwnerOf(id)
 }
 
 // refresh reads membership and the session changes, and reads the buckets
@@ -66,13 +56,12 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 		c.log.Warn("discovery failed", zap.Error(err))
 		return false
 	}
-	membersChanged := m.Version != c.members.Version || c.table == nil
+	membersChanged := m.Version != c.members.Version || c.fleet == nil
 	c.membersChanged = c.membersChanged || membersChanged
 	c.members = m
 	if membersChanged {
 		c.watchOrphans()
-		c.table = hrw.NewIDs(m.Nodes...)
-		c.rankBuckets()
+		c.fleet = assign.NewFleetIDs(m.Nodes...)
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
 	if d, ok := m.NextExpiry(); ok {
@@ -89,33 +78,21 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 	return c.loadBuckets(ctx)
 }
 
-// assignBuckets places every bucket on a live worker and decides which
-// buckets this worker reads: those assigned to it, with definitions, and
-// those for which it ranks second, ids only.
+// assignBuckets asks the planner (package assign) where every bucket goes
+// and decides which buckets this worker reads: those assigned to it, with
+// definitions, and those it watches for orphans (it is the best ranked
+// after their owner), ids only.
 func (c *Coordinator) assignBuckets() {
-	if c.table.Len() == 0 {
-		c.bucketOwner = nil
-	} else {
-		c.bucketOwner = c.table.AssignWeighted(c.bucketKeys, c.sizes, c.cfg.BalanceSlack, c.bucketOwner)
-	}
+	c.plan = c.fleet.Plan(c.sizes, c.cfg.BalanceSlack)
 	me := c.cfg.ID
 	want := make(map[int]bool) // bucket -> assigned
 	if c.members.Contains(me) {
-		for b, o := range c.bucketOwner {
-			owner := c.table.ID(o)
+		for b := range assign.Buckets {
 			switch {
-			case owner == me:
+			case c.plan.Owner(b) == me:
 				want[b] = true
-			case c.table.Len() >= 2:
-				// Watch it if this worker is the best ranked after its owner
-				// (bounded loads may have moved it off its first choice).
-				next := c.top2[b][0]
-				if next == owner {
-					next = c.top2[b][1]
-				}
-				if next == me {
-					want[b] = false
-				}
+			case c.plan.Watcher(b) == me:
+				want[b] = false
 			}
 		}
 	}
@@ -134,20 +111,6 @@ func (c *Coordinator) assignBuckets() {
 		if _, ok := c.buckets[b]; !ok {
 			c.buckets[b] = &bucket{assigned: assigned}
 		}
-	}
-}
-
-// rankBuckets records the two best ranked live workers of every bucket, so
-// that a reassignment after a session change ranks nothing again.
-func (c *Coordinator) rankBuckets() {
-	if c.table.Len() < 2 {
-		c.top2 = nil
-		return
-	}
-	c.top2 = make([][2]string, len(c.bucketKeys))
-	for b, k := range c.bucketKeys {
-		r := c.table.Rank(k, 2)
-		c.top2[b] = [2]string{r[0], r[1]}
 	}
 }
 
@@ -332,25 +295,4 @@ func sortBuckets(bs []int, st map[int]*bucket) {
 		}
 		return a - b
 	})
-}
-
-// Owners returns the preferred worker of each of ids (owners[i] for ids[i])
-// among nodes, as a fleet of coordinators with these members, this
-// BalanceSlack and exactly these sessions computes it; "" when nodes is
-// empty. It is for tools and tests that predict the assignment.
-func Owners(nodes, ids []string, slack float64) []string {
-	out := make([]string, len(ids))
-	if len(nodes) == 0 {
-		return out
-	}
-	sizes := make([]int, keyspace.SessionBuckets)
-	for _, id := range ids {
-		sizes[keyspace.BucketOf(id)]++
-	}
-	t := hrw.NewIDs(nodes...)
-	owner := t.AssignWeighted(bucketKeys(), sizes, slack, nil)
-	for i, id := range ids {
-		out[i] = t.ID(owner[keyspace.BucketOf(id)])
-	}
-	return out
 }

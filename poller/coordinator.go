@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
-	"github.com/pollworker/pollworker/hrw"
+	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
@@ -51,11 +51,9 @@ type Coordinator struct {
 	workers          map[string]*worker
 	sched            *scheduler
 	members          nodes.Membership
-	table            *hrw.Table
-	bucketKeys       []string                   // hashing keys of the index buckets
-	bucketOwner      []int                      // bucket -> table index of its preferred worker
+	fleet            *assign.Fleet              // the live members, ranked per bucket
+	plan             *assign.Plan               // where every bucket goes
 	sizes            []int                      // bucket -> number of sessions in it
-	top2             [][2]string                // bucket -> its two best ranked live workers (2+ members)
 	buckets          map[int]*bucket            // buckets assigned here, or watched for orphans
 	sessions         map[string]session.Session // active sessions of assigned buckets, and those polled here
 	seenRev          int64                      // session revision whose changes are applied
@@ -101,7 +99,6 @@ func New(cfg Config) (*Coordinator, error) {
 		workers:        make(map[string]*worker),
 		sessions:       make(map[string]session.Session),
 		buckets:        make(map[int]*bucket),
-		bucketKeys:     bucketKeys(),
 		orphanSince:    make(map[string]time.Time),
 		touched:        make(map[string]struct{}),
 		contended:      make(map[string]contention),

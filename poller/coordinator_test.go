@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
@@ -286,7 +287,7 @@ func TestJoinMovesOnlyToNewcomer(t *testing.T) {
 	start(t, plain("b"))
 	// Settled: every session with its rendezvous owner among a and b (a
 	// split that merely adds up could still be handing over).
-	want := Owners([]string{"a", "b"}, ids, -1)
+	want := assign.Owners([]string{"a", "b"}, ids, -1)
 	require.Eventually(t, func() bool {
 		own := owners(t, client, ids)
 		for i, id := range ids {
@@ -456,7 +457,7 @@ func TestAdoptsOrphansOfALiveButIdleWorker(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 
 	ghostShare := 0
-	for _, o := range Owners([]string{"ghost", "w"}, ids, DefaultBalanceSlack) {
+	for _, o := range assign.Owners([]string{"ghost", "w"}, ids, DefaultBalanceSlack) {
 		if o == "ghost" {
 			ghostShare++
 		}

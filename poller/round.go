@@ -263,7 +263,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 // and otherwise once per orphanFallback × OrphanGrace.
 func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	now := c.cfg.Clock.Now()
-	if now.Before(c.watchFrom) || now.Sub(c.lastOrphan) < c.cfg.OrphanGrace/2 || c.table.Len() < 2 {
+	if now.Before(c.watchFrom) || now.Sub(c.lastOrphan) < c.cfg.OrphanGrace/2 || c.fleet.Len() < 2 {
 		return
 	}
 	active := now.Before(c.orphanWatchUntil) || len(c.pendingOrphans) > 0

@@ -8,6 +8,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	rendezvous "github.com/dgryski/go-rendezvous"
 
+	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/bench"
 	"github.com/pollworker/pollworker/hrw"
 	"github.com/pollworker/pollworker/poller"
@@ -59,7 +60,7 @@ func runHRW(ctx context.Context, _ *env, sz sizes) ([]Row, error) {
 		}
 		table := hrw.NewIDs(nodes...)
 		plain := balance(table.Assign(ids, nil), len(nodes))
-		bounded := balanceOf(poller.Owners(nodes, ids, poller.DefaultBalanceSlack), nodes)
+		bounded := balanceOf(assign.Owners(nodes, ids, poller.DefaultBalanceSlack), nodes)
 		rv := rendezvous.New(nodes, xxhash.Sum64String)
 		idx := make(map[string]int, len(nodes))
 		for i, n := range nodes {
@@ -83,11 +84,11 @@ func runHRW(ctx context.Context, _ *env, sz sizes) ([]Row, error) {
 	ideal := float64(len(ids)) / float64(len(nodes))
 	for _, slack := range []float64{-1, poller.DefaultBalanceSlack} {
 		name := "plain HRW per session"
-		a, b := owners(before, ids, slack), owners(after, ids, slack)
+		a, b := owners(before, ids), owners(after, ids)
 		if slack >= 0 {
 			name = fmt.Sprintf("the poller's: buckets, bounded %g", slack)
-			a = poller.Owners(nodes[:len(nodes)-1], ids, slack)
-			b = poller.Owners(nodes, ids, slack)
+			a = assign.Owners(nodes[:len(nodes)-1], ids, slack)
+			b = assign.Owners(nodes, ids, slack)
 		}
 		moved, survivorsMoved := 0, 0
 		leaver := nodes[len(nodes)-1]
@@ -108,8 +109,9 @@ func runHRW(ctx context.Context, _ *env, sz sizes) ([]Row, error) {
 	return rows, nil
 }
 
-func owners(t *hrw.Table, ids []string, slack float64) []string {
-	idx := t.AssignBounded(ids, slack, nil)
+// owners is plain rendezvous hashing per session (no buckets, no bound).
+func owners(t *hrw.Table, ids []string) []string {
+	idx := t.Assign(ids, nil)
 	out := make([]string, len(ids))
 	for i, j := range idx {
 		out[i] = t.ID(j)

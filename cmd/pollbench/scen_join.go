@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/bench"
 	"github.com/pollworker/pollworker/poller"
 )
@@ -24,7 +25,7 @@ func runJoin(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		ids := bench.SequentialIDs(sz.joinSessions)
 		all := workerIDs("w", sz.joinWorkers+1)
 		newID := all[len(all)-1]
-		pref := poller.Owners(all, ids, poller.DefaultBalanceSlack)
+		pref := assign.Owners(all, ids, poller.DefaultBalanceSlack)
 		current := map[string]string{}
 		for _, m := range f.members {
 			for _, s := range m.held() {
