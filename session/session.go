@@ -17,6 +17,12 @@ import (
 const (
 	// MinInterval is the shortest Interval accepted.
 	MinInterval = 10 * time.Millisecond
+	// MaxInterval is the longest Interval accepted. A worker polls a
+	// session as soon as it acquires its lease, so a session is polled at
+	// least at every handoff (deploys, restarts, scaling): an interval of
+	// days would not be honoured, and one like 100000h is a typo. Poll less
+	// often than daily with a cron job instead.
+	MaxInterval = 24 * time.Hour
 	// MaxValueBytes is the largest encoded session accepted, in bytes.
 	MaxValueBytes = 64 << 10
 )
@@ -25,14 +31,38 @@ const (
 // the wrapping error says what is wrong.
 var ErrMalformed = errors.New("session: malformed")
 
+// FieldError is the error of Validate and of a Store's URL check: the field
+// that breaks a rule and the rule. errors.Is(err, ErrMalformed) holds for
+// it, and errors.Is(err, keyspace.ErrInvalidID) for a bad id.
+type FieldError struct {
+	// Field is "id", "url" or "interval".
+	Field string
+	// Reason says which rule the field breaks, e.g. "1ms is below the
+	// minimum 10ms". It never quotes the URL, which may hold a password.
+	Reason string
+	err    error
+}
+
+// Error returns "session: malformed: <field> <reason>".
+func (e *FieldError) Error() string { return ErrMalformed.Error() + ": " + e.Field + " " + e.Reason }
+
+// Is reports whether target is ErrMalformed.
+func (e *FieldError) Is(target error) bool { return target == ErrMalformed }
+
+// Unwrap returns the cause, if any (a *keyspace.IDError for the id).
+func (e *FieldError) Unwrap() error { return e.err }
+
 // Session is one polling job.
 type Session struct {
 	// ID names the session; see keyspace.ValidateID for the allowed bytes.
 	ID string `json:"id"`
-	// URL is what the built-in HTTP poller GETs; embedders may store any
-	// non-empty target here.
+	// URL is what the built-in HTTP poller GETs: an absolute http or https
+	// URL with a host (HTTPURL), which a Store requires by default.
+	// Embedders whose Poller reads it as something else may store any
+	// non-blank target through a Store made with WithURLCheck(nil).
 	URL string `json:"url"`
-	// Interval is the time between the starts of two polls.
+	// Interval is the time between the starts of two polls, from
+	// MinInterval to MaxInterval.
 	Interval Duration `json:"interval"`
 	// Paused sessions are kept but polled by nobody.
 	Paused bool `json:"paused,omitempty"`
@@ -40,25 +70,32 @@ type Session struct {
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
-// Validate reports whether s may be stored: a valid id, a non-blank URL
-// (which, when it starts with http:// or https://, must parse as a URL with
-// a host; any other non-blank target is accepted for embedders that poll
-// something else) and an Interval of at least MinInterval. Errors wrap
-// ErrMalformed and never quote the URL, which may hold a password.
+// Validate reports whether s may be stored and polled: a valid id, a
+// non-blank URL (which, when it starts with http:// or https://, must parse
+// as a URL with a host; any other non-blank target passes here, and a
+// Store's URL check, HTTPURL by default, decides) and an Interval from
+// MinInterval to MaxInterval. Errors are *FieldError, wrap ErrMalformed and
+// never quote the URL, which may hold a password.
 func (s Session) Validate() error {
 	if err := keyspace.ValidateID(s.ID); err != nil {
-		return fmt.Errorf("%w: id: %w", ErrMalformed, err)
+		reason := err.Error()
+		if ie := (*keyspace.IDError)(nil); errors.As(err, &ie) {
+			reason = ie.Reason
+		}
+		return &FieldError{Field: "id", Reason: reason, err: err}
 	}
 	if err := validateURL(s.URL); err != nil {
-		return fmt.Errorf("%w: %w", ErrMalformed, err)
+		return err
 	}
 	switch d := s.Interval.D(); {
 	case d == 0:
-		return fmt.Errorf("%w: interval missing or zero", ErrMalformed)
+		return &FieldError{Field: "interval", Reason: "missing or zero"}
 	case d < 0:
-		return fmt.Errorf("%w: interval %v is negative", ErrMalformed, d)
+		return &FieldError{Field: "interval", Reason: fmt.Sprintf("%v is negative", d)}
 	case d < MinInterval:
-		return fmt.Errorf("%w: interval %v is below the minimum %v", ErrMalformed, d, MinInterval)
+		return &FieldError{Field: "interval", Reason: fmt.Sprintf("%v is below the minimum %v", d, MinInterval)}
+	case d > MaxInterval:
+		return &FieldError{Field: "interval", Reason: fmt.Sprintf("%v is above the maximum %v", d, MaxInterval)}
 	}
 	return nil
 }
@@ -81,7 +118,7 @@ func Encode(s Session) ([]byte, error) {
 func validateURL(u string) error {
 	t := strings.TrimSpace(u)
 	if t == "" {
-		return errors.New("url missing or blank")
+		return &FieldError{Field: "url", Reason: "missing or blank"}
 	}
 	scheme, _, ok := strings.Cut(t, "://")
 	if !ok || !(strings.EqualFold(scheme, "http") || strings.EqualFold(scheme, "https")) {
@@ -89,17 +126,21 @@ func validateURL(u string) error {
 	}
 	p, err := url.Parse(u)
 	if err != nil {
-		// url.Error quotes the whole URL, password included: keep only
-		// the reason.
-		if ue := (*url.Error)(nil); errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("url: not a valid %s URL: %w", strings.ToLower(scheme), err)
+		return &FieldError{Field: "url", Reason: fmt.Sprintf("is not a valid %s URL: %v", strings.ToLower(scheme), urlReason(err))}
 	}
 	if p.Host == "" {
-		return fmt.Errorf("url: %s URL without host", strings.ToLower(scheme))
+		return &FieldError{Field: "url", Reason: fmt.Sprintf("is an %s URL without host", strings.ToLower(scheme))}
 	}
 	return nil
+}
+
+// urlReason is url.Parse's error without the URL, which url.Error quotes
+// whole, password included.
+func urlReason(err error) error {
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // Duration is a time.Duration that encodes to JSON as a Go duration string

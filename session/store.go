@@ -28,6 +28,8 @@ type Store struct {
 	log     *zap.Logger
 	changed *redis.Script // records a change
 	changes *redis.Script // reads the changes since a revision
+	// checkURL checks the URL of every session written; see WithURLCheck.
+	checkURL func(string) error
 
 	// afterRead, when set by a test, runs inside Pause and Resume between
 	// the read and the write, to provoke a conflict.
@@ -58,7 +60,7 @@ func NewStore(client redis.UniversalClient, keys keyspace.Space, opts ...Option)
 		return nil, fmt.Errorf("session: new store: %w", err)
 	}
 	s := &Store{client: client, keys: keys, log: zap.NewNop(), changed: redis.NewScript(lua.SessionChanged),
-		changes: redis.NewScript(lua.SessionChanges)}
+		changes: redis.NewScript(lua.SessionChanges), checkURL: HTTPURL}
 	for _, o := range opts {
 		o(s)
 	}
@@ -68,9 +70,13 @@ func NewStore(client redis.UniversalClient, keys keyspace.Space, opts ...Option)
 // Keys is the key space the store works in.
 func (s *Store) Keys() keyspace.Space { return s.keys }
 
-// Put validates sess and creates or replaces it (unknown fields of a stored
+// Put validates sess (Session.Validate and the URL check, see
+// WithURLCheck) and creates or replaces it (unknown fields of a stored
 // value are not kept), then bumps the revision and announces the change.
 func (s *Store) Put(ctx context.Context, sess Session) error {
+	if err := s.validate(sess); err != nil {
+		return fmt.Errorf("put %.64q: %w", sess.ID, err)
+	}
 	b, err := Encode(sess)
 	if err != nil {
 		return fmt.Errorf("put %.64q: %w", sess.ID, err)
@@ -89,13 +95,16 @@ func (s *Store) Put(ctx context.Context, sess Session) error {
 	return s.announce(ctx, "put", sess.ID, sadd.Val())
 }
 
-// PutMany validates every session, then creates or replaces them all in
+// PutMany validates every session (as Put does), then creates or replaces them all in
 // pipelines of 1000 and records the change once (one revision, one
 // announcement without ids): the bulk form of Put, for imports. Nothing is
 // written when one session is invalid.
 func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 	values := make([][]byte, len(sessions))
 	for i, sess := range sessions {
+		if err := s.validate(sess); err != nil {
+			return fmt.Errorf("put many: %.64q: %w", sess.ID, err)
+		}
 		b, err := Encode(sess)
 		if err != nil {
 			return fmt.Errorf("put many: %.64q: %w", sess.ID, err)

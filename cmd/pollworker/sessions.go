@@ -80,8 +80,8 @@ func sessionsAddCommand() *cli.Command {
 		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "id", Usage: "session id: letters, digits and . _ - : @ /", Required: true},
-			&cli.StringFlag{Name: "url", Usage: "what to poll", Required: true},
-			&cli.DurationFlag{Name: "interval", Usage: "time between the starts of two polls (at least 10ms)", Required: true},
+			&cli.StringFlag{Name: "url", Usage: "what to poll: an absolute http or https URL with a host", Required: true},
+			&cli.DurationFlag{Name: "interval", Usage: "time between the starts of two polls, from 10ms to 24h", Required: true},
 			&cli.StringSliceFlag{Name: "label", Usage: "metadata key=value; repeat for several"},
 			&cli.BoolFlag{Name: "paused", Usage: "add it paused (polled by nobody until resumed)"},
 			&cli.BoolFlag{Name: "replace", Usage: "overwrite an existing session of that id"},
@@ -98,8 +98,13 @@ func sessionsAddCommand() *cli.Command {
 				Paused:   cmd.Bool("paused"),
 				Labels:   labels,
 			}
-			if err := s.Validate(); err != nil {
-				return usageError(fmt.Errorf("invalid session: %w", err))
+			err = s.Validate()
+			if err == nil {
+				// What the store checks too, but before connecting.
+				err = session.HTTPURL(s.URL)
+			}
+			if err != nil {
+				return usageError(fmt.Errorf("invalid session: %s", sessionProblem(err)))
 			}
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
 				verb := "added"
@@ -120,6 +125,17 @@ func sessionsAddCommand() *cli.Command {
 			})
 		}),
 	}
+}
+
+// sessionProblem says what is wrong with a session refused by
+// session.Session.Validate or session.HTTPURL, without the package
+// prefixes: "<field> <rule>".
+func sessionProblem(err error) string {
+	var fe *session.FieldError
+	if errors.As(err, &fe) {
+		return fe.Field + " " + fe.Reason
+	}
+	return err.Error()
 }
 
 // parseLabels turns k=v pairs into a map; keys must be non-empty and

@@ -112,9 +112,11 @@ func TestSessionsInvalidInput(t *testing.T) {
 		want string
 	}{
 		{name: "interval too short", give: []string{"add", "--id", "s1", "--url", "http://x/", "--interval", "1ms"},
-			want: "pollworker: invalid session: session: malformed: interval 1ms is below the minimum 10ms\n"},
+			want: "pollworker: invalid session: interval 1ms is below the minimum 10ms\n"},
+		{name: "interval too long", give: []string{"add", "--id", "s1", "--url", "http://x/", "--interval", "100000h"},
+			want: "pollworker: invalid session: interval 100000h0m0s is above the maximum 24h0m0s\n"},
 		{name: "bad id", give: []string{"add", "--id", "a b", "--url", "http://x/", "--interval", "1s"},
-			want: "pollworker: invalid session: session: malformed: id: keyspace: invalid id: \"a b\" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)\n"},
+			want: "pollworker: invalid session: id \"a b\" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)\n"},
 		{name: "bad label", give: []string{"add", "--id", "s1", "--url", "http://x/", "--interval", "1s", "--label", "novalue"},
 			want: "pollworker: --label \"novalue\" must be key=value\n"},
 		{name: "duplicate label", give: []string{"add", "--id", "s1", "--url", "http://x/", "--interval", "1s", "--label", "a=1", "--label", "a=2"},
@@ -134,6 +136,36 @@ func TestSessionsInvalidInput(t *testing.T) {
 			require.Equal(t, tt.want, r.stderr)
 		})
 	}
+}
+
+// TestSessionsAddRefusesUnpollableURLs: `sessions add` refuses what the
+// built-in poller can never poll, with one line naming the rule, exit 2 and
+// nothing written (issue 10, item 8).
+func TestSessionsAddRefusesUnpollableURLs(t *testing.T) {
+	mr, url := miniURL(t)
+	const rule = "pollworker: invalid session: url must be an absolute http or https URL with a host; "
+	tests := []struct {
+		give string
+		want string
+	}{
+		{"not a url", rule + "it has no scheme\n"},
+		{"ftp://example.com/file", rule + "its scheme is \"ftp\"\n"},
+		{"file:///etc/passwd", rule + "its scheme is \"file\"\n"},
+		{"javascript:alert(1)", rule + "its scheme is \"javascript\"\n"},
+		{"/relative/path", rule + "it has no scheme\n"},
+		{"http://", "pollworker: invalid session: url is an http URL without host\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			r := runApp(t, "sessions", "--redis-url", url, "add", "--id", "s1", "--url", tt.give, "--interval", "5s")
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Equal(t, tt.want, r.stderr)
+			require.Empty(t, r.stdout)
+			require.Empty(t, mr.Keys(), "nothing written")
+		})
+	}
+	r := runApp(t, "sessions", "--redis-url", url, "add", "--id", "s1", "--url", "http://example.com/", "--interval", "24h")
+	require.Equal(t, exitOK, r.code, r.stderr)
 }
 
 func TestSessionsRedisDown(t *testing.T) {
