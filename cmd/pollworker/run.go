@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -261,13 +262,19 @@ func preflight(ctx context.Context, client redis.UniversalClient, cfg workerConf
 	ticker := time.NewTicker(preflightRetry)
 	defer ticker.Stop()
 	for warned := false; ; {
-		err := reg.WaitForID(ctx, every, onWait)
+		err := checkRedis(ctx, client, cfg.connConfig)
+		if err == nil {
+			err = reg.WaitForID(ctx, every, onWait)
+		}
 		var dup *nodes.DuplicateIDError
+		var usage *exitError
 		switch {
 		case err == nil:
 			return nil
 		case errors.As(err, &dup):
 			return duplicateIDError(dup)
+		case errors.As(err, &usage):
+			return err
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case !warned:
@@ -282,6 +289,107 @@ func preflight(ctx context.Context, client redis.UniversalClient, cfg workerConf
 		case <-ticker.C:
 		}
 	}
+}
+
+// Bounds of checkRedis.
+const (
+	pingTimeout     = 2 * time.Second         // the PING, dial and handshake included
+	probeDial       = time.Second             // TCP connect of a TLS probe
+	probeHandshake  = 1500 * time.Millisecond // TLS handshake of a TLS probe
+	tlsSchemeAdvice = "check rediss:// vs redis://"
+)
+
+// checkRedis PINGs Redis once, within pingTimeout, and tells mistakes in
+// the configuration from outages: it returns an exit-2 error (password
+// redacted) when Redis refuses the credentials, when --redis-url says TLS
+// (rediss://) and the server does not complete a TLS handshake, or when it
+// says plain text and the server speaks TLS. Any other failure is returned
+// as is, to be retried.
+func checkRedis(ctx context.Context, client redis.UniversalClient, cfg connConfig) error {
+	if cfg.Redis.TLSConfig != nil {
+		// Before the PING: go-redis would wait its whole dial timeout for a
+		// handshake that a plain-text server never answers.
+		for _, addr := range cfg.Addrs {
+			if err := probeTLS(ctx, addr, cfg.Redis.TLSConfig); err != nil {
+				return configError(fmt.Errorf("--%s %s: %w", flagRedisURL, cfg.RedisURL, err))
+			}
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	err := client.Ping(pctx).Err()
+	cancel()
+	if err == nil {
+		return nil
+	}
+	if problem := authProblem(err); problem != "" {
+		return configError(fmt.Errorf("--%s %s: %s (Redis said: %v)", flagRedisURL, cfg.RedisURL, problem, err))
+	}
+	if cfg.Redis.TLSConfig == nil && ctx.Err() == nil && speaksTLS(ctx, cfg.Addrs[0]) {
+		return configError(fmt.Errorf("--%s %s: the server speaks TLS (%v): %s", flagRedisURL, cfg.RedisURL, err, tlsSchemeAdvice))
+	}
+	return fmt.Errorf("ping %s: %w", cfg.RedisURL, err)
+}
+
+// authProblem explains a Redis error that no retry can fix: credentials or
+// permissions; "" for any other error.
+func authProblem(err error) string {
+	switch {
+	case redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "invalid password"):
+		return "Redis rejected the user name or password: check the credentials in the URL"
+	case redis.HasErrorPrefix(err, "NOAUTH"):
+		return "Redis requires a password: give it as redis://[user]:password@host:port"
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		return "the Redis user may not run PING: see the README's Redis ACL section"
+	case redis.HasErrorPrefix(err, "AUTH") || redis.HasErrorPrefix(err, "Client sent AUTH"):
+		return "the URL gives a password but Redis has none set: remove it from the URL or set one in Redis"
+	}
+	return ""
+}
+
+// probeTLS opens one TCP connection to addr and tries a TLS handshake with
+// conf, within probeDial + probeHandshake. It returns an error only when the
+// server is reachable and clearly does not speak TLS (a non-TLS reply, or
+// no reply at all within probeHandshake) or rejects the certificate.
+// Unreachable servers are not its business.
+func probeTLS(ctx context.Context, addr string, conf *tls.Config) error {
+	d := net.Dialer{Timeout: probeDial}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(probeHandshake))
+	err = tls.Client(conn, conf.Clone()).HandshakeContext(ctx)
+	var header tls.RecordHeaderError
+	var ne net.Error
+	var verify *tls.CertificateVerificationError
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return nil
+	case errors.As(err, &header):
+		return fmt.Errorf("%s answered the TLS handshake with something else: the server does not speak TLS? %s", addr, tlsSchemeAdvice)
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("no TLS handshake with %s within %v: the server does not speak TLS? %s", addr, probeHandshake, tlsSchemeAdvice)
+	case errors.As(err, &verify):
+		return fmt.Errorf("TLS certificate of %s not accepted (%v): check --%s and the host name in the URL", addr, verify.Err, flagTLSCA)
+	}
+	return nil
+}
+
+// speaksTLS reports whether addr completes a TLS handshake (certificate not
+// checked: only the protocol is in question), within probeDial +
+// probeHandshake.
+func speaksTLS(ctx context.Context, addr string) bool {
+	d := net.Dialer{Timeout: probeDial}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(probeHandshake))
+	//nolint:gosec // a protocol probe: nothing is sent over this connection
+	err = tls.Client(conn, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}).HandshakeContext(ctx)
+	return err == nil
 }
 
 // duplicateIDError is the exit-2 error of a worker whose --id another

@@ -269,3 +269,68 @@ func TestRunRestartAfterCrashWaitsForOldEntry(t *testing.T) {
 	cancel()
 	require.Equal(t, exitOK, waitExit(t, done, &stderr), stderr.String())
 }
+
+// runUntilExit runs `pollworker run` in-process with args after the run
+// flags and returns its exit code, stderr and how long it took.
+func runUntilExit(t *testing.T, args ...string) (int, string, time.Duration) {
+	t.Helper()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	start := time.Now()
+	all := append(append([]string{"pollworker", "run"}, args...), fastTimings...)
+	go func() { done <- run(ctxT(t), all, &stdout, &stderr, nil) }()
+	code := waitExit(t, done, &stderr)
+	return code, stderr.String(), time.Since(start)
+}
+
+// lastLine is the last line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestRunBadCredentialsExit2 (issue 10, item 12): WRONGPASS and NOAUTH are
+// not retried as if Redis were down: run exits 2 at once, naming the
+// problem, with the password redacted.
+func TestRunBadCredentialsExit2(t *testing.T) {
+	srv := redistest.Start(t)
+	require.NoError(t, srv.Client(t).ConfigSet(ctxT(t), "requirepass", "right-secret").Err())
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{name: "wrong password", give: "redis://:hunter2-wrong@" + srv.Addr() + "/0",
+			want: "pollworker: invalid config: --redis-url redis://:xxxxx@" + srv.Addr() + "/0: Redis rejected the user name or password: check the credentials in the URL (Redis said: WRONGPASS"},
+		{name: "no password", give: "redis://" + srv.Addr() + "/0",
+			want: "pollworker: invalid config: --redis-url redis://" + srv.Addr() + "/0: Redis requires a password: give it as redis://[user]:password@host:port (Redis said: NOAUTH"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stderr, took := runUntilExit(t, "--redis-url", tt.give, "--id", "auth-w")
+			require.Equal(t, exitUsage, code, stderr)
+			require.Contains(t, lastLine(stderr), tt.want)
+			require.NotContains(t, stderr, "hunter2-wrong")
+			require.NotContains(t, stderr, `"msg":"worker starting"`)
+			require.Less(t, took, 5*time.Second)
+		})
+	}
+}
+
+// TestRunTLSSchemeMismatchExit2 (issue 10, item 12): rediss:// to a
+// plain-text server, and redis:// to a TLS-only one, exit 2 within a couple
+// of seconds with a hint about the scheme, instead of retrying forever.
+func TestRunTLSSchemeMismatchExit2(t *testing.T) {
+	plain := redistest.Start(t)
+	code, stderr, took := runUntilExit(t, "--redis-url", "rediss://"+plain.Addr()+"/0", "--id", "tls-w")
+	require.Equal(t, exitUsage, code, stderr)
+	require.Contains(t, lastLine(stderr), "the server does not speak TLS? check rediss:// vs redis://")
+	require.Less(t, took, 4*time.Second)
+
+	tlsSrv, _ := redistest.StartTLS(t)
+	code, stderr, took = runUntilExit(t, "--redis-url", "redis://"+tlsSrv.Addr()+"/0", "--id", "tls-w")
+	require.Equal(t, exitUsage, code, stderr)
+	require.Contains(t, lastLine(stderr), "the server speaks TLS")
+	require.Contains(t, lastLine(stderr), "check rediss:// vs redis://")
+	require.Less(t, took, 6*time.Second)
+}
