@@ -64,9 +64,12 @@ func sessionsCommand() *cli.Command {
 		Commands: []*cli.Command{
 			sessionsAddCommand(),
 			sessionsListCommand(),
-			sessionsEachCommand("pause", "stop polling sessions, keeping them", "paused", (*session.Store).Pause),
-			sessionsEachCommand("resume", "poll paused sessions again", "resumed", (*session.Store).Resume),
-			sessionsEachCommand("rm", "remove sessions", "removed", (*session.Store).Delete),
+			sessionsEachCommand(eachOp{name: "pause", usage: "stop polling sessions, keeping them", done: "paused",
+				apply: (*session.Store).Pause, check: checkWellFormed}),
+			sessionsEachCommand(eachOp{name: "resume", usage: "poll paused sessions again", done: "resumed",
+				apply: (*session.Store).Resume, check: checkWellFormed}),
+			sessionsEachCommand(eachOp{name: "rm", usage: "remove sessions", done: "removed",
+				apply: (*session.Store).Delete, check: checkEntry, anyID: true}),
 		},
 	}
 }
@@ -158,30 +161,180 @@ func parseLabels(pairs []string) (map[string]string, error) {
 	return labels, nil
 }
 
-// sessionsEachCommand applies op to every id argument.
-func sessionsEachCommand(name, usage, done string, op func(*session.Store, context.Context, string) error) *cli.Command {
+// eachOp is a sessions command that changes every session named.
+type eachOp struct {
+	name, usage string
+	done        string // past tense, printed before each id changed
+	apply       func(*session.Store, context.Context, string) error
+	// check says whether the session id can be changed: nil, or why not
+	// (wrapping session.ErrNotFound when there is nothing to change).
+	check func(ctx context.Context, a admin, id string) error
+	// anyID accepts an id that keyspace.ValidateID refuses when an entry
+	// of it exists (rm of an entry that `sessions list` shows malformed).
+	anyID bool
+}
+
+// eachDescription is the --help text of pause, resume and rm: what is
+// checked and what is guaranteed.
+const eachDescription = "Every ID is checked before anything changes: it must be a valid session id and\n" +
+	"name an existing session (%s).\n" +
+	"If any check fails, nothing is changed; the exit status is 2 for an invalid id, 1 otherwise.\n\n" +
+	"Then the sessions are changed one by one, in the order given. That is not one atomic\n" +
+	"write (the sessions may live in different Redis Cluster slots): if another client\n" +
+	"removes a session after the check, or Redis fails midway, the command stops at that\n" +
+	"id and names the ids %s and those not attempted."
+
+// sessionsEachCommand checks every id argument with op.check, then, if all
+// pass, applies op.apply to each in turn.
+func sessionsEachCommand(op eachOp) *cli.Command {
+	which := "one that `sessions list` does not show as malformed"
+	if op.anyID {
+		which = "or an entry `sessions list` shows as malformed, whatever its id"
+	}
 	return &cli.Command{
-		Name:      name,
-		Usage:     usage,
-		ArgsUsage: "ID...",
+		Name:        op.name,
+		Usage:       op.usage + " (all named, or none if one is invalid or missing)",
+		ArgsUsage:   "ID...",
+		Description: fmt.Sprintf(eachDescription, which, op.done),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
-			ids := cmd.Args().Slice()
+			ids := uniq(cmd.Args().Slice())
 			if len(ids) == 0 {
-				return usageError(fmt.Errorf("sessions %s: give at least one session id", name))
+				return usageError(fmt.Errorf("sessions %s: give at least one session id", op.name))
+			}
+			var invalid []string // ids that keyspace.ValidateID refuses
+			for _, id := range ids {
+				if err := keyspace.ValidateID(id); err != nil {
+					invalid = append(invalid, id)
+				}
+			}
+			if len(invalid) > 0 && !op.anyID {
+				return usageError(fmt.Errorf("sessions %s: nothing changed: %s", op.name, invalidIDs(invalid)))
 			}
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
-				var errs []error
-				for _, id := range ids {
-					if err := op(a.store, ctx, id); err != nil {
-						errs = append(errs, err)
-						continue
-					}
-					fmt.Fprintf(cmd.Root().Writer, "%s %s\n", done, id)
+				if err := checkAll(ctx, a, op, ids); err != nil {
+					return err
 				}
-				return errors.Join(errs...)
+				w := cmd.Root().Writer
+				for i, id := range ids {
+					if err := op.apply(a.store, ctx, id); err != nil {
+						return fmt.Errorf("sessions %s: %s", op.name, partial(op.done, ids[:i], id, err, ids[i+1:]))
+					}
+					fmt.Fprintf(w, "%s %s\n", op.done, id)
+				}
+				return nil
 			})
 		}),
 	}
+}
+
+// checkAll runs op.check on every id and returns one error naming every
+// problem, or nil if all ids can be changed.
+func checkAll(ctx context.Context, a admin, op eachOp, ids []string) error {
+	var (
+		invalid  []string
+		problems []string
+	)
+	for _, id := range ids {
+		err := op.check(ctx, a, id)
+		switch {
+		case err == nil:
+		case errors.Is(err, session.ErrNotFound) && keyspace.ValidateID(id) != nil:
+			invalid = append(invalid, id)
+		case errors.Is(err, session.ErrNotFound):
+			problems = append(problems, fmt.Sprintf("session %s not found", id))
+		case errors.Is(err, session.ErrMalformed):
+			// Keep the reason only: the id is named already.
+			_, reason, _ := strings.Cut(err.Error(), session.ErrMalformed.Error()+": ")
+			problems = append(problems, fmt.Sprintf("session %s is malformed (%s): add it again with --replace or remove it", id, reason))
+		default:
+			return fmt.Errorf("sessions %s: nothing changed: check %s: %w", op.name, printableID(id), err)
+		}
+	}
+	if len(invalid) > 0 {
+		return usageError(fmt.Errorf("sessions %s: nothing changed: %s", op.name, invalidIDs(invalid)))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("sessions %s: nothing changed: %s", op.name, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// checkWellFormed is the check of pause and resume: the session exists and
+// its stored value is valid.
+func checkWellFormed(ctx context.Context, a admin, id string) error {
+	_, err := a.store.Get(ctx, id)
+	return err
+}
+
+// checkEntry is the check of rm: the session key or its index entry
+// exists (Delete removes either).
+func checkEntry(ctx context.Context, a admin, id string) error {
+	var exists *redis.IntCmd
+	var isMember *redis.BoolCmd
+	_, err := a.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		exists = p.Exists(ctx, a.keys.Session(id))
+		isMember = p.SIsMember(ctx, a.keys.SessionBucketOf(id), id)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if exists.Val() == 0 && !isMember.Val() {
+		return session.ErrNotFound
+	}
+	return nil
+}
+
+// invalidIDs names ids refused by keyspace.ValidateID, with the reason of
+// each, in one line.
+func invalidIDs(ids []string) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = "invalid session id " + idProblemOf(id)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// idProblemOf is the reason keyspace.ValidateID refuses id, led by the id
+// when the reason does not quote it.
+func idProblemOf(id string) string {
+	var ie *keyspace.IDError
+	if err := keyspace.ValidateID(id); !errors.As(err, &ie) {
+		return printableID(id)
+	}
+	if strings.HasPrefix(ie.Reason, `"`) {
+		return ie.Reason
+	}
+	return fmt.Sprintf("%.64q: %s", id, ie.Reason)
+}
+
+// partial describes a command stopped by err at id: the ids changed
+// before it and those not attempted after it.
+func partial(done string, before []string, id string, err error, after []string) string {
+	var b strings.Builder
+	if len(before) > 0 {
+		fmt.Fprintf(&b, "%s %s; ", done, strings.Join(before, ", "))
+	} else {
+		b.WriteString("nothing changed; ")
+	}
+	fmt.Fprintf(&b, "failed on %s: %v", printableID(id), err)
+	if len(after) > 0 {
+		fmt.Fprintf(&b, "; not attempted: %s", strings.Join(after, ", "))
+	}
+	return b.String()
+}
+
+// uniq returns ids without repeats, in their first order.
+func uniq(ids []string) []string {
+	seen := make(map[string]bool, len(ids))
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func sessionsListCommand() *cli.Command {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,18 +91,108 @@ s2  http://bob:xxxxx@example.com/b  250ms     yes     -
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Equal(t, "removed s1\nremoved bad\n", r.stdout)
 
-	// Missing sessions fail the command, the others are still done.
-	r = cli("pause", "nope", "s2")
+	// A missing session fails the command before anything changes.
+	r = cli("resume", "nope", "s2")
 	require.Equal(t, exitFailure, r.code)
-	require.Equal(t, "paused s2\n", r.stdout)
-	require.Equal(t, "pollworker: pause nope: session: not found\n", r.stderr)
+	require.Empty(t, r.stdout)
+	require.Equal(t, "pollworker: sessions resume: nothing changed: session nope not found\n", r.stderr)
 	r = cli("rm", "nope")
 	require.Equal(t, exitFailure, r.code)
-	require.Equal(t, "pollworker: delete \"nope\": session: not found\n", r.stderr)
+	require.Equal(t, "pollworker: sessions rm: nothing changed: session nope not found\n", r.stderr)
 
 	r = cli("list")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Contains(t, r.stdout, "1 sessions: 0 active, 1 paused; 0 malformed\n")
+	require.Contains(t, r.stdout, "s2  http://bob:xxxxx@example.com/b  250ms     no")
+	require.Contains(t, r.stdout, "1 sessions: 1 active, 0 paused; 0 malformed\n")
+}
+
+// TestSessionsEachAllOrNothing: pause, resume and rm check every id (syntax
+// and existence) before changing any (issue 10, item 10: `sessions pause
+// api-3 nosuch` paused api-3, then failed on nosuch).
+func TestSessionsEachAllOrNothing(t *testing.T) {
+	mr, url := miniURL(t)
+	cli := func(args ...string) result {
+		t.Helper()
+		return runApp(t, append([]string{"sessions", "--redis-url", url}, args...)...)
+	}
+	for _, id := range []string{"api-1", "api-2", "api-3"} {
+		r := cli("add", "--id", id, "--url", "https://example.com/"+id, "--interval", "5s")
+		require.Equal(t, exitOK, r.code, r.stderr)
+	}
+	mr.Set("session:broken", `{"url":"https://example.com/","interval":"1ms"}`)
+	_, err := mr.SAdd(keyspace.Space{}.SessionBucketOf("broken"), "broken")
+	require.NoError(t, err)
+	snapshot := func() map[string]string {
+		out := map[string]string{}
+		for _, k := range mr.Keys() {
+			if v, err := mr.Get(k); err == nil {
+				out[k] = v
+			} else if m, err := mr.Members(k); err == nil {
+				out[k] = strings.Join(m, ",")
+			}
+		}
+		return out
+	}
+	before := snapshot()
+
+	tests := []struct {
+		name string
+		give []string
+		code int
+		want string
+	}{
+		{name: "pause with a missing id", give: []string{"pause", "api-3", "nosuch"}, code: exitFailure,
+			want: "pollworker: sessions pause: nothing changed: session nosuch not found\n"},
+		{name: "rm with missing ids", give: []string{"rm", "api-1", "nosuch", "api-2", "gone"}, code: exitFailure,
+			want: "pollworker: sessions rm: nothing changed: session nosuch not found; session gone not found\n"},
+		{name: "pause with an invalid id", give: []string{"pause", "api-3", "a{b"}, code: exitUsage,
+			want: "pollworker: sessions pause: nothing changed: invalid session id \"a{b\" has byte '{' at 1 (allowed: letters, digits, . _ - : @ /)\n"},
+		{name: "rm of an invalid id", give: []string{"rm", "a{b"}, code: exitUsage,
+			want: "pollworker: sessions rm: nothing changed: invalid session id \"a{b\" has byte '{' at 1 (allowed: letters, digits, . _ - : @ /)\n"},
+		{name: "rm of an empty id", give: []string{"rm", "api-1", ""}, code: exitUsage,
+			want: "pollworker: sessions rm: nothing changed: invalid session id \"\": empty\n"},
+		{name: "resume of a malformed session", give: []string{"resume", "api-1", "broken"}, code: exitFailure,
+			want: "pollworker: sessions resume: nothing changed: session broken is malformed (interval 1ms is below the minimum 10ms): add it again with --replace or remove it\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := cli(tt.give...)
+			require.Equal(t, tt.code, r.code, r.stderr)
+			require.Equal(t, tt.want, r.stderr)
+			require.Empty(t, r.stdout)
+			require.Equal(t, before, snapshot(), "nothing changed")
+		})
+	}
+
+	// All valid: all applied, a repeated id once.
+	r := cli("pause", "api-3", "api-1", "api-3")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "paused api-3\npaused api-1\n", r.stdout)
+	// rm takes a malformed entry, even one with an invalid id in the index.
+	_, err = mr.SAdd(keyspace.Space{}.SessionBucketOf("bad id*"), "bad id*")
+	require.NoError(t, err)
+	r = cli("rm", "broken", "bad id*", "api-2")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "removed broken\nremoved bad id*\nremoved api-2\n", r.stdout)
+	r = cli("list")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "2 sessions: 0 active, 2 paused; 0 malformed\n")
+}
+
+func TestSessionsEachHelpSaysWhatIsGuaranteed(t *testing.T) {
+	for _, c := range []string{"pause", "resume", "rm"} {
+		r := runApp(t, "sessions", c, "--help")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, "Every ID is checked before anything changes")
+		require.Contains(t, r.stdout, "If any check fails, nothing is changed;")
+		require.Contains(t, r.stdout, "That is not one atomic\n")
+	}
+}
+
+func TestPartial(t *testing.T) {
+	err := errors.New("i/o timeout")
+	require.Equal(t, "paused a, b; failed on c: i/o timeout; not attempted: d, e", partial("paused", []string{"a", "b"}, "c", err, []string{"d", "e"}))
+	require.Equal(t, "nothing changed; failed on a: i/o timeout", partial("paused", nil, "a", err, nil))
 }
 
 func TestSessionsInvalidInput(t *testing.T) {
