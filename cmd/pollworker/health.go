@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"sync"
+	"time"
 )
 
 // healthHandler serves the probes of the run command:
@@ -33,4 +36,60 @@ func healthHandler(ready func() bool, metrics, page http.Handler) http.Handler {
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	return mux
+}
+
+// Timing of readiness's PING.
+const (
+	// readyPingEvery is how long one PING result is reused: however often
+	// probes come (kubelet, load balancers, the status page), a worker
+	// sends at most one PING a second for them.
+	readyPingEvery = time.Second
+	// readyPingTimeout bounds one PING, below kubelet's default probe
+	// timeout (1s), so that a probe of a worker whose Redis hangs still
+	// gets a 503 rather than a probe timeout.
+	readyPingTimeout = 500 * time.Millisecond
+)
+
+// readiness is the run command's readiness: the coordinator's Ready (a
+// fresh heartbeat, and Redis answered its last request) and a PING of
+// Redis at most readyPingEvery old. The coordinator alone notices that
+// Redis stopped only at its next heartbeat or renewal (up to an interval
+// later); the PING makes /readyz follow Redis within about a second. Safe
+// for concurrent use: concurrent callers share one PING.
+type readiness struct {
+	coordinator func() bool
+	ping        func(context.Context) error
+	now         func() time.Time // default time.Now
+
+	mu   sync.Mutex
+	at   time.Time // when the last PING was sent; zero before the first
+	last error     // its result
+}
+
+// Ready reports whether the coordinator is ready and Redis answered the
+// latest PING.
+func (r *readiness) Ready() bool {
+	return r.coordinator() && r.redisErr() == nil
+}
+
+// redisErr returns the result of a PING sent at most readyPingEvery ago,
+// sending one if needed.
+func (r *readiness) redisErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock()
+	if !r.at.IsZero() && now.Sub(r.at) < readyPingEvery {
+		return r.last
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyPingTimeout)
+	defer cancel()
+	r.at, r.last = now, r.ping(ctx)
+	return r.last
+}
+
+func (r *readiness) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
 }

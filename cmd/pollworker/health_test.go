@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -47,4 +50,45 @@ func TestHealthHandler(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadinessPingsAtMostOnceASecond: probes share one PING per
+// readyPingEvery; a failed PING makes the worker not ready even while the
+// coordinator still says ready; a coordinator that is not ready costs no
+// PING.
+func TestReadinessPingsAtMostOnceASecond(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var pings atomic.Int32
+	var pingErr atomic.Value
+	pingErr.Store(errors.New("none"))
+	var coord atomic.Bool
+	coord.Store(true)
+	r := &readiness{
+		coordinator: coord.Load,
+		ping: func(ctx context.Context) error {
+			pings.Add(1)
+			_, ok := ctx.Deadline()
+			require.True(t, ok, "the PING is bounded")
+			if err := pingErr.Load().(error); err.Error() != "none" {
+				return err
+			}
+			return nil
+		},
+		now: func() time.Time { return now },
+	}
+	for range 100 {
+		require.True(t, r.Ready())
+	}
+	require.Equal(t, int32(1), pings.Load())
+
+	pingErr.Store(errors.New("connection refused"))
+	require.True(t, r.Ready(), "the cached PING is less than a second old")
+	now = now.Add(readyPingEvery)
+	require.False(t, r.Ready())
+	require.Equal(t, int32(2), pings.Load())
+
+	coord.Store(false)
+	now = now.Add(time.Hour)
+	require.False(t, r.Ready())
+	require.Equal(t, int32(2), pings.Load())
 }

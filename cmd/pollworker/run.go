@@ -161,9 +161,10 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 		if err != nil {
 			return fmt.Errorf("health server: %w", err)
 		}
+		ready := &readiness{coordinator: coord.Ready, ping: func(ctx context.Context) error { return client.Ping(ctx).Err() }}
 		srv = &http.Server{
-			Handler: healthHandler(coord.Ready, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-				statusPageHandler(coord.ID(), coord.Ready, func(ctx context.Context) (clusterStatus, error) {
+			Handler: healthHandler(ready.Ready, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+				statusPageHandler(coord.ID(), ready.Ready, func(ctx context.Context) (clusterStatus, error) {
 					return computeStatus(ctx, client, cfg.Keys)
 				}, events)),
 			ReadHeaderTimeout: 5 * time.Second,

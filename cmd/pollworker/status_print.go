@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,8 +21,7 @@ func statusCommand() *cli.Command {
 			&cli.DurationFlag{Name: flagWatch, Usage: "redraw in place every this long until interrupted (0: print once)"}),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
-				w := cmd.Root().Writer
-				once := func(ctx context.Context) error {
+				once := func(ctx context.Context, w io.Writer) error {
 					st, err := computeStatus(ctx, a.client, a.keys)
 					if err != nil {
 						return fmt.Errorf("status: %w", err)
@@ -34,9 +34,10 @@ func statusCommand() *cli.Command {
 					printStatus(w, st)
 					return nil
 				}
+				w := cmd.Root().Writer
 				every := cmd.Duration(flagWatch)
 				if every <= 0 {
-					return once(ctx)
+					return once(ctx, w)
 				}
 				return watch(ctx, w, every, a.timeout, once)
 			})
@@ -106,20 +107,46 @@ func shortDuration(d time.Duration) string {
 // flagWatch is status's refresh period.
 const flagWatch = "watch"
 
-// watch calls draw every period until ctx is done, clearing the screen
-// first (ANSI: cursor home, erase display) so that the view redraws in
-// place. A failed refresh is shown and retried; only ctx ends the watch.
-func watch(ctx context.Context, w io.Writer, period, timeout time.Duration, draw func(context.Context) error) error {
+// clearScreen moves the cursor home and erases the display (ANSI).
+const clearScreen = "\x1b[H\x1b[2J"
+
+// watch calls draw every period until ctx is done, each call bounded by
+// timeout, and redraws the screen in place with one write per frame, once
+// draw has finished: the previous frame stays on screen while a refresh
+// waits on Redis. A failed refresh shows its error with its time and since
+// when refreshes fail, above the last successful frame and its time; the
+// error stays until a refresh succeeds. Only ctx ends the watch.
+func watch(ctx context.Context, w io.Writer, period, timeout time.Duration, draw func(context.Context, io.Writer) error) error {
 	t := time.NewTicker(period)
 	defer t.Stop()
+	var good []byte      // the last successful frame's body
+	var goodAt time.Time // when it was read
+	var failSince time.Time
 	for {
-		fmt.Fprint(w, "\x1b[H\x1b[2J")
-		fmt.Fprintf(w, "pollworker status, every %v (Ctrl-C to stop)   %s\n\n", period, time.Now().UTC().Format(time.TimeOnly))
+		var body, frame bytes.Buffer
 		rctx, cancel := context.WithTimeout(ctx, timeout)
-		if err := draw(rctx); err != nil {
-			fmt.Fprintln(w, err)
-		}
+		err := draw(rctx, &body)
 		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		now := time.Now().UTC()
+		frame.WriteString(clearScreen)
+		fmt.Fprintf(&frame, "pollworker status, every %v (Ctrl-C to stop)   %s\n\n", period, now.Format(time.TimeOnly))
+		if err == nil {
+			good, goodAt, failSince = body.Bytes(), now, time.Time{}
+			frame.Write(good)
+		} else {
+			if failSince.IsZero() {
+				failSince = now
+			}
+			fmt.Fprintf(&frame, "ERROR at %s (failing since %s): %v\n", now.Format(time.TimeOnly), failSince.Format(time.TimeOnly), err)
+			if good != nil {
+				fmt.Fprintf(&frame, "\nlast successful refresh, at %s (%s ago):\n", goodAt.Format(time.TimeOnly), now.Sub(goodAt).Round(time.Second))
+				frame.Write(good)
+			}
+		}
+		_, _ = w.Write(frame.Bytes())
 		select {
 		case <-ctx.Done():
 			return nil

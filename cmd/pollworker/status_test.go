@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -160,7 +163,7 @@ func TestWatchRedrawsUntilCancelled(t *testing.T) {
 	draws := 0
 	done := make(chan error, 1)
 	go func() {
-		done <- watch(ctx, &buf, time.Millisecond, time.Second, func(context.Context) error {
+		done <- watch(ctx, &buf, time.Millisecond, time.Second, func(context.Context, io.Writer) error {
 			draws++
 			if draws == 3 {
 				cancel()
@@ -175,5 +178,63 @@ func TestWatchRedrawsUntilCancelled(t *testing.T) {
 		t.Fatal("watch did not stop")
 	}
 	require.Equal(t, 3, draws)
-	require.Equal(t, 3, strings.Count(buf.String(), "\x1b[H\x1b[2J"))
+	require.Equal(t, 2, strings.Count(buf.String(), "\x1b[H\x1b[2J"), "the frame of the cancelled refresh is not drawn")
+}
+
+// screen is what a terminal shows of watch's output: what follows the last
+// clear.
+func screen(out string) string {
+	i := strings.LastIndex(out, clearScreen)
+	if i < 0 {
+		return ""
+	}
+	return out[i+len(clearScreen):]
+}
+
+// TestWatchKeepsLastErrorOnScreen (issue 10, item 11): while Redis is down
+// `status --watch` showed a blank screen: it cleared the screen before a
+// refresh that then waited on Redis. The screen must keep the last error,
+// with its time, during the next refresh, and the last good frame under it.
+func TestWatchKeepsLastErrorOnScreen(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var buf syncBuffer
+	inThird := make(chan struct{})
+	release := make(chan struct{})
+	calls := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- watch(ctx, &buf, time.Millisecond, time.Minute, func(ctx context.Context, w io.Writer) error {
+			calls++
+			switch calls {
+			case 1:
+				fmt.Fprintln(w, "live nodes: 2")
+				return nil
+			case 2:
+				return errors.New("status: dial tcp 127.0.0.1:6379: connect: connection refused")
+			}
+			close(inThird)
+			<-release // a refresh that waits on an unreachable Redis
+			cancel()
+			return ctx.Err()
+		})
+	}()
+	select {
+	case <-inThird:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no third refresh")
+	}
+	shown := screen(buf.String())
+	require.Contains(t, shown, "ERROR at ")
+	require.Contains(t, shown, "connect: connection refused")
+	require.Regexp(t, `failing since \d\d:\d\d:\d\d`, shown)
+	require.Contains(t, shown, "last successful refresh, at ")
+	require.Contains(t, shown, "live nodes: 2")
+	close(release)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not stop")
+	}
 }

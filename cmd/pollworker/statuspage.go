@@ -64,7 +64,9 @@ Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}}.</p>
 `))
 
 // statusPageHandler serves the read-only status page at /: the deployment
-// as computeStatus reads it, and this worker's recent lease events.
+// as computeStatus reads it, and this worker's recent lease events. The
+// worker is shown ready only when ready() is true and the page's own read
+// of Redis succeeded.
 func statusPageHandler(self string, ready func() bool, read func(ctx context.Context) (clusterStatus, error), events *recentEvents) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
@@ -80,7 +82,11 @@ func statusPageHandler(self string, ready func() bool, read func(ctx context.Con
 			Status clusterStatus
 			Err    error
 			Events []poller.Event
-		}{Self: self, Ready: ready(), Status: st, Err: err, Events: events.list()}
+		}{Self: self, Status: st, Err: err, Events: events.list()}
+		// A page that could not read Redis does not call the worker ready
+		// right above the error; /readyz (the same ready func) agrees
+		// within its PING's second.
+		data.Ready = err == nil && ready()
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -104,4 +107,67 @@ func TestReadyzFollowsRedis(t *testing.T) {
 
 	srv.Restart()
 	require.Eventually(t, ready, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestStatusPageNotReadyAboveRedisError (issue 10, item 11): the page said
+// "ready" right above a red "connection refused"; a page whose read of
+// Redis failed shows the worker not ready.
+func TestStatusPageNotReadyAboveRedisError(t *testing.T) {
+	tests := []struct {
+		name      string
+		ready     bool
+		readErr   error
+		wantReady bool
+		wantCode  int
+	}{
+		{name: "ready", ready: true, wantReady: true, wantCode: http.StatusOK},
+		{name: "redis refused", ready: true, readErr: errors.New("dial tcp 127.0.0.1:6379: connect: connection refused"), wantCode: http.StatusServiceUnavailable},
+		{name: "coordinator not ready", wantCode: http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := statusPageHandler("w1", func() bool { return tt.ready }, func(context.Context) (clusterStatus, error) {
+				return clusterStatus{}, tt.readErr
+			}, newRecentEvents(1))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+			require.Equal(t, tt.wantCode, w.Code)
+			body := w.Body.String()
+			if tt.wantReady {
+				require.Contains(t, body, `<span id="ready">ready</span>`)
+			} else {
+				require.Contains(t, body, `<span id="ready" class="err">not ready</span>`)
+			}
+			if tt.readErr != nil {
+				require.Contains(t, body, "connection refused")
+			}
+		})
+	}
+}
+
+// TestReadyzFollowsRedisWithinASecond (issue 10, item 11): /readyz stayed
+// 200 for up to a renew interval after Redis stopped. With 5s intervals it
+// must turn 503 within about a second (the cached PING), not 5s.
+func TestReadyzFollowsRedisWithinASecond(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	var stdout, stderr syncBuffer
+	exited := make(chan struct{})
+	args := []string{"pollworker", "run", "--redis-url", srv.URL(), "--id", "slow-w", "--lease-ttl", "15s",
+		"--renew-interval", "5s", "--heartbeat-interval", "5s", "--discovery-interval", "5s", "--drain-timeout", "1s",
+		"--http-addr", "127.0.0.1:0"}
+	go func() { run(ctx, args, &stdout, &stderr, nil); close(exited) }()
+	t.Cleanup(func() { cancel(); <-exited })
+	var addr string
+	require.Eventually(t, func() bool { addr = httpAddrIn(stderr.String()); return addr != "" }, 10*time.Second, 10*time.Millisecond)
+	ready := func() bool { code, _ := get("http://" + addr + "/readyz"); return code == http.StatusOK }
+	require.Eventually(t, ready, 10*time.Second, 10*time.Millisecond, stderr.String())
+
+	srv.Stop()
+	stopped := time.Now()
+	require.Eventually(t, func() bool { return !ready() }, 2500*time.Millisecond, 10*time.Millisecond)
+	t.Logf("/readyz went 503 %v after Redis stopped (renew and heartbeat intervals 5s)", time.Since(stopped).Round(time.Millisecond))
+	code, body := get("http://" + addr + "/")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, `class="err">not ready</span>`)
 }
