@@ -2,8 +2,6 @@ package lease
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -43,6 +41,13 @@ type Config struct {
 	Keys keyspace.Space
 	// Holder identifies this worker; it starts every owner value. Required.
 	Holder string
+	// Incarnation, if set, tells this run of the worker from earlier and
+	// later ones with the same Holder: it is written into every owner
+	// value (see Owner), so that a reader (pollworker status) can tell a
+	// lease held by the live process from one a crashed predecessor still
+	// holds. Pass the node registry's incarnation. Letters and digits, at
+	// most 64; default none (owner values "<holder>#<16 hex>").
+	Incarnation string
 	// TTL is the lease time to live; default 30s.
 	TTL time.Duration
 	// DriftMargin is taken off every local deadline; default TTL/100 + 2ms.
@@ -93,6 +98,9 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("%w: Holder: %w", ErrConfig, err)
 	}
 	if err := cfg.Keys.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := validateIncarnation(cfg.Incarnation); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if cfg.TTL == 0 {
@@ -485,23 +493,6 @@ func (m *Manager) Unheld(ctx context.Context, sessions []string) ([]string, erro
 		out[i] = sessions[f]
 	}
 	return out, nil
-}
-
-// HolderOf returns the holder id encoded in an owner value.
-func HolderOf(owner string) string {
-	for i := len(owner) - 1; i >= 0; i-- {
-		if owner[i] == '#' {
-			return owner[:i]
-		}
-	}
-	return owner
-}
-
-// newOwner returns holder#<16 hex>: unique per acquisition.
-func (m *Manager) newOwner() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return m.cfg.Holder + "#" + hex.EncodeToString(b[:])
 }
 
 type change struct {
