@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,6 +171,14 @@ func parseRedisURL(raw string) (*redis.Options, string, error) {
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return nil, "", fmt.Errorf("%w: --%s scheme %q must be redis or rediss %s", errInvalidConfig, flagRedisURL, u.Scheme, hint)
 	}
+	if u.Opaque != "" || u.Hostname() == "" {
+		return nil, "", fmt.Errorf("%w: --%s must name a host %s", errInvalidConfig, flagRedisURL, hint)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, "", fmt.Errorf("%w: --%s port %s must be from 1 to 65535", errInvalidConfig, flagRedisURL, p)
+		}
+	}
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		// go-redis names the bad part (database, path, option), never the
@@ -269,11 +278,14 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 			return workerConfig{}, fmt.Errorf("%w: --%s (%v) must be at most %v", errInvalidConfig, d.flag, d.v, maxDuration)
 		}
 	}
-	if o.LeaseTTL < minLeaseTTL {
-		return workerConfig{}, fmt.Errorf("%w: --lease-ttl (%v) must be at least %v", errInvalidConfig, o.LeaseTTL, minLeaseTTL)
-	}
-	if o.LeaseTTL < 3*o.RenewInterval {
-		return workerConfig{}, fmt.Errorf("%w: --lease-ttl (%v) must be at least 3 × --renew-interval (%v)", errInvalidConfig, o.LeaseTTL, o.RenewInterval)
+	// Both lower bounds in one message, with the value that passes them.
+	if need := max(minLeaseTTL, 3*o.RenewInterval); o.LeaseTTL < need {
+		if need == minLeaseTTL {
+			return workerConfig{}, fmt.Errorf("%w: --lease-ttl (%v) must be at least %v, the lease minimum (and at least 3 × --renew-interval (%v))",
+				errInvalidConfig, o.LeaseTTL, need, o.RenewInterval)
+		}
+		return workerConfig{}, fmt.Errorf("%w: --lease-ttl (%v) must be at least 3 × --renew-interval (%v) = %v",
+			errInvalidConfig, o.LeaseTTL, o.RenewInterval, need)
 	}
 	if err := validateHTTPAddr(o.HTTPAddr); err != nil {
 		return workerConfig{}, err

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,17 @@ func TestParseConfigRules(t *testing.T) {
 		{name: "sub-millisecond", give: func(o *workerOptions) { o.HeartbeatInterval = time.Microsecond }, want: "--heartbeat-interval (1µs) must be at least 1ms"},
 		{name: "over a day", give: func(o *workerOptions) { o.HeartbeatInterval = 25 * time.Hour }, want: "--heartbeat-interval (25h0m0s) must be at most 24h0m0s"},
 		{name: "tiny lease ttl", give: func(o *workerOptions) { o.LeaseTTL, o.RenewInterval = 9*time.Millisecond, time.Millisecond },
-			want: "--lease-ttl (9ms) must be at least 10ms"},
+			want: "--lease-ttl (9ms) must be at least 10ms, the lease minimum (and at least 3 × --renew-interval (1ms))"},
+		{name: "redis port out of range", give: func(o *workerOptions) { o.RedisURL = "redis://127.0.0.1:99999/0" },
+			want: "--redis-url port 99999 must be from 1 to 65535"},
+		{name: "redis port zero", give: func(o *workerOptions) { o.RedisURL = "redis://u:hunter2@127.0.0.1:0/0" },
+			want: "--redis-url port 0 must be from 1 to 65535"},
+		{name: "redis seed port out of range", give: func(o *workerOptions) { o.RedisURL, o.Cluster = "redis://a:7000,redis://b:70000", true },
+			want: "--redis-url port 70000 must be from 1 to 65535"},
+		{name: "redis url without host", give: func(o *workerOptions) { o.RedisURL = "redis://:6379/0" },
+			want: "--redis-url must name a host (want redis://"},
+		{name: "opaque redis url", give: func(o *workerOptions) { o.RedisURL = "redis:hunter2@host" },
+			want: "--redis-url must name a host (want redis://"},
 		{name: "http scheme", give: func(o *workerOptions) { o.RedisURL = "http://127.0.0.1:6379" },
 			want: `--redis-url scheme "http" must be redis or rediss`},
 		{name: "no scheme", give: func(o *workerOptions) { o.RedisURL = "localhost:6379" },
@@ -89,6 +100,34 @@ func TestParseConfigRules(t *testing.T) {
 			require.NotContains(t, err.Error(), "hunter2")
 		})
 	}
+}
+
+// TestLeaseTTLMessageNamesAValueThatPasses: the --lease-ttl error names the
+// rule that binds and a value that parseConfig then accepts (issue 10,
+// item 12: --lease-ttl 1ms said "at least 10ms", which breaks the 3× rule).
+func TestLeaseTTLMessageNamesAValueThatPasses(t *testing.T) {
+	for _, tt := range []struct{ ttl, renew time.Duration }{
+		{time.Millisecond, 10 * time.Second},
+		{9 * time.Millisecond, time.Millisecond},
+		{time.Millisecond, 3 * time.Millisecond},
+		{20 * time.Second, 10 * time.Second},
+	} {
+		o := validOptions()
+		o.LeaseTTL, o.RenewInterval = tt.ttl, tt.renew
+		_, err := parseConfig(o)
+		require.Error(t, err)
+		m := regexp.MustCompile(`must be at least (?:3 × --renew-interval \([^)]*\) = )?([0-9.]+[a-zµ]+)`).FindStringSubmatch(err.Error())
+		require.NotNil(t, m, "%v", err)
+		need, perr := time.ParseDuration(m[1])
+		require.NoError(t, perr)
+		o.LeaseTTL = need
+		_, err = parseConfig(o)
+		require.NoError(t, err, "the value named, %v, passes", need)
+	}
+	o := validOptions()
+	o.LeaseTTL = time.Millisecond
+	_, err := parseConfig(o)
+	require.EqualError(t, err, "invalid config: --lease-ttl (1ms) must be at least 3 × --renew-interval (10s) = 30s")
 }
 
 func TestParseConfigAccepts(t *testing.T) {
@@ -137,7 +176,7 @@ func TestRunBadConfigOneLine(t *testing.T) {
 		want string
 	}{
 		{name: "lease ttl", give: []string{"--lease-ttl", "20s"},
-			want: "pollworker: invalid config: --lease-ttl (20s) must be at least 3 × --renew-interval (10s)\n"},
+			want: "pollworker: invalid config: --lease-ttl (20s) must be at least 3 × --renew-interval (10s) = 30s\n"},
 		{name: "scheme", give: []string{"--redis-url", "http://u:hunter2@h"},
 			want: `pollworker: invalid config: --redis-url scheme "http" must be redis or rediss (want redis://[user:password@]host:port/db or rediss://...)` + "\n"},
 		{name: "prefix", give: []string{"--key-prefix", "a b"},
@@ -210,7 +249,7 @@ log-format:         console
 	t.Setenv("POLLWORKER_LEASE_TTL", "8s")
 	r = runApp(t, "run", "--dry-run")
 	require.Equal(t, exitUsage, r.code)
-	require.Equal(t, "pollworker: invalid config: --lease-ttl (8s) must be at least 3 × --renew-interval (3s)\n", r.stderr)
+	require.Equal(t, "pollworker: invalid config: --lease-ttl (8s) must be at least 3 × --renew-interval (3s) = 9s\n", r.stderr)
 
 	// So do the shared flags of the other commands.
 	t.Setenv("POLLWORKER_KEY_PREFIX", "sp")
@@ -230,7 +269,7 @@ func TestBinaryBadConfig(t *testing.T) {
 	var ee *exec.ExitError
 	require.True(t, errors.As(err, &ee), "exits non-zero: %v", err)
 	require.Equal(t, exitUsage, ee.ExitCode())
-	require.Equal(t, "pollworker: invalid config: --lease-ttl (20s) must be at least 3 × --renew-interval (10s)\n", stderr.String())
+	require.Equal(t, "pollworker: invalid config: --lease-ttl (20s) must be at least 3 × --renew-interval (10s) = 30s\n", stderr.String())
 	require.Empty(t, stdout.String())
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -81,6 +82,30 @@ func adminFlags() []cli.Flag {
 		Value:   10 * time.Second,
 		Sources: fromEnv(flagTimeout),
 	})
+}
+
+// Bounds of status --watch: redrawing more often than minWatch only loads
+// Redis (each refresh reads every session and lease).
+const (
+	minWatch = 100 * time.Millisecond
+	maxWatch = 24 * time.Hour
+)
+
+// validateWatch checks a --watch period: 0 (print once) or from minWatch to
+// maxWatch. withAdmin calls it for every command that has the flag.
+func validateWatch(d time.Duration) error {
+	if d != 0 && (d < minWatch || d > maxWatch) {
+		return fmt.Errorf("--%s (%v) must be 0 (print once) or from %v to %v", flagWatch, d, minWatch, maxWatch)
+	}
+	return nil
+}
+
+// validateTimeout checks --timeout: positive and at most maxDuration.
+func validateTimeout(d time.Duration) error {
+	if d <= 0 || d > maxDuration {
+		return fmt.Errorf("--%s (%v) must be positive and at most %v", flagTimeout, d, maxDuration)
+	}
+	return nil
 }
 
 // connOptionsFrom reads the connFlags of cmd.

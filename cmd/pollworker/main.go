@@ -129,7 +129,54 @@ func newApp(stdout, stderr io.Writer, setRedisLogger func(*zap.Logger)) *cli.Com
 		},
 	}
 	setUsageErrors(app)
+	checkArgs(app)
 	return app
+}
+
+// checkArgs makes every command in the tree of cmd refuse arguments it
+// does not take, with exit code 2: a command with subcommands names an
+// unknown one and lists the others (instead of urfave/cli's "No help
+// topic"), and a command without ArgsUsage takes no arguments at all.
+func checkArgs(cmd *cli.Command) {
+	switch {
+	case len(cmd.Commands) > 0 && cmd.Action == nil:
+		cmd.Action = func(_ context.Context, c *cli.Command) error {
+			if c.Args().Len() == 0 {
+				if c.Root() == c {
+					return cli.ShowRootCommandHelp(c)
+				}
+				return cli.ShowSubcommandHelp(c)
+			}
+			var names []string
+			for _, sub := range c.VisibleCommands() {
+				if sub.Name != "help" {
+					names = append(names, sub.Name)
+				}
+			}
+			return usageError(fmt.Errorf("%sunknown command %q (commands: %s; see %s --help)",
+				pathPrefix(c), c.Args().First(), strings.Join(names, ", "), c.FullName()))
+		}
+	case cmd.Action != nil && cmd.ArgsUsage == "":
+		act := cmd.Action
+		cmd.Action = func(ctx context.Context, c *cli.Command) error {
+			if c.Args().Len() > 0 {
+				return usageError(fmt.Errorf("%stakes no arguments, got %q (see %s --help)", pathPrefix(c), c.Args().First(), c.FullName()))
+			}
+			return act(ctx, c)
+		}
+	}
+	for _, c := range cmd.Commands {
+		checkArgs(c)
+	}
+}
+
+// pathPrefix is "sessions list: " for the command pollworker sessions list,
+// "" for the root.
+func pathPrefix(cmd *cli.Command) string {
+	if path := cmd.Path(); len(path) > 1 {
+		return strings.Join(path[1:], " ") + ": "
+	}
+	return ""
 }
 
 // setUsageErrors makes every command report flag errors as one line with

@@ -135,3 +135,68 @@ func httpAddrIn(logs string) string {
 	}
 	return m[1]
 }
+
+// TestUnknownCommand: an unknown command is named, the known ones listed,
+// exit 2 (issue 10, item 12: `pollworker bogus` said "No help topic").
+func TestUnknownCommand(t *testing.T) {
+	r := runApp(t, "bogus")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Equal(t, "pollworker: unknown command \"bogus\" (commands: run, sessions, status, demo, version; see pollworker --help)\n", r.stderr)
+	require.Empty(t, r.stdout)
+
+	r = runApp(t, "sessions", "--redis-url", "redis://127.0.0.1:1", "bogus")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Equal(t, "pollworker: sessions: unknown command \"bogus\" (commands: add, list, pause, resume, rm; see pollworker sessions --help)\n", r.stderr)
+
+	// Without arguments they still show their help.
+	r = runApp(t)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "COMMANDS:")
+	r = runApp(t, "sessions")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "COMMANDS:")
+}
+
+// TestExtraArguments: commands that take no arguments refuse them, exit 2,
+// before connecting (issue 10, item 12: `sessions list x` ignored x).
+func TestExtraArguments(t *testing.T) {
+	const down = "redis://127.0.0.1:1"
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"sessions", "--redis-url", down, "list", "extra"},
+			"pollworker: sessions list: takes no arguments, got \"extra\" (see pollworker sessions list --help)\n"},
+		{[]string{"sessions", "--redis-url", down, "add", "--id", "s1", "--url", "http://x/", "--interval", "1s", "oops"},
+			"pollworker: sessions add: takes no arguments, got \"oops\" (see pollworker sessions add --help)\n"},
+		{[]string{"status", "--redis-url", down, "now"},
+			"pollworker: status: takes no arguments, got \"now\" (see pollworker status --help)\n"},
+		{[]string{"run", "--dry-run", "w1"},
+			"pollworker: run: takes no arguments, got \"w1\" (see pollworker run --help)\n"},
+		{[]string{"version", "x"},
+			"pollworker: version: takes no arguments, got \"x\" (see pollworker version --help)\n"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			r := runApp(t, tt.give...)
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Equal(t, tt.want, r.stderr)
+			require.Empty(t, r.stdout)
+		})
+	}
+}
+
+// TestStatusWatchRange: --watch is 0 or from 100ms to 24h (issue 10, item
+// 12: -1s and 1ms were accepted).
+func TestStatusWatchRange(t *testing.T) {
+	for _, give := range []string{"-1s", "1ms", "99ms", "25h"} {
+		r := runApp(t, "status", "--redis-url", "redis://127.0.0.1:1", "--watch", give)
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		oneLine(t, r.stderr)
+		require.Contains(t, r.stderr, "pollworker: invalid config: --watch ")
+		require.Contains(t, r.stderr, "must be 0 (print once) or from 100ms to 24h0m0s\n")
+	}
+	require.NoError(t, validateWatch(0))
+	require.NoError(t, validateWatch(minWatch))
+	require.NoError(t, validateWatch(maxWatch))
+}

@@ -36,8 +36,11 @@ func withAdmin(ctx context.Context, cmd *cli.Command, fn func(ctx context.Contex
 		return configError(err)
 	}
 	timeout := cmd.Duration(flagTimeout)
-	if timeout <= 0 {
-		return configError(fmt.Errorf("--%s (%v) must be positive", flagTimeout, timeout))
+	if err := validateTimeout(timeout); err != nil {
+		return configError(err)
+	}
+	if err := validateWatch(cmd.Duration(flagWatch)); err != nil {
+		return configError(err)
 	}
 	conn.Redis.ClientName = "pollworker-cli"
 	client := conn.newClient()

@@ -219,7 +219,7 @@ func TestSessionsInvalidInput(t *testing.T) {
 		{name: "bad redis url", give: []string{"list", "--redis-url", "redis://h:1/x"},
 			want: "pollworker: invalid config: --redis-url: redis: invalid database number: \"x\"\n"},
 		{name: "bad timeout", give: []string{"list", "--timeout", "0s"},
-			want: "pollworker: invalid config: --timeout (0s) must be positive\n"},
+			want: "pollworker: invalid config: --timeout (0s) must be positive and at most 24h0m0s\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -296,4 +296,14 @@ func TestSessionsOverlappingPrefixesRefused(t *testing.T) {
 	}
 	r := runApp(t, "sessions", "--redis-url", url, "list")
 	require.Equal(t, exitOK, r.code, r.stderr)
+}
+
+// TestRedisURLPortRange: a port out of range is a configuration error,
+// exit 2, not a failure to connect later (issue 10, item 12).
+func TestRedisURLPortRange(t *testing.T) {
+	for _, give := range []string{"redis://127.0.0.1:99999/0", "redis://127.0.0.1:0/0"} {
+		r := runApp(t, "sessions", "list", "--redis-url", give)
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		require.Regexp(t, `^pollworker: invalid config: --redis-url port \d+ must be from 1 to 65535\n$`, r.stderr)
+	}
 }
