@@ -164,9 +164,7 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 		ready := &readiness{coordinator: coord.Ready, ping: func(ctx context.Context) error { return client.Ping(ctx).Err() }}
 		srv = &http.Server{
 			Handler: healthHandler(ready.Ready, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-				statusPageHandler(coord.ID(), ready.Ready, func(ctx context.Context) (clusterStatus, error) {
-					return computeStatus(ctx, client, cfg.Keys)
-				}, events)),
+				statusPageHandler(coord.ID(), ready.Ready, (&pageReader{client: client, keys: cfg.Keys}).read, events)),
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("http")),
 		}

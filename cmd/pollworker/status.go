@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,12 +17,16 @@ import (
 	"github.com/pollworker/pollworker/session"
 )
 
-// maxUnownedShown is how many unowned session ids status lists.
+// maxUnownedShown is how many session ids status lists per kind (unowned,
+// not polled, unknown).
 const maxUnownedShown = 10
 
 // statusReaderID is the node id of the registry status reads through; it
 // never heartbeats, so it never appears among the members.
 const statusReaderID = "pollworker-status"
+
+// scanCount is the COUNT of each SCAN step that looks for lease keys.
+const scanCount = 1000
 
 // clusterStatus is what `pollworker status` reports: one consistent-enough
 // look at the deployment (it is read in a few round trips, not atomically).
@@ -37,9 +43,16 @@ type clusterStatus struct {
 	Leases leaseCounts `json:"leases"`
 	// UnownedSample are the first (by id) active sessions without a lease.
 	UnownedSample []string `json:"unowned_sample"`
-	// OtherHolders hold leases but are not live: workers that crashed or
-	// left less than a lease TTL ago. Sorted by id.
+	// NotPolledSample are the first (by id) active sessions whose lease is
+	// held by a holder that is not polling them (ByPrevious + ByOthers).
+	NotPolledSample []string `json:"not_polled_sample"`
+	// OtherHolders hold leases of active sessions but are not polling
+	// them: ids that are not live (crashed or left less than a lease TTL
+	// ago), and earlier incarnations of live ids (a worker killed and
+	// restarted with the same id). Sorted by id, then incarnation.
 	OtherHolders []holderCount `json:"other_holders"`
+	// UnknownLeases are the leases of sessions that are not in the store.
+	UnknownLeases unknownLeases `json:"unknown_leases"`
 	// Balance compares the leases of the live workers.
 	Balance balance `json:"balance"`
 }
@@ -47,16 +60,21 @@ type clusterStatus struct {
 // nodeStatus is one live worker.
 type nodeStatus struct {
 	ID string `json:"id"`
-	// Host, PID, Version and Started come from the worker's heartbeat info;
-	// they are empty when the info expired or is malformed.
-	Host    string    `json:"host,omitempty"`
-	PID     int       `json:"pid,omitempty"`
-	Version string    `json:"version,omitempty"`
-	Started time.Time `json:"started,omitzero"`
+	// Host, PID, Version, Started and Incarnation come from the worker's
+	// heartbeat info; they are empty when the info expired or is
+	// malformed, and Incarnation when the worker predates incarnations.
+	Host        string    `json:"host,omitempty"`
+	PID         int       `json:"pid,omitempty"`
+	Version     string    `json:"version,omitempty"`
+	Started     time.Time `json:"started,omitzero"`
+	Incarnation string    `json:"incarnation,omitempty"`
 	// ExpiresInMs is how long the worker stays live without another
 	// heartbeat, by the server's clock.
 	ExpiresInMs int64 `json:"expires_in_ms"`
-	// Leases is the number of active sessions whose lease it holds.
+	// HeartbeatAgeMs is the time since its last heartbeat; -1 when unknown.
+	HeartbeatAgeMs int64 `json:"heartbeat_age_ms"`
+	// Leases is the number of active sessions whose lease this incarnation
+	// holds (or a holder with this id whose incarnation is unknown).
 	Leases int `json:"leases"`
 }
 
@@ -71,18 +89,57 @@ type sessionCounts struct {
 
 // leaseCounts counts the leases of the active sessions.
 type leaseCounts struct {
-	// Held is the number of active sessions with a lease: ByLive + ByOthers.
-	Held     int `json:"held"`
-	ByLive   int `json:"by_live_nodes"`
+	// Held is the number of active sessions with a lease: ByLive +
+	// ByPrevious + ByOthers.
+	Held int `json:"held"`
+	// ByLive are held by the live incarnation of a live node: polled.
+	ByLive int `json:"by_live_nodes"`
+	// ByPrevious are held by an earlier incarnation of a live node's id:
+	// not polled until the lease expires.
+	ByPrevious int `json:"by_previous_incarnations"`
+	// ByOthers are held by ids that are not live: not polled until the
+	// lease expires.
 	ByOthers int `json:"by_other_holders"`
 	// Unowned is the number of active sessions without a lease.
 	Unowned int `json:"unowned"`
+	// NotPolled is the number of active sessions nobody polls now:
+	// ByPrevious + ByOthers + Unowned.
+	NotPolled int `json:"not_polled"`
 }
 
-// holderCount is a lease holder that is not a live node.
+// holderCount is a lease holder that is not polling its sessions.
 type holderCount struct {
-	ID     string `json:"id"`
-	Leases int    `json:"leases"`
+	ID string `json:"id"`
+	// Incarnation is the holder's incarnation, "" when its owner values
+	// predate incarnations.
+	Incarnation string `json:"incarnation,omitempty"`
+	// Previous is set when ID is live but under another incarnation.
+	Previous bool `json:"previous_incarnation"`
+	Leases   int  `json:"leases"`
+	// ExpiresInMs is when its last lease expires at the latest.
+	ExpiresInMs int64 `json:"expires_in_ms"`
+}
+
+// unknownLeases are lease keys whose session is not in the store (removed
+// while its holder was down, or written by hand). Finding them takes a SCAN
+// of the keyspace, which status does only when asked.
+type unknownLeases struct {
+	// Scanned is false when the SCAN was skipped; Count is then 0.
+	Scanned bool `json:"scanned"`
+	// Skipped says why a SCAN that was asked for did not run.
+	Skipped string `json:"skipped,omitempty"`
+	// At is when the SCAN ran (the status page reuses one for a minute).
+	At    time.Time     `json:"at,omitzero"`
+	Count int           `json:"count"`
+	Lease []leaseHolder `json:"sample"`
+}
+
+// leaseHolder is one lease of an unknown session.
+type leaseHolder struct {
+	Session     string `json:"session"`
+	Holder      string `json:"holder"`
+	Incarnation string `json:"incarnation,omitempty"`
+	ExpiresInMs int64  `json:"expires_in_ms"`
 }
 
 // balance compares the leases of the live nodes.
@@ -97,9 +154,10 @@ type balance struct {
 }
 
 // computeStatus reads the membership, the sessions and the leases of the
-// active sessions. It prunes expired members from the node index (as every
+// active sessions and, if scan is set, SCANs for lease keys of sessions not
+// in the store. It prunes expired members from the node index (as every
 // worker does) and writes nothing else.
-func computeStatus(ctx context.Context, client redis.UniversalClient, keys keyspace.Space) (clusterStatus, error) {
+func computeStatus(ctx context.Context, client redis.UniversalClient, keys keyspace.Space, scan bool) (clusterStatus, error) {
 	reg, err := nodes.New(nodes.Config{Client: client, Keys: keys, ID: statusReaderID})
 	if err != nil {
 		return clusterStatus{}, err
@@ -132,26 +190,107 @@ func computeStatus(ctx context.Context, client redis.UniversalClient, keys keysp
 			return clusterStatus{}, err
 		}
 	}
-	return buildStatus(m, infos, sessions, problems, holdings), nil
+	st := buildStatus(m, infos, sessions, problems, holdings)
+	if scan {
+		known := make(map[string]struct{}, len(sessions)+len(problems))
+		for _, s := range sessions {
+			known[s.ID] = struct{}{}
+		}
+		for _, p := range problems {
+			known[p.ID] = struct{}{}
+		}
+		if st.UnknownLeases, err = findUnknownLeases(ctx, client, keys, known); err != nil {
+			return clusterStatus{}, err
+		}
+	}
+	return st, nil
+}
+
+// findUnknownLeases SCANs (MATCH <prefix>:lease:{*}, COUNT scanCount, on
+// every master of a Cluster) for lease keys whose session is not in known,
+// and reads their holders. There is no index of leases to read instead:
+// this is a pass over the whole keyspace, for one-shot commands.
+func findUnknownLeases(ctx context.Context, client redis.UniversalClient, keys keyspace.Space, known map[string]struct{}) (unknownLeases, error) {
+	prefix, suffix, _ := strings.Cut(keys.Lease("\x00"), "\x00")
+	var ids []string
+	scanOne := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, prefix+"*"+suffix, scanCount).Iterator()
+		for iter.Next(ctx) {
+			id, ok := strings.CutPrefix(iter.Val(), prefix)
+			if !ok || !strings.HasSuffix(id, suffix) {
+				continue
+			}
+			id = strings.TrimSuffix(id, suffix)
+			if _, ok := known[id]; !ok && keyspace.ValidateID(id) == nil {
+				ids = append(ids, id)
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		var mu sync.Mutex // ForEachMaster calls concurrently: one scan at a time
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scanOne(ctx, c)
+		})
+	} else {
+		err = scanOne(ctx, client)
+	}
+	if redis.HasErrorPrefix(err, "NOPERM") {
+		// The least-privilege ACL of the README lets workers work, not scan.
+		return unknownLeases{Skipped: "this Redis user may not run SCAN", Lease: []leaseHolder{}}, nil
+	}
+	if err != nil {
+		return unknownLeases{}, fmt.Errorf("scan for leases: %w", err)
+	}
+	out := unknownLeases{Scanned: true, At: time.Now().UTC(), Lease: []leaseHolder{}}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	holdings, err := lease.Inspect(ctx, client, keys, ids, 0)
+	if err != nil {
+		return unknownLeases{}, err
+	}
+	for _, h := range holdings {
+		if h.Owner == "" {
+			continue // expired since the SCAN
+		}
+		out.Count++
+		if len(out.Lease) < maxUnownedShown {
+			o := lease.ParseOwner(h.Owner)
+			out.Lease = append(out.Lease, leaseHolder{Session: h.Session, Holder: o.Holder, Incarnation: o.Incarnation,
+				ExpiresInMs: h.Remaining.Milliseconds()})
+		}
+	}
+	return out, nil
 }
 
 // buildStatus combines what computeStatus read.
 func buildStatus(m nodes.Membership, infos []nodes.Info, sessions []session.Session, problems []session.Problem, holdings []lease.Holding) clusterStatus {
 	st := clusterStatus{
-		ServerTime:    time.UnixMilli(m.ServerTimeMs).UTC(),
-		Nodes:         make([]nodeStatus, len(m.Nodes)),
-		Malformed:     malformedEntries(problems),
-		UnownedSample: []string{},
-		OtherHolders:  []holderCount{},
+		ServerTime:      time.UnixMilli(m.ServerTimeMs).UTC(),
+		Nodes:           make([]nodeStatus, len(m.Nodes)),
+		Malformed:       malformedEntries(problems),
+		UnownedSample:   []string{},
+		NotPolledSample: []string{},
+		OtherHolders:    []holderCount{},
+		UnknownLeases:   unknownLeases{Lease: []leaseHolder{}},
 	}
 	byID := make(map[string]*nodeStatus, len(m.Nodes))
 	for i, id := range m.Nodes {
-		st.Nodes[i] = nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs}
+		st.Nodes[i] = nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1}
 		byID[id] = &st.Nodes[i]
 	}
 	for _, info := range infos {
 		if n, ok := byID[info.ID]; ok {
-			n.Host, n.PID, n.Version, n.Started = info.Host, info.PID, info.Version, info.Started
+			n.Host, n.PID, n.Version, n.Started, n.Incarnation = info.Host, info.PID, info.Version, info.Started, info.Incarnation
+			if info.TTLMs > 0 {
+				n.HeartbeatAgeMs = max(info.TTLMs-n.ExpiresInMs, 0)
+			}
 		}
 	}
 
@@ -164,7 +303,8 @@ func buildStatus(m nodes.Membership, infos []nodes.Info, sessions []session.Sess
 	}
 	st.Sessions.Active = st.Sessions.Total - st.Sessions.Paused
 
-	others := map[string]int{}
+	type holderKey struct{ id, incarnation string }
+	others := map[holderKey]*holderCount{}
 	for _, h := range holdings {
 		if h.Owner == "" {
 			st.Leases.Unowned++
@@ -174,19 +314,39 @@ func buildStatus(m nodes.Membership, infos []nodes.Info, sessions []session.Sess
 			continue
 		}
 		st.Leases.Held++
-		holder := lease.HolderOf(h.Owner)
-		if n, ok := byID[holder]; ok {
+		o := lease.ParseOwner(h.Owner)
+		n, live := byID[o.Holder]
+		// An owner value or a node without an incarnation (written before
+		// incarnations existed) cannot be told apart: counted as live.
+		if live && (o.Incarnation == "" || n.Incarnation == "" || o.Incarnation == n.Incarnation) {
 			n.Leases++
 			st.Leases.ByLive++
+			continue
+		}
+		if live {
+			st.Leases.ByPrevious++
 		} else {
-			others[holder]++
 			st.Leases.ByOthers++
 		}
+		if len(st.NotPolledSample) < maxUnownedShown {
+			st.NotPolledSample = append(st.NotPolledSample, h.Session)
+		}
+		k := holderKey{o.Holder, o.Incarnation}
+		hc := others[k]
+		if hc == nil {
+			hc = &holderCount{ID: o.Holder, Incarnation: o.Incarnation, Previous: live}
+			others[k] = hc
+		}
+		hc.Leases++
+		hc.ExpiresInMs = max(hc.ExpiresInMs, h.Remaining.Milliseconds())
 	}
-	for id, n := range others {
-		st.OtherHolders = append(st.OtherHolders, holderCount{ID: id, Leases: n})
+	st.Leases.NotPolled = st.Leases.ByPrevious + st.Leases.ByOthers + st.Leases.Unowned
+	for _, hc := range others {
+		st.OtherHolders = append(st.OtherHolders, *hc)
 	}
-	slices.SortFunc(st.OtherHolders, func(a, b holderCount) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.OtherHolders, func(a, b holderCount) int {
+		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Incarnation, b.Incarnation))
+	})
 
 	if len(st.Nodes) > 0 {
 		for _, n := range st.Nodes {

@@ -13,16 +13,27 @@ import (
 	"github.com/urfave/cli/v3"
 )
 
+// flagScanLeases makes status look for leases of sessions not in the store.
+const flagScanLeases = "scan-leases"
+
 func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
 		Usage: "show live workers, sessions, leases per worker and balance",
+		Description: "Lists the live workers (with their incarnation: a worker restarted under the same --id\n" +
+			"gets a new one), the sessions, who holds their leases, and the active sessions nobody polls\n" +
+			"now: unowned ones, and those whose lease is held by a worker that is not live or by an\n" +
+			"earlier incarnation of a live id (a worker killed and restarted: its leases run out by TTL).\n" +
+			"Leases of sessions that are not in the store are found with SCAN (MATCH <key-prefix>:lease:{*},\n" +
+			"COUNT 1000, on every master of a Cluster): a pass over the whole keyspace, once per run or\n" +
+			"per --watch refresh; --scan-leases=false skips it.",
 		Flags: append(adminFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"},
-			&cli.DurationFlag{Name: flagWatch, Usage: "redraw in place every this long until interrupted (0: print once)"}),
+			&cli.DurationFlag{Name: flagWatch, Usage: "redraw in place every this long until interrupted (0: print once)"},
+			&cli.BoolFlag{Name: flagScanLeases, Value: true, Usage: "SCAN for leases of sessions not in the store (a pass over the keyspace)"}),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
 				once := func(ctx context.Context, w io.Writer) error {
-					st, err := computeStatus(ctx, a.client, a.keys)
+					st, err := computeStatus(ctx, a.client, a.keys, cmd.Bool(flagScanLeases))
 					if err != nil {
 						return fmt.Errorf("status: %w", err)
 					}
@@ -50,14 +61,18 @@ func printStatus(w io.Writer, st clusterStatus) {
 	fmt.Fprintf(w, "live nodes: %d\n", len(st.Nodes))
 	if len(st.Nodes) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  ID\tHOST\tPID\tVERSION\tSTARTED\tEXPIRES IN\tLEASES")
+		fmt.Fprintln(tw, "  ID\tHOST\tPID\tVERSION\tSTARTED\tINCARNATION\tLAST HEARTBEAT\tEXPIRES IN\tLEASES")
 		for _, n := range st.Nodes {
 			started := "-"
 			if !n.Started.IsZero() {
 				started = n.Started.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d\n", n.ID, dash(n.Host), dashInt(n.PID), dash(n.Version), started,
-				shortDuration(time.Duration(n.ExpiresInMs)*time.Millisecond), n.Leases)
+			age := "-"
+			if n.HeartbeatAgeMs >= 0 {
+				age = shortDuration(time.Duration(n.HeartbeatAgeMs)*time.Millisecond) + " ago"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", n.ID, dash(n.Host), dashInt(n.PID), dash(n.Version), started,
+				dash(n.Incarnation), age, shortDuration(time.Duration(n.ExpiresInMs)*time.Millisecond), n.Leases)
 		}
 		_ = tw.Flush()
 	}
@@ -67,22 +82,50 @@ func printStatus(w io.Writer, st clusterStatus) {
 		fmt.Fprintf(w, "  malformed %s: %s\n", printableID(m.ID), m.Reason)
 	}
 	l := st.Leases
-	fmt.Fprintf(w, "leases: %d of %d active sessions (%d by live nodes, %d by other holders)\n", l.Held, s.Active, l.ByLive, l.ByOthers)
+	fmt.Fprintf(w, "leases: %d of %d active sessions (%d by live nodes, %d by previous incarnations, %d by other holders)\n",
+		l.Held, s.Active, l.ByLive, l.ByPrevious, l.ByOthers)
 	for _, h := range st.OtherHolders {
-		fmt.Fprintf(w, "  %s (not live, leases expire by TTL): %d\n", h.ID, h.Leases)
-	}
-	fmt.Fprintf(w, "unowned active sessions: %d", l.Unowned)
-	if l.Unowned > 0 {
-		fmt.Fprintf(w, " (%s", strings.Join(st.UnownedSample, ", "))
-		if more := l.Unowned - len(st.UnownedSample); more > 0 {
-			fmt.Fprintf(w, ", and %d more", more)
+		why := "not live"
+		if h.Previous {
+			why = "previous incarnation of a live id, not polling"
 		}
-		fmt.Fprint(w, ")")
+		inc := ""
+		if h.Incarnation != "" {
+			inc = " incarnation " + h.Incarnation
+		}
+		fmt.Fprintf(w, "  %s%s (%s; leases expire by TTL, within %s): %d\n", h.ID, inc, why,
+			shortDuration(time.Duration(h.ExpiresInMs)*time.Millisecond), h.Leases)
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "unowned active sessions: %d%s\n", l.Unowned, sample(st.UnownedSample, l.Unowned))
+	if n := l.ByPrevious + l.ByOthers; n > 0 {
+		fmt.Fprintf(w, "NOT POLLED: %d active sessions held by a holder that is not polling them%s\n", n, sample(st.NotPolledSample, n))
+	}
+	u := st.UnknownLeases
+	if u.Scanned {
+		ids := make([]string, len(u.Lease))
+		for i, lh := range u.Lease {
+			ids[i] = lh.Session + " by " + lh.Holder
+		}
+		fmt.Fprintf(w, "leases of sessions not in the store: %d%s\n", u.Count, sample(ids, u.Count))
+	} else if u.Skipped != "" {
+		fmt.Fprintf(w, "leases of sessions not in the store: not looked for (%s)\n", u.Skipped)
+	}
 	if len(st.Nodes) > 0 {
 		fmt.Fprintf(w, "balance: %s\n", st.Balance)
 	}
+}
+
+// sample formats " (a, b, and 3 more)" for shown out of total, "" when
+// total is 0.
+func sample(shown []string, total int) string {
+	if total == 0 {
+		return ""
+	}
+	out := " (" + strings.Join(shown, ", ")
+	if more := total - len(shown); more > 0 {
+		out += fmt.Sprintf(", and %d more", more)
+	}
+	return out + ")"
 }
 
 func dash(s string) string {

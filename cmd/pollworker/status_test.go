@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +71,7 @@ func TestComputeStatus(t *testing.T) {
 	acquire(t, c, "ghost", "s08") // crashed: no heartbeat, lease not expired yet
 	acquire(t, c, "w3", "p1")     // paused sessions are not counted
 
-	st, err := computeStatus(ctx, c, keyspace.Space{})
+	st, err := computeStatus(ctx, c, keyspace.Space{}, true)
 	require.NoError(t, err)
 
 	require.Len(t, st.Nodes, 3)
@@ -90,9 +92,15 @@ func TestComputeStatus(t *testing.T) {
 	require.Equal(t, sessionCounts{Total: 12, Active: 10, Paused: 2, Malformed: 1}, st.Sessions)
 	require.Len(t, st.Malformed, 1)
 	require.Equal(t, "junk", st.Malformed[0].ID)
-	require.Equal(t, leaseCounts{Held: 8, ByLive: 7, ByOthers: 1, Unowned: 2}, st.Leases)
+	require.Equal(t, leaseCounts{Held: 8, ByLive: 7, ByOthers: 1, Unowned: 2, NotPolled: 3}, st.Leases)
 	require.Equal(t, []string{"s09", "s10"}, st.UnownedSample)
-	require.Equal(t, []holderCount{{ID: "ghost", Leases: 1}}, st.OtherHolders)
+	require.Len(t, st.OtherHolders, 1)
+	require.Equal(t, "ghost", st.OtherHolders[0].ID)
+	require.Equal(t, 1, st.OtherHolders[0].Leases)
+	require.False(t, st.OtherHolders[0].Previous)
+	require.Equal(t, []string{"s08"}, st.NotPolledSample)
+	require.True(t, st.UnknownLeases.Scanned)
+	require.Zero(t, st.UnknownLeases.Count)
 	require.Equal(t, 4, st.Balance.Max)
 	require.InDelta(t, 7.0/3, st.Balance.Mean, 1e-9)
 	require.InDelta(t, 4/(7.0/3), st.Balance.MaxOverMean, 1e-9)
@@ -103,9 +111,11 @@ func TestComputeStatus(t *testing.T) {
 		"live nodes: 3\n",
 		"sessions: 12 total, 10 active, 2 paused, 1 malformed\n",
 		"  malformed junk: session: malformed: not a JSON object\n",
-		"leases: 8 of 10 active sessions (7 by live nodes, 1 by other holders)\n",
-		"  ghost (not live, leases expire by TTL): 1\n",
+		"leases: 8 of 10 active sessions (7 by live nodes, 0 by previous incarnations, 1 by other holders)\n",
+		"  ghost (not live; leases expire by TTL, within 1m0s): 1\n",
 		"unowned active sessions: 2 (s09, s10)\n",
+		"NOT POLLED: 1 active sessions held by a holder that is not polling them (s08)\n",
+		"leases of sessions not in the store: 0\n",
 		"balance: max 4, mean 2.33 leases per live node (max/mean 1.71)\n",
 	} {
 		require.Contains(t, out.String(), want)
@@ -119,7 +129,8 @@ func TestComputeStatus(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var decoded map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &decoded))
-	require.Equal(t, map[string]any{"held": 8.0, "by_live_nodes": 7.0, "by_other_holders": 1.0, "unowned": 2.0}, decoded["leases"])
+	require.Equal(t, map[string]any{"held": 8.0, "by_live_nodes": 7.0, "by_previous_incarnations": 0.0, "by_other_holders": 1.0,
+		"unowned": 2.0, "not_polled": 3.0}, decoded["leases"])
 }
 
 func TestComputeStatusUnownedSampleIsBounded(t *testing.T) {
@@ -130,7 +141,7 @@ func TestComputeStatusUnownedSampleIsBounded(t *testing.T) {
 		s := session.Session{ID: "s" + string(rune('a'+i)), URL: "http://example.com/", Interval: session.Duration(time.Second)}
 		require.NoError(t, store.Put(ctxT(t), s))
 	}
-	st, err := computeStatus(ctxT(t), c, keyspace.Space{})
+	st, err := computeStatus(ctxT(t), c, keyspace.Space{}, true)
 	require.NoError(t, err)
 	require.Equal(t, 25, st.Leases.Unowned)
 	require.Len(t, st.UnownedSample, maxUnownedShown)
@@ -145,7 +156,7 @@ func TestComputeStatusUnownedSampleIsBounded(t *testing.T) {
 
 func TestComputeStatusEmpty(t *testing.T) {
 	mr, url := miniURL(t)
-	st, err := computeStatus(ctxT(t), newTestClient(t, mr), keyspace.Space{})
+	st, err := computeStatus(ctxT(t), newTestClient(t, mr), keyspace.Space{}, true)
 	require.NoError(t, err)
 	require.Empty(t, st.Nodes)
 	require.Equal(t, sessionCounts{}, st.Sessions)
@@ -154,7 +165,8 @@ func TestComputeStatusEmpty(t *testing.T) {
 	r := runApp(t, "status", "--redis-url", url)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Equal(t, "live nodes: 0\nsessions: 0 total, 0 active, 0 paused, 0 malformed\n"+
-		"leases: 0 of 0 active sessions (0 by live nodes, 0 by other holders)\nunowned active sessions: 0\n", r.stdout)
+		"leases: 0 of 0 active sessions (0 by live nodes, 0 by previous incarnations, 0 by other holders)\nunowned active sessions: 0\n"+
+		"leases of sessions not in the store: 0\n", r.stdout)
 }
 
 func TestWatchRedrawsUntilCancelled(t *testing.T) {
@@ -237,4 +249,99 @@ func TestWatchKeepsLastErrorOnScreen(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("watch did not stop")
 	}
+}
+
+// TestStatusShowsPreviousIncarnationAndUnknownLeases (issue 10, item 7):
+// after a kill -9 and an immediate restart under the same id, status showed
+// the new w1 holding the dead process's leases and "unowned active
+// sessions: 0" while 11 sessions went unpolled; and leases of sessions no
+// longer in the store were invisible. Status must tell a lease of a
+// previous incarnation from the live one's, list the sessions nobody polls,
+// and find leases of unknown sessions.
+func TestStatusShowsPreviousIncarnationAndUnknownLeases(t *testing.T) {
+	mr, url := miniURL(t)
+	c := newTestClient(t, mr)
+	ctx := ctxT(t)
+	store := newTestStore(t, mr)
+	for _, id := range []string{"s01", "s02", "s03", "s04", "s05", "s06"} {
+		require.NoError(t, store.Put(ctx, session.Session{ID: id, URL: "http://example.com/", Interval: session.Duration(time.Second)}))
+	}
+	// w1 was killed while holding s01-s03 (and the leases of gone1 and
+	// gone2, since removed from the store), and restarted at once.
+	dead, err := lease.New(lease.Config{Client: c, Holder: "w1", Incarnation: "0dead", TTL: time.Minute})
+	require.NoError(t, err)
+	for _, r := range dead.Acquire(ctx, []string{"s01", "s02", "s03", "gone1", "gone2"}) {
+		require.NotNil(t, r.Lease)
+	}
+	reg, err := nodes.New(nodes.Config{Client: c, ID: "w1", Incarnation: "1a11ve"})
+	require.NoError(t, err)
+	require.NoError(t, reg.Heartbeat(ctx))
+	live, err := lease.New(lease.Config{Client: c, Holder: "w1", Incarnation: reg.Incarnation(), TTL: time.Minute})
+	require.NoError(t, err)
+	require.NotNil(t, live.Acquire(ctx, []string{"s04"})[0].Lease)
+	heartbeat(t, c, "w2", "v1")
+	acquire(t, c, "w2", "s05") // owner value without incarnation: counted as live
+
+	st, err := computeStatus(ctx, c, keyspace.Space{}, true)
+	require.NoError(t, err)
+	require.Len(t, st.Nodes, 2)
+	require.Equal(t, "1a11ve", st.Nodes[0].Incarnation)
+	require.Equal(t, 1, st.Nodes[0].Leases, "only the live incarnation's lease")
+	require.GreaterOrEqual(t, st.Nodes[0].HeartbeatAgeMs, int64(0))
+	require.Equal(t, leaseCounts{Held: 5, ByLive: 2, ByPrevious: 3, Unowned: 1, NotPolled: 4}, st.Leases)
+	require.Equal(t, []string{"s01", "s02", "s03"}, st.NotPolledSample)
+	require.Equal(t, []string{"s06"}, st.UnownedSample)
+	require.Len(t, st.OtherHolders, 1)
+	require.Equal(t, holderCount{ID: "w1", Incarnation: "0dead", Previous: true, Leases: 3, ExpiresInMs: st.OtherHolders[0].ExpiresInMs}, st.OtherHolders[0])
+	require.Positive(t, st.OtherHolders[0].ExpiresInMs)
+	require.True(t, st.UnknownLeases.Scanned)
+	require.Equal(t, 2, st.UnknownLeases.Count)
+	require.Equal(t, "gone1", st.UnknownLeases.Lease[0].Session)
+	require.Equal(t, "w1", st.UnknownLeases.Lease[0].Holder)
+	require.Equal(t, "0dead", st.UnknownLeases.Lease[0].Incarnation)
+
+	var out bytes.Buffer
+	printStatus(&out, st)
+	for _, want := range []string{
+		"leases: 5 of 6 active sessions (2 by live nodes, 3 by previous incarnations, 0 by other holders)\n",
+		"  w1 incarnation 0dead (previous incarnation of a live id, not polling; leases expire by TTL, within ",
+		"unowned active sessions: 1 (s06)\n",
+		"NOT POLLED: 3 active sessions held by a holder that is not polling them (s01, s02, s03)\n",
+		"leases of sessions not in the store: 2 (gone1 by w1, gone2 by w1)\n",
+		"1a11ve",
+	} {
+		require.Contains(t, out.String(), want)
+	}
+
+	r := runApp(t, "status", "--redis-url", url, "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var decoded struct {
+		Leases        map[string]int `json:"leases"`
+		NotPolled     []string       `json:"not_polled_sample"`
+		UnknownLeases struct {
+			Count  int `json:"count"`
+			Sample []struct {
+				Session string `json:"session"`
+			} `json:"sample"`
+		} `json:"unknown_leases"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &decoded))
+	require.Equal(t, 3, decoded.Leases["by_previous_incarnations"])
+	require.Equal(t, 4, decoded.Leases["not_polled"])
+	require.Equal(t, []string{"s01", "s02", "s03"}, decoded.NotPolled)
+	require.Equal(t, 2, decoded.UnknownLeases.Count)
+
+	r = runApp(t, "status", "--redis-url", url, "--scan-leases=false")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.NotContains(t, r.stdout, "not in the store")
+
+	// The status page shows the same.
+	page := statusPageHandler("w1", func() bool { return true }, (&pageReader{client: c, keys: keyspace.Space{}}).read, newRecentEvents(1))
+	w := httptest.NewRecorder()
+	page.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	body := w.Body.String()
+	require.Contains(t, body, `<b id="not-polled" class="err">3 by previous incarnations, 0 by workers not live</b> s01 s02 s03`)
+	require.Contains(t, body, "<td>w1</td><td>0dead</td><td>previous incarnation of a live id</td><td>3</td>")
+	require.Contains(t, body, `<b id="unknown-leases">2</b> gone1 by w1 gone2 by w1`)
+	require.Contains(t, body, "<td>1a11ve</td>")
 }

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/poller"
 )
 
@@ -49,12 +52,17 @@ td,th{border:1px solid #ccc;padding:.3em .7em;text-align:left}.err{color:#b00}</
 <p>This worker: <b id="self">{{.Self}}</b>, {{if .Ready}}<span id="ready">ready</span>{{else}}<span id="ready" class="err">not ready</span>{{end}}.</p>
 {{if .Err}}<p class="err" id="error">Redis: {{.Err}}</p>{{else}}
 <h2>Live workers ({{len .Status.Nodes}})</h2>
-<table id="nodes"><tr><th>id</th><th>host</th><th>version</th><th>leases</th><th>expires in</th></tr>
-{{range .Status.Nodes}}<tr class="node"><td>{{.ID}}</td><td>{{.Host}}</td><td>{{.Version}}</td><td>{{.Leases}}</td><td>{{ms .ExpiresInMs}}</td></tr>
+<table id="nodes"><tr><th>id</th><th>host</th><th>version</th><th>incarnation</th><th>leases</th><th>last heartbeat</th><th>expires in</th></tr>
+{{range .Status.Nodes}}<tr class="node"><td>{{.ID}}</td><td>{{.Host}}</td><td>{{.Version}}</td><td>{{.Incarnation}}</td><td>{{.Leases}}</td><td>{{if ge .HeartbeatAgeMs 0}}{{ms .HeartbeatAgeMs}} ago{{end}}</td><td>{{ms .ExpiresInMs}}</td></tr>
 {{end}}</table>
 <p>Sessions: {{.Status.Sessions.Active}} active, {{.Status.Sessions.Paused}} paused, {{.Status.Sessions.Malformed}} malformed.
 Unowned: <b id="unowned">{{.Status.Leases.Unowned}}</b>{{range .Status.UnownedSample}} {{.}}{{end}}.
+Held by a holder not polling them: <b id="not-polled" {{if .Status.NotPolledSample}}class="err"{{end}}>{{.Status.Leases.ByPrevious}} by previous incarnations, {{.Status.Leases.ByOthers}} by workers not live</b>{{range .Status.NotPolledSample}} {{.}}{{end}}.
 Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}}.</p>
+{{if .Status.OtherHolders}}<table id="other-holders"><tr><th>holder not polling</th><th>incarnation</th><th>why</th><th>leases</th><th>expire within</th></tr>
+{{range .Status.OtherHolders}}<tr><td>{{.ID}}</td><td>{{.Incarnation}}</td><td>{{if .Previous}}previous incarnation of a live id{{else}}not live{{end}}</td><td>{{.Leases}}</td><td>{{ms .ExpiresInMs}}</td></tr>
+{{end}}</table>{{end}}
+{{with .Status.UnknownLeases}}{{if .Scanned}}<p>Leases of sessions not in the store (SCAN at {{clock .At}}): <b id="unknown-leases">{{.Count}}</b>{{range .Lease}} {{.Session}} by {{.Holder}}{{end}}.</p>{{end}}{{end}}
 {{end}}
 <h2>Recent lease events of this worker</h2>
 <table id="events"><tr><th>time</th><th>event</th><th>session</th><th>token</th><th>reason</th></tr>
@@ -62,6 +70,37 @@ Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}}.</p>
 {{end}}</table>
 </body></html>
 `))
+
+// pageScanEvery is how long the status page reuses one SCAN for leases of
+// unknown sessions: the page reloads every 5 s, and a SCAN is a pass over
+// the whole keyspace.
+const pageScanEvery = time.Minute
+
+// pageReader reads the status page's status: everything on every load, but
+// the SCAN for leases of unknown sessions at most once per pageScanEvery.
+type pageReader struct {
+	client redis.UniversalClient
+	keys   keyspace.Space
+
+	mu      sync.Mutex
+	scanned unknownLeases // the last SCAN's result
+}
+
+func (p *pageReader) read(ctx context.Context) (clusterStatus, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	scan := !p.scanned.Scanned || time.Since(p.scanned.At) >= pageScanEvery
+	st, err := computeStatus(ctx, p.client, p.keys, scan)
+	if err != nil {
+		return st, err
+	}
+	if scan {
+		p.scanned = st.UnknownLeases
+	} else {
+		st.UnknownLeases = p.scanned
+	}
+	return st, nil
+}
 
 // statusPageHandler serves the read-only status page at /: the deployment
 // as computeStatus reads it, and this worker's recent lease events. The
