@@ -114,7 +114,7 @@ func acquire(ctx context.Context, c redis.Cmdable, sessions []string, owner stri
 	}
 	tokens := make([]int64, len(sessions))
 	for i := range tokens {
-		tokens[i] = flat[3*i] // token, pttl, handoff gap per session
+		tokens[i] = flat[4*i] // token, pttl, handoff gap, next poll due per session
 	}
 	if acked == nil {
 		return tokens, -1, nil

@@ -20,3 +20,13 @@ func (l *Lease) Acquired() time.Time { return l.acquired }
 // whether it is the first, so that a measurement of the first poll is made
 // once per lease even if its poll loop is restarted.
 func (l *Lease) MarkPolled() (first bool) { return l.polled.CompareAndSwap(false, true) }
+
+// NextPoll returns when the session's next poll was due on its previous
+// holder's schedule, on this worker's clock, when that holder handed the
+// lease over gracefully (Manager.HandOff) and said so; ok is false
+// otherwise. The time may have passed already (the poll is overdue). The
+// instant crosses workers through the Redis server's clock, so the two
+// workers' clocks need not agree.
+func (l *Lease) NextPoll() (at time.Time, ok bool) {
+	return l.nextPoll, !l.nextPoll.IsZero()
+}

@@ -126,3 +126,65 @@ func TestRealNoHandoffGapOnRetriedAcquire(t *testing.T) {
 	require.False(t, ok)
 	require.NoError(t, b.ReleaseAll(ctx))
 }
+
+// TestRealHandOffCarriesTheNextPoll is issue 10 item 4 at the lease level:
+// a graceful handoff tells the successor when the session's next poll is
+// due, through the Redis server's clock.
+func TestRealHandOffCarriesTheNextPoll(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	a := r.manager(t, "a", useRealClock)
+	b := r.manager(t, "b", useRealClock)
+
+	tests := []struct {
+		name string
+		give time.Duration // next poll due this long after the handoff; <0: none given
+		want bool
+	}{
+		{"due later", 3 * time.Second, true},
+		{"no schedule given", -1, false},
+		{"overdue", -time.Second, true},
+		{"due now", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := "next-" + strings.ReplaceAll(tt.name, " ", "-")
+			l := acquireOne(t, a, s).Lease
+			require.NotNil(t, l)
+			_, ok := l.NextPoll()
+			require.False(t, ok, "a first acquisition has no schedule to keep")
+			h := Handoff{Lease: l}
+			sent := time.Now()
+			if tt.give != -1 {
+				h.NextPoll = sent.Add(tt.give)
+			}
+			require.NoError(t, a.HandOff(ctx, h))
+			if tt.give > 0 {
+				pttl := r.rdb.PTTL(ctx, realKeys.Released(s)).Val()
+				require.Greater(t, pttl, a.TTL(), "the mark outlives the wait for the next poll")
+			}
+			next := acquireOne(t, b, s).Lease
+			require.NotNil(t, next)
+			got, ok := next.NextPoll()
+			require.Equal(t, tt.want, ok)
+			if ok {
+				require.WithinDuration(t, sent.Add(max(tt.give, 0)), got, 50*time.Millisecond, "an overdue poll is due at once")
+			}
+			_, ok = next.HandoffGap()
+			require.True(t, ok, "the gap is still reported")
+			require.NoError(t, b.Release(ctx, next))
+		})
+	}
+
+	// A mark written by an older release.lua (the release time alone) gives
+	// the gap but no schedule.
+	l := acquireOne(t, a, "old-mark").Lease
+	require.NoError(t, a.Release(ctx, l))
+	require.NoError(t, r.rdb.Set(ctx, realKeys.Released("old-mark"), "1700000000000", time.Minute).Err())
+	next := acquireOne(t, b, "old-mark").Lease
+	_, ok := next.NextPoll()
+	require.False(t, ok)
+	_, ok = next.HandoffGap()
+	require.True(t, ok)
+}

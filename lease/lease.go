@@ -50,6 +50,7 @@ type Lease struct {
 	keyArg, ownerArg any
 	gap              time.Duration // release -> this acquisition, in Redis; -1 if no graceful release
 	acquired         time.Time     // local: when the acquire reply arrived
+	nextPoll         time.Time     // local: when the previous holder's next poll was due; zero if unknown
 	polled           atomic.Bool   // MarkPolled was called
 
 	mu       sync.Mutex

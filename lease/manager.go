@@ -275,7 +275,7 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 			m.log.Warn("lease acquire uncertain", zap.String("session", s), zap.String("event", "acquire_error"), zap.Error(err))
 			continue
 		}
-		token, remaining, gap := vals[3*j], vals[3*j+1], vals[3*j+2]
+		token, remaining, gap, due := vals[4*j], vals[4*j+1], vals[4*j+2], vals[4*j+3]
 		if token <= 0 {
 			results[i].Holder = HolderOf(held[j])
 			results[i].Remaining = time.Duration(remaining) * time.Millisecond
@@ -287,14 +287,14 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 			m.mu.Unlock()
 			continue
 		}
-		l, ch := m.adopt(s, owners[i], token, time.Duration(gap)*time.Millisecond, g, now)
+		l, ch := m.adopt(s, owners[i], token, time.Duration(gap)*time.Millisecond, time.Duration(due)*time.Millisecond, g, now)
 		results[i].Lease = l
 		changes = append(changes, ch...)
 	}
 	return changes
 }
 
-// acquireReply parses the reply of one acquire call for n sessions: three
+// acquireReply parses the reply of one acquire call for n sessions: four
 // integers per session, except that a lease held by another owner value
 // has that value (a string) in its third place, returned in held[j].
 func acquireReply(c *call, n int) (vals []int64, held []string, err error) {
@@ -305,8 +305,8 @@ func acquireReply(c *call, n int) (vals []int64, held []string, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(raw) != 3*n {
-		return nil, nil, fmt.Errorf("script reply has %d values, want %d", len(raw), 3*n)
+	if len(raw) != 4*n {
+		return nil, nil, fmt.Errorf("script reply has %d values, want %d", len(raw), 4*n)
 	}
 	vals = make([]int64, len(raw))
 	held = make([]string, n)
@@ -315,10 +315,10 @@ func acquireReply(c *call, n int) (vals []int64, held []string, err error) {
 		case int64:
 			vals[k] = v
 		case string:
-			if k%3 != 2 {
+			if k%4 != 2 {
 				return nil, nil, fmt.Errorf("script reply value %d is a string, want an integer", k)
 			}
-			held[k/3] = v
+			held[k/4] = v
 		default:
 			return nil, nil, fmt.Errorf("script reply value %d has type %T", k, v)
 		}
@@ -328,8 +328,9 @@ func acquireReply(c *call, n int) (vals []int64, held []string, err error) {
 
 // adopt records a successful acquisition whose reply arrived by now; its
 // deadline is g's, counted from the time the request was sent. g is unsealed
-// and owned by the caller. gap is the handoff gap, negative if none.
-func (m *Manager) adopt(session, owner string, token int64, gap time.Duration, g *expiryGroup, now time.Time) (*Lease, []change) {
+// and owned by the caller. gap is the handoff gap, negative if none; due is
+// the wait until the previous holder's next poll, negative if unknown.
+func (m *Manager) adopt(session, owner string, token int64, gap, due time.Duration, g *expiryGroup, now time.Time) (*Lease, []change) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.pending, session)
@@ -341,8 +342,12 @@ func (m *Manager) adopt(session, owner string, token int64, gap time.Duration, g
 	if gap < 0 {
 		gap = -1
 	}
+	var nextPoll time.Time
+	if due >= 0 {
+		nextPoll = now.Add(due)
+	}
 	l := &Lease{session: session, key: key, token: token, owner: owner, keyArg: key, ownerArg: owner,
-		gap: gap, acquired: now,
+		gap: gap, acquired: now, nextPoll: nextPoll,
 		term: term, cancel: cancel, deadline: g.deadline, reason: "acquiring"}
 	if !now.Before(g.deadline) {
 		// The reply came too late to use; the key expires by itself (or a
@@ -390,13 +395,37 @@ func (m *Manager) dropStale(ctx context.Context) {
 	_ = m.Release(ctx, stale...)
 }
 
-// Release gives up leases: each becomes Released locally at once, then is
-// deleted in Redis where it still holds our owner value. The caller must
-// have stopped every poll running under these leases first.
+// Release gives up leases: each is Released locally at once (its term
+// ends), then deleted in Redis only if it is still this acquisition's
+// (release.lua). The successor's acquisition finds no poll schedule; use
+// HandOff to pass one on. An error means some deletions are unconfirmed:
+// those leases expire by their TTL.
 func (m *Manager) Release(ctx context.Context, leases ...*Lease) error {
+	hs := make([]Handoff, len(leases))
+	for i, l := range leases {
+		hs[i].Lease = l
+	}
+	return m.HandOff(ctx, hs...)
+}
+
+// Handoff is a lease to release and when its session's next poll is due.
+type Handoff struct {
+	// Lease is the lease to release.
+	Lease *Lease
+	// NextPoll is when the session's next poll is due on the releasing
+	// worker's schedule (its clock); zero when unknown. The successor's
+	// Lease.NextPoll reports it, converted through the Redis server's
+	// clock, so that a handoff keeps the session's interval.
+	NextPoll time.Time
+}
+
+// HandOff is Release that also records, in each lease's handoff mark, when
+// the session's next poll is due, for the successor (Lease.NextPoll).
+func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 	var changes []change
-	var todo []*Lease
-	for _, l := range leases {
+	var todo []Handoff
+	for _, h := range hs {
+		l := h.Lease
 		if l == nil {
 			continue
 		}
@@ -405,10 +434,9 @@ func (m *Manager) Release(ctx context.Context, leases ...*Lease) error {
 		moved := l.setLocked(Released, "released")
 		l.mu.Unlock()
 		m.forget(l)
-		todo = append(todo, l)
+		todo = append(todo, h)
 		if moved {
 			changes = append(changes, change{l, from, Released})
-			m.log.Info("lease released", zap.String("session", l.session), zap.String("event", "released"), zap.Int64("token", l.token))
 		}
 	}
 	m.notify(changes)
@@ -417,26 +445,44 @@ func (m *Manager) Release(ctx context.Context, leases ...*Lease) error {
 	}
 	idx := make([]int, len(todo))
 	names := make([]string, len(todo))
-	for i, l := range todo {
-		idx[i], names[i] = i, l.session
+	for i, h := range todo {
+		idx[i], names[i] = i, h.Lease.session
 	}
+	now := m.cfg.Clock.Now()
 	var calls []*call
 	for _, b := range m.batches(idx, names) {
-		args := evalsha(m.release, 2*len(b), 3*len(b)+1)
+		args := evalsha(m.release, 2*len(b), 4*len(b)+1)
 		for _, i := range b {
-			args = append(args, todo[i].key, m.cfg.Keys.Released(todo[i].session))
+			l := todo[i].Lease
+			args = append(args, l.key, m.cfg.Keys.Released(l.session))
 		}
 		args = append(args, m.ttlArg) // the handoff mark lives one TTL
 		for _, i := range b {
-			args = append(args, todo[i].owner)
+			args = append(args, todo[i].Lease.owner)
+		}
+		for _, i := range b {
+			due := int64(-1)
+			if next := todo[i].NextPoll; !next.IsZero() {
+				due = max(next.Sub(now).Milliseconds(), 0)
+			}
+			args = append(args, due)
 		}
 		calls = append(calls, &call{idx: b, args: args})
 	}
 	m.send(ctx, m.release, calls, 1, func([]*call, time.Time) {})
+	var errs []error
 	for _, c := range calls {
 		if c.err != nil {
-			return fmt.Errorf("release: %w", c.err)
+			errs = append(errs, c.err)
+			continue
 		}
+		for _, i := range c.idx {
+			l := todo[i].Lease
+			m.log.Info("lease released", zap.String("session", l.session), zap.String("event", "released"), zap.Int64("token", l.token))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("release: %w", errors.Join(errs...))
 	}
 	return nil
 }

@@ -127,10 +127,21 @@ func tryAcquire(m *Manager, session string) *Lease {
 
 // Direct script calls, as the contract headers describe them.
 
-// runAcquire returns the acquire reply as integers, with -1 standing in
-// the third place of a session held by another owner value; heldBy[i] is
-// that value ("" for the others).
+// runAcquire returns the acquire reply as integers, three per session
+// (token, pttl, gap: the due value is dropped, see runAcquireDue), with -1
+// standing in the third place of a session held by another owner value;
+// heldBy[i] is that value ("" for the others).
 func runAcquire(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]string, sessions ...string) (vals []int64, heldBy []string) {
+	t.Helper()
+	all, heldBy := runAcquireDue(t, c, ttlMs, owners, sessions...)
+	for i := range sessions {
+		vals = append(vals, all[4*i:4*i+3]...)
+	}
+	return vals, heldBy
+}
+
+// runAcquireDue is runAcquire with all four values per session.
+func runAcquireDue(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]string, sessions ...string) (vals []int64, heldBy []string) {
 	t.Helper()
 	ks := make([]string, 0, 3*len(sessions))
 	args := []any{ttlMs}
@@ -140,16 +151,16 @@ func runAcquire(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]s
 	}
 	raw, err := redis.NewScript(lua.Acquire).Run(context.Background(), c, ks, args...).Slice()
 	require.NoError(t, err)
-	require.Len(t, raw, 3*len(sessions))
+	require.Len(t, raw, 4*len(sessions))
 	heldBy = make([]string, len(sessions))
 	for k, v := range raw {
 		switch v := v.(type) {
 		case int64:
 			vals = append(vals, v)
 		case string:
-			require.Equal(t, 2, k%3, "only the third value of a session may be a string")
+			require.Equal(t, 2, k%4, "only the third value of a session may be a string")
 			require.Zero(t, raw[k-2], "an owner value comes only with token 0")
-			heldBy[k/3] = v
+			heldBy[k/4] = v
 			vals = append(vals, -1)
 		default:
 			t.Fatalf("reply value %d has type %T", k, v)

@@ -159,10 +159,10 @@ func BenchmarkScriptAcquire500(b *testing.B) {
 		args = append(args, o)
 	}
 	b.Run("fresh", func(b *testing.B) {
-		s.run(b, lua.Acquire, args, func() { s.free(b, true) }, replyLen(3*scriptBatch))
+		s.run(b, lua.Acquire, args, func() { s.free(b, true) }, replyLen(4*scriptBatch))
 	})
 	b.Run("handoff", func(b *testing.B) {
-		s.run(b, lua.Acquire, args, func() { s.free(b, true); s.mark(b) }, replyLen(3*scriptBatch))
+		s.run(b, lua.Acquire, args, func() { s.free(b, true); s.mark(b) }, replyLen(4*scriptBatch))
 	})
 }
 

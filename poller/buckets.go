@@ -107,15 +107,34 @@ func (c *Coordinator) assignBuckets() {
 		}
 		st.assigned = assigned
 	}
+	var polled map[int][]string // bucket -> sessions polled here, for new records
 	for b, assigned := range want {
 		if _, ok := c.buckets[b]; !ok {
-			c.buckets[b] = &bucket{assigned: assigned}
+			if polled == nil {
+				polled = c.polledByBucket()
+			}
+			// A new record starts from the sessions polled here, so that
+			// the first read of the bucket stops those no longer in it
+			// (the record of an earlier assignment may have been dropped,
+			// say while this worker was briefly not a member).
+			c.buckets[b] = &bucket{assigned: assigned, ids: polled[b]}
 		}
 	}
 }
 
+// polledByBucket returns the sessions polled here, by bucket.
+func (c *Coordinator) polledByBucket() map[int][]string {
+	out := make(map[int][]string)
+	for id := range c.workers {
+		b := keyspace.BucketOf(id)
+		out[b] = append(out[b], id)
+	}
+	return out
+}
+
 // dropBucket forgets a bucket that this worker no longer reads; the
-// definitions of sessions it still polls are kept until they stop.
+// definitions of sessions it still polls are kept until they stop
+// (reapWorkers forgets them then).
 func (c *Coordinator) dropBucket(b int, st *bucket) {
 	for _, id := range st.ids {
 		if _, running := c.workers[id]; !running {

@@ -81,8 +81,11 @@ type Config struct {
 	// its first round, when a fleet starting together has had time to take
 	// its sessions.
 	OrphanGrace time.Duration
-	// DrainTimeout bounds the shutdown: stopping polls, releasing leases and
-	// leaving the membership; default 10s.
+	// DrainTimeout bounds how long the shutdown waits for the polls in
+	// flight to return; default 10s. Polls still running then are
+	// cancelled (and waited for one more second), and their leases are
+	// left to expire. The release of the other leases, the leave and its
+	// announcement then get max(RequestTimeout, 2s) each.
 	DrainTimeout time.Duration
 	// RequestTimeout bounds each Redis round trip of the coordinator;
 	// default RenewInterval/2, at most 5s.

@@ -68,6 +68,7 @@ type Coordinator struct {
 	watchFrom        time.Time // no orphan watch before then (set at the first round)
 	orphanWatchUntil time.Time // scan at full rate until then
 	membersChanged   bool      // since the last Round report
+	settleAt         time.Time // a session held back from a handoff may move then (settled)
 	retryTimer       clock.Timer
 	retryAt          time.Time // when retryTimer fires
 	expiryTimer      clock.Timer
@@ -377,26 +378,57 @@ func (c *Coordinator) stopTimers() {
 	}
 }
 
-// drain stops every poll, releases every lease, leaves the membership and
-// tells the peers, within DrainTimeout.
+// drain stops every poll, releases the leases whose polls have returned,
+// leaves the membership and tells the peers. Stopping the polls is bounded
+// by DrainTimeout; each step after it has its own bounded time, so that a
+// poll that outlives the drain costs only its own lease (left to expire),
+// never the release of the others or the leave.
 func (c *Coordinator) drain() error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
-	defer cancel()
 	owned := len(c.workers)
-	stopped := c.stopAll(ctx)
+	stopCtx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
+	stopped := c.stopAll(stopCtx)
+	cancel()
 	var errs []error
-	if err := c.release(ctx, stopped); err != nil {
-		errs = append(errs, err)
+	released := 0
+	if len(stopped) > 0 {
+		err := c.drainStep(func(ctx context.Context) error { return c.release(ctx, stopped) })
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			released = len(stopped)
+		}
 	}
 	if n := len(c.workers); n > 0 {
 		errs = append(errs, fmt.Errorf("poller: drain timed out waiting for %d polls; their leases are left to expire", n))
 	}
-	if err := c.registry.Leave(ctx); err != nil {
+	if err := c.drainStep(c.registry.Leave); err != nil {
 		errs = append(errs, err)
 	}
-	if err := nodes.Publish(ctx, c.cfg.Client, c.cfg.Keys, nodes.Event{Type: nodes.EventLeave, Node: c.cfg.ID}); err != nil {
+	if err := c.drainStep(func(ctx context.Context) error {
+		return nodes.Publish(ctx, c.cfg.Client, c.cfg.Keys, nodes.Event{Type: nodes.EventLeave, Node: c.cfg.ID})
+	}); err != nil {
 		errs = append(errs, err)
 	}
-	c.log.Info("drained", zap.Int("sessions", owned), zap.Int("released", len(stopped)))
+	log := c.log.Info
+	if len(errs) > 0 {
+		log = c.log.Warn
+	}
+	log("drained", zap.Int("sessions", owned), zap.Int("released", released),
+		zap.Int("left to expire", owned-released), zap.Errors("errors", errs))
 	return errors.Join(errs...)
+}
+
+// drainStep runs one step of the drain with a fresh context bounded by
+// drainStepTimeout.
+func (c *Coordinator) drainStep(step func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.drainStepTimeout())
+	defer cancel()
+	return step(ctx)
+}
+
+// drainStepTimeout bounds each Redis step of a drain after the polls have
+// stopped: at least 2 s (a release of many leases takes several round
+// trips), and RequestTimeout when that is longer.
+func (c *Coordinator) drainStepTimeout() time.Duration {
+	return max(c.cfg.RequestTimeout, 2*time.Second)
 }

@@ -28,6 +28,9 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 	if c.watchFrom.IsZero() {
 		c.watchFrom = c.cfg.Clock.Now().Add(c.cfg.OrphanGrace)
 	}
+	if !c.settleAt.IsZero() && !c.cfg.Clock.Now().Before(c.settleAt) {
+		c.settleAt, c.sweepAll = time.Time{}, true // sessions held back may move now
+	}
 	c.reapWorkers(ctx)
 	c.retryContended()
 	if !c.refresh(ctx) {
@@ -134,7 +137,7 @@ func (c *Coordinator) checkWorker(id string, w *worker) {
 		// Another live worker is preferred. With no live worker at all
 		// (say every heartbeat fails while Redis refuses writes) there
 		// is nobody to hand to: keep the lease while it can be renewed.
-		owner != c.cfg.ID && owner != "" && c.orphanDue(id):
+		owner != c.cfg.ID && owner != "" && c.orphanDue(id) && c.settled(w):
 		c.stopWorker(w)
 	case !sameSession(s, w.sess):
 		// Definition changed: restart the loop under the same lease
@@ -150,7 +153,7 @@ func (c *Coordinator) checkWorker(id string, w *worker) {
 // peers are told); a loop that ended because its lease was lost is
 // forgotten.
 func (c *Coordinator) reapWorkers(ctx context.Context) {
-	var release []*lease.Lease
+	var release []lease.Handoff
 	for _, w := range c.sched.collect() {
 		id := w.sess.ID
 		if c.workers[id] != w {
@@ -159,6 +162,11 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 		delete(c.workers, id)
 		delete(c.orphanSince, id)
 		c.touch(id) // lost ones may be taken again
+		if st, ok := c.buckets[keyspace.BucketOf(id)]; !ok || !st.assigned {
+			// Kept only while polled here (an orphan, or a bucket no
+			// longer read): its definition may be stale from now on.
+			delete(c.sessions, id)
+		}
 		held := w.lease.State() == lease.Held || w.lease.State() == lease.Uncertain
 		switch {
 		case !held:
@@ -166,7 +174,7 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 		case w.restartAs != nil && w.lease.State() == lease.Held:
 			c.startWorker(*w.restartAs, w.lease)
 		default:
-			release = append(release, w.lease)
+			release = append(release, c.handoff(w))
 		}
 	}
 	if len(release) == 0 {
@@ -343,6 +351,28 @@ const orphanFallback = 10
 // change, orphans are possible.
 func (c *Coordinator) watchOrphans() {
 	c.orphanWatchUntil = c.cfg.Clock.Now().Add(3 * c.cfg.OrphanGrace)
+}
+
+// settled reports whether w may be handed to another worker now that the
+// plan prefers it: always after a membership change since w started (a
+// join or leave moves sessions at once), otherwise only once w has held
+// its lease for one LeaseTTL. Sessions added or removed elsewhere may move
+// a bucket for the balance bound; this keeps such a move from bouncing a
+// session twice within a lease TTL. A session held back is looked at again
+// when its time is up.
+func (c *Coordinator) settled(w *worker) bool {
+	if w.members != c.members.Version {
+		return true
+	}
+	until := w.lease.Acquired().Add(c.cfg.LeaseTTL)
+	if d := until.Sub(c.cfg.Clock.Now()); d > 0 {
+		if c.settleAt.IsZero() || until.Before(c.settleAt) {
+			c.settleAt = until
+			c.scheduleRetry(d)
+		}
+		return false
+	}
+	return true
 }
 
 // orphanDue reports whether an owned session that another worker is

@@ -49,12 +49,12 @@ func newScheduler(clk clock.WithTickerAndDelayedExecution, poll func(*worker), w
 	return &scheduler{clock: clk, poll: poll, wake: wake, owner: make(map[*lease.Lease]*worker)}
 }
 
-// start schedules w's first poll now.
-func (s *scheduler) start(w *worker) {
+// start schedules w's first poll at `at`, or now if that has passed.
+func (s *scheduler) start(w *worker, at time.Time) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	s.owner[w.lease] = w
-	launch := s.settleLocked(w, now, now)
+	launch := s.settleLocked(w, now, maxTime(now, at))
 	s.mu.Unlock()
 	if launch {
 		go s.poll(w)
@@ -177,6 +177,7 @@ func (s *scheduler) fire() {
 // s.poll(w) in a new goroutine.
 func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 	if w.stopRequested {
+		w.next = at // what a successor keeps (nextDue)
 		s.exitLocked(w)
 		return false
 	}
@@ -205,6 +206,22 @@ func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 	w.phase = polling
 	w.ctx, w.cancel = context.WithCancel(term)
 	return true
+}
+
+// nextDue returns when the exited worker w's next poll was due: the time
+// its successor keeps to (its last poll's start + interval, or the time it
+// was queued for).
+func (s *scheduler) nextDue(w *worker) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return w.next
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // exitLocked ends w's loop and tells the main loop.

@@ -67,7 +67,7 @@ func (f *schedFixture) start(id string) *worker {
 	require.Len(f.t, r, 1)
 	require.NotNil(f.t, r[0].Lease, "acquire %s", id)
 	w := &worker{sess: session.Session{ID: id, Interval: session.Duration(schedInterval)}, lease: r[0].Lease, done: make(chan struct{})}
-	f.sched.start(w)
+	f.sched.start(w, time.Time{})
 	return w
 }
 

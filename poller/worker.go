@@ -28,6 +28,7 @@ type worker struct {
 	// Set by the main loop only.
 	stopping  bool             // stopWorker was called; release when done
 	restartAs *session.Session // start again with this definition when done (unless stopping)
+	members   uint64           // membership version when the loop started
 
 	// Guarded by scheduler.mu.
 	phase         phase
@@ -38,11 +39,21 @@ type worker struct {
 	cancel        context.CancelFunc // cancels ctx
 }
 
-// startWorker starts the poll loop of s under l; its first poll is now.
+// startWorker starts the poll loop of s under l. Its first poll is now,
+// unless l was handed over gracefully by a holder whose next poll of s was
+// due later: then it keeps that schedule, so a handoff never polls a
+// session early.
 func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
-	w := &worker{sess: s, lease: l, done: make(chan struct{})}
+	w := &worker{sess: s, lease: l, done: make(chan struct{}), members: c.members.Version}
 	c.workers[s.ID] = w
-	c.sched.start(w)
+	due, _ := l.NextPoll()
+	c.sched.start(w, due)
+}
+
+// handoff is what a successor of w's lease is told: the lease to release,
+// and when w's next poll was due.
+func (c *Coordinator) handoff(w *worker) lease.Handoff {
+	return lease.Handoff{Lease: w.lease, NextPoll: c.sched.nextDue(w)}
 }
 
 // stopWorker ends w's loop after its current poll; the main loop releases
@@ -64,7 +75,14 @@ func (c *Coordinator) runPoll(w *worker) {
 	}
 	if first := l.MarkPolled(); first {
 		if gap, ok := l.HandoffGap(); ok {
-			c.cfg.Observer.HandoffGap(gap + now.Sub(l.Acquired()))
+			// The time the handoff left the session unpolled beyond its
+			// schedule: from the release, or from the poll's due time
+			// when the previous holder passed its schedule on.
+			from := l.Acquired()
+			if due, ok := l.NextPoll(); ok && due.After(from) {
+				from, gap = due, 0
+			}
+			c.cfg.Observer.HandoffGap(gap + now.Sub(from))
 		}
 	}
 	c.pollOnce(w.ctx, w.sess, l)
@@ -97,22 +115,29 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 
 // stopAll stops every poll loop and waits for them until ctx is done; then
 // it aborts the polls still running and waits for them a little longer. It
-// returns the leases of the loops that exited, whose polls have returned,
-// and forgets those workers.
-func (c *Coordinator) stopAll(ctx context.Context) []*lease.Lease {
+// returns the handoffs of the loops that exited, whose polls have
+// returned, and forgets those workers.
+func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
 	for _, w := range c.workers {
 		c.stopWorker(w)
 	}
-	var exited []*lease.Lease
+	var exited []lease.Handoff
+	// wait collects every loop that has exited, waiting for each until ctx
+	// is done; after that it only collects those that are done already, so
+	// one stuck poll never hides the others.
 	wait := func(ctx context.Context) {
 		for id, w := range c.workers {
 			select {
 			case <-w.done:
-				exited = append(exited, w.lease)
-				delete(c.workers, id)
-			case <-ctx.Done():
-				return
+			default:
+				select {
+				case <-w.done:
+				case <-ctx.Done():
+					continue
+				}
 			}
+			exited = append(exited, c.handoff(w))
+			delete(c.workers, id)
 		}
 	}
 	wait(ctx)
@@ -131,18 +156,19 @@ func (c *Coordinator) stopAll(ctx context.Context) []*lease.Lease {
 // abortGrace is how long a drain waits for aborted polls to return.
 const abortGrace = time.Second
 
-// release releases leases whose poll loops have exited and tells the peers,
-// so that a successor takes over at once.
-func (c *Coordinator) release(ctx context.Context, ls []*lease.Lease) error {
-	if len(ls) == 0 {
+// release releases leases whose poll loops have exited, passing their
+// poll schedules on, and tells the peers, so that a successor takes over at
+// once and polls when the session is due.
+func (c *Coordinator) release(ctx context.Context, hs []lease.Handoff) error {
+	if len(hs) == 0 {
 		return nil
 	}
-	ids := make([]string, len(ls))
-	for i, l := range ls {
-		ids[i] = l.Session()
+	ids := make([]string, len(hs))
+	for i, h := range hs {
+		ids[i] = h.Lease.Session()
 	}
-	if err := c.leases.Release(ctx, ls...); err != nil {
-		return fmt.Errorf("release %d leases: %w", len(ls), err)
+	if err := c.leases.HandOff(ctx, hs...); err != nil {
+		return fmt.Errorf("release %d leases: %w", len(hs), err)
 	}
 	ev := nodes.Event{Type: nodes.EventRelease, Node: c.cfg.ID}
 	if len(ids) <= 100 {

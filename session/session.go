@@ -17,11 +17,11 @@ import (
 const (
 	// MinInterval is the shortest Interval accepted.
 	MinInterval = 10 * time.Millisecond
-	// MaxInterval is the longest Interval accepted. A worker polls a
-	// session as soon as it acquires its lease, so a session is polled at
-	// least at every handoff (deploys, restarts, scaling): an interval of
-	// days would not be honoured, and one like 100000h is a typo. Poll less
-	// often than daily with a cron job instead.
+	// MaxInterval is the longest Interval accepted. A graceful handoff
+	// keeps a session's schedule, but a worker that acquires a lease left
+	// to expire (a crash) polls at once, so an interval of days would not
+	// be honoured reliably, and one like 100000h is a typo. Poll less often
+	// than daily with a cron job instead.
 	MaxInterval = 24 * time.Hour
 	// MaxValueBytes is the largest encoded session accepted, in bytes.
 	MaxValueBytes = 64 << 10

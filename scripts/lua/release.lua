@@ -1,14 +1,20 @@
 -- release.lua: delete the leases this owner still holds, and only those,
 -- and leave a handoff mark for each successor.
 -- KEYS[2i-1]=lease key of session i, KEYS[2i]=its handoff mark (same slot)
--- ARGV[1]=lifetime of a handoff mark in ms; ARGV[1+i]=owner value of lease i
+-- ARGV[1]=lifetime of a handoff mark in ms; ARGV[1+i]=owner value of lease i;
+-- ARGV[1+n+i]=ms from now until session i's next poll is due on the old
+-- holder's schedule, or -1 when unknown (n = #KEYS/2; optional: an older
+-- caller passes none)
 -- returns an array of integers: 1 deleted, 0 not ours (missing or another owner)
--- A deleted lease's mark is set to the release time (Redis TIME, in ms) with
--- PX ARGV[1]; acquire.lua reads and deletes it to report the handoff gap.
-local life = ARGV[1]
+-- A deleted lease's mark is set to "<release time>" or "<release time>:<next
+-- poll due>" (Redis TIME, in ms) with PX ARGV[1] (plus the wait for the next
+-- poll); acquire.lua reads and deletes it to report the handoff gap and to
+-- keep the session's poll schedule.
+local life = tonumber(ARGV[1])
+local n = #KEYS / 2
 local now
 local out = {}
-for i = 1, #KEYS / 2 do
+for i = 1, n do
   local lease, mark = KEYS[2 * i - 1], KEYS[2 * i]
   if redis.call('GET', lease) == ARGV[1 + i] then
     redis.call('DEL', lease)
@@ -16,7 +22,12 @@ for i = 1, #KEYS / 2 do
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
-    redis.call('SET', mark, string.format('%d', now), 'PX', life)
+    local due = tonumber(ARGV[1 + n + i] or '-1') or -1
+    if due >= 0 then
+      redis.call('SET', mark, string.format('%d:%d', now, now + due), 'PX', life + due)
+    else
+      redis.call('SET', mark, string.format('%d', now), 'PX', life)
+    end
     out[i] = 1
   else
     out[i] = 0
