@@ -6,6 +6,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// TestDemo runs `pollworker demo` through the CLI; internal/demo's
+// TestDemoPrintsWhatHappened checks every number it prints.
 func TestDemo(t *testing.T) {
 	r := runApp(t, "demo", "--duration", "3s", "--plain")
 	require.Equal(t, exitOK, r.code, r.stdout+r.stderr)
@@ -15,9 +17,13 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{
 		"stopping worker-2 gracefully",
 		"worker-2 drained in",
-		"worker-4 joins",
-		"sessions polled by two workers at the same time: 0\n",
+		"the planner places them: ",
+		"without worker-2 the planner puts ",
+		"worker-4 joins; the planner gives it ",
+		" at the end: ",
+		"polls of a session while another worker's poll of it ran: 0\n",
 		"polls with a fencing token older than one already used: 0\n",
+		"polls with a fencing token another worker had used: 0\n",
 		"0 rejected for a stale fencing token\n",
 		"OK: every session was polled by one worker at a time",
 	} {

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -13,12 +13,12 @@ import (
 	"github.com/pollworker/pollworker/httppoll"
 )
 
-// demoTarget is an HTTP server that stands for a polled system. It answers
+// target is an HTTP server that stands for a polled system. It answers
 // each poll after a few milliseconds of "work" and, as a downstream system
 // should, checks the fencing token: a poll whose token is lower than the
 // highest seen for its session comes from a stale poller and is rejected
 // with 409 Conflict.
-type demoTarget struct {
+type target struct {
 	url  string
 	srv  *http.Server
 	done chan struct{}
@@ -29,13 +29,13 @@ type demoTarget struct {
 	stale    int              // guarded by mu
 }
 
-// startTarget serves a demoTarget on a free loopback port.
-func startTarget() (*demoTarget, error) {
+// startTarget serves a target on a free loopback port.
+func startTarget() (*target, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	t := &demoTarget{url: "http://" + ln.Addr().String(), done: make(chan struct{}), maxToken: map[string]int64{}}
+	t := &target{url: "http://" + ln.Addr().String(), done: make(chan struct{}), maxToken: map[string]int64{}}
 	t.srv = &http.Server{Handler: t, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		defer close(t.done)
@@ -45,7 +45,7 @@ func startTarget() (*demoTarget, error) {
 }
 
 // ServeHTTP answers one poll.
-func (t *demoTarget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (t *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(httppoll.HeaderSession)
 	token, _ := strconv.ParseInt(r.Header.Get(httppoll.HeaderToken), 10, 64)
 	t.mu.Lock()
@@ -77,14 +77,14 @@ func workTime(id string) time.Duration {
 }
 
 // counts returns the number of requests and of stale ones rejected.
-func (t *demoTarget) counts() (requests, stale int) {
+func (t *target) counts() (requests, stale int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.requests, t.stale
 }
 
 // close stops the server, waiting for running polls up to ctx.
-func (t *demoTarget) close(ctx context.Context) {
+func (t *target) close(ctx context.Context) {
 	if err := t.srv.Shutdown(ctx); err != nil {
 		_ = t.srv.Close()
 	}

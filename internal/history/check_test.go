@@ -1,4 +1,4 @@
-package integration
+package history
 
 import (
 	"testing"
@@ -37,9 +37,11 @@ func TestCheck(t *testing.T) {
 			give: History{Polls: clean, Spans: []Span{span("a", 0, -1), span("b", 0, 200)}, End: at(400)},
 			want: func(t *testing.T, r Report) {
 				tot := r.Totals()
-				require.Equal(t, Totals{Polls: 7, MaxGap: 100 * time.Millisecond}, tot)
+				require.Equal(t, Totals{Polls: 7, MaxGap: 100 * time.Millisecond, Handoffs: 1, MaxToken: 7, MaxTokenSession: "b"}, tot)
 				require.Len(t, r.Sessions, 2)
 				require.Equal(t, 100*time.Millisecond, r.Sessions[0].MaxGap) // a: every 100ms, 240->340
+				require.Equal(t, 1, r.Sessions[0].Handoffs)                  // a: w1 -> w2
+				require.Equal(t, int64(2), r.Sessions[0].MaxToken)
 			},
 		},
 		{
@@ -72,6 +74,21 @@ func TestCheck(t *testing.T) {
 			name: "unsorted input is sorted by start",
 			give: History{Polls: []Poll{p("a", "w2", 2, 300, 310), p("a", "w1", 1, 0, 10)}},
 			want: func(t *testing.T, r Report) { require.Zero(t, r.Sessions[0].Violations()) },
+		},
+		{
+			name: "handoffs count changes of worker between consecutive polls",
+			give: History{Polls: []Poll{
+				p("a", "w1", 1, 0, 10), p("a", "w2", 2, 100, 110), p("a", "w2", 2, 200, 210),
+				p("a", "w1", 3, 300, 310), p("b", "w3", 1, 0, 10),
+			}},
+			want: func(t *testing.T, r Report) {
+				require.Equal(t, 2, r.Sessions[0].Handoffs)
+				require.Zero(t, r.Sessions[1].Handoffs)
+				tot := r.Totals()
+				require.Equal(t, 2, tot.Handoffs)
+				require.Equal(t, int64(3), tot.MaxToken)
+				require.Equal(t, "a", tot.MaxTokenSession)
+			},
 		},
 		{
 			name: "token shared by two workers",
