@@ -30,6 +30,7 @@ type Coordinator struct {
 
 	kick    chan struct{} // asks the main loop for a round; capacity 1
 	running atomic.Bool
+	stopRun context.CancelCauseFunc // ends Run's main loop with a cause (set by Run)
 
 	redisOK     atomic.Bool
 	heartbeatAt atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
@@ -107,7 +108,7 @@ func New(cfg Config) (*Coordinator, error) {
 		pendingOrphans: make(map[string]time.Time),
 	}
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
-	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID,
+	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize,
 		Clock: cfg.Clock, Logger: cfg.Logger, OnChange: c.onLeaseChange})
 	if err != nil {
@@ -176,14 +177,18 @@ func (c *Coordinator) Status() Status {
 // Leases is the lease manager, for embedders that want to inspect leases.
 func (c *Coordinator) Leases() *lease.Manager { return c.leases }
 
-// Run works until ctx is done, then drains within DrainTimeout: stops every
-// poll, releases every lease, announces it to peers and deletes its
-// heartbeat. It returns after every goroutine it started has exited; the
-// error is nil after a clean drain.
+// Run works until ctx is done, then drains: stops every poll (waiting up to
+// DrainTimeout for those in flight), releases every lease whose poll has
+// returned, announces it to peers and deletes its heartbeat. It returns
+// after every goroutine it started has exited; the error is nil after a
+// clean drain. It also stops, and returns an error matching
+// nodes.ErrDuplicateID, when another live process claims this worker's id.
 func (c *Coordinator) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("poller: Run called twice")
 	}
+	ctx, c.stopRun = context.WithCancelCause(ctx)
+	defer c.stopRun(nil)
 	// Heartbeat and subscription stop before the drain (a heartbeat after
 	// Leave would bring this worker back); renewal goes on until the polls
 	// have stopped and the leases are released.
@@ -205,6 +210,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	renew.Wait()
 	c.sched.close()
 	c.stopTimers()
+	if cause := context.Cause(ctx); errors.Is(cause, nodes.ErrDuplicateID) {
+		err = errors.Join(cause, err)
+	}
 	return err
 }
 
@@ -245,6 +253,16 @@ func (c *Coordinator) heartbeatLoop(ctx context.Context) {
 		rctx, cancel := c.requestCtx(ctx)
 		err := c.registry.Heartbeat(rctx)
 		cancel()
+		if errors.Is(err, nodes.ErrDuplicateID) {
+			// Another live process claims this id (or took it over while
+			// this one was paused past its heartbeat TTL): two workers of
+			// one identity must not both poll. Stop, draining what this
+			// process holds (its release and leave touch only its own).
+			c.redisOK.Store(false)
+			c.log.Error("another worker holds this id; stopping", zap.Error(err))
+			c.stopRun(err)
+			return
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -1,0 +1,38 @@
+package poller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/nodes"
+)
+
+// TestSecondWorkerWithTheSameIDStops is issue 10 item 5 in the library: a
+// second coordinator started with a live worker's id stops with
+// nodes.ErrDuplicateID and never polls, and the first keeps its sessions.
+func TestSecondWorkerWithTheSameIDStops(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 10, 50*time.Millisecond)
+	rec := newRecorder()
+	first := start(t, fastConfig(client, "dup", rec.poller("first")))
+	require.Eventually(t, func() bool { return len(first.c.Status().Owned) == len(ids) }, 10*time.Second, 10*time.Millisecond)
+
+	second := start(t, fastConfig(client, "dup", rec.poller("second")))
+	select {
+	case <-second.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second worker with the same id kept running")
+	}
+	require.ErrorIs(t, second.err, nodes.ErrDuplicateID)
+	for _, id := range ids {
+		require.NotEqual(t, "second", rec.lastPoller()[id])
+	}
+	require.Len(t, first.c.Status().Owned, len(ids), "the first keeps its sessions")
+	require.True(t, first.c.Ready())
+	first.stop(t)
+	rec.check(t)
+}
