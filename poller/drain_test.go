@@ -1,0 +1,62 @@
+package poller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/session"
+)
+
+// TestDrainPastItsTimeoutReleasesWhatItCan is issue 10 item 2: a poll that
+// outlives DrainTimeout (and ignores its cancellation) costs only its own
+// lease. The leases whose polls returned are released, the worker leaves
+// the membership and says so, and Run reports the one poll left. Before the
+// fix the release, the leave and the announcement shared the drain's
+// deadline, already past: all failed, and every lease was left to expire.
+func TestDrainPastItsTimeoutReleasesWhatItCan(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 6, 50*time.Millisecond)
+	stuck := ids[0]
+	unblock := make(chan struct{})
+	t.Cleanup(func() { close(unblock) })
+	started := make(chan struct{}, 1)
+	p := PollFunc(func(ctx context.Context, s session.Session, _ *lease.Lease) error {
+		if s.ID == stuck {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			<-unblock // ignores ctx: a poll stuck in a call without a deadline
+		}
+		return nil
+	})
+	cfg := fastConfig(client, "w", p)
+	cfg.DrainTimeout = 300 * time.Millisecond
+	w := start(t, cfg)
+	require.Eventually(t, func() bool { return len(w.c.Status().Owned) == len(ids) }, 10*time.Second, 10*time.Millisecond)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stuck poll did not start")
+	}
+
+	w.cancel()
+	select {
+	case <-w.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	require.ErrorContains(t, w.err, "waiting for 1 polls")
+	require.Equal(t, map[string]string{stuck: "w"}, owners(t, client, ids),
+		"only the stuck poll's lease is left to expire")
+	members, err := client.ZRange(context.Background(), keyspace.Space{}.NodeIndex(), 0, -1).Result()
+	require.NoError(t, err)
+	require.NotContains(t, members, "w", "the worker left the membership")
+}

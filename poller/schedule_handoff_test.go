@@ -1,0 +1,112 @@
+package poller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/session"
+)
+
+// pollLog records the start of every poll: session -> (worker, time).
+type pollLog struct {
+	mu    sync.Mutex
+	polls map[string][]pollAt
+}
+
+type pollAt struct {
+	worker string
+	at     time.Time
+}
+
+func (p *pollLog) poller(worker string) Poller {
+	return PollFunc(func(_ context.Context, s session.Session, _ *lease.Lease) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.polls[s.ID] = append(p.polls[s.ID], pollAt{worker, time.Now()})
+		return nil
+	})
+}
+
+// handoffs returns, for every session whose polls went from one worker to
+// another, the time from the last poll of the first to the first poll of
+// the second (the last such change).
+func (p *pollLog) handoffs() map[string]time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]time.Duration)
+	for id, ps := range p.polls {
+		for i := 1; i < len(ps); i++ {
+			if ps[i].worker != ps[i-1].worker {
+				out[id] = ps[i].at.Sub(ps[i-1].at)
+			}
+		}
+	}
+	return out
+}
+
+func (p *pollLog) polledBy(id, worker string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pa := range p.polls[id] {
+		if pa.worker == worker {
+			return true
+		}
+	}
+	return false
+}
+
+// TestGracefulHandoffKeepsTheSchedule is issue 10 item 4: a session moved
+// by a join or by a graceful shutdown is polled by its successor when its
+// next poll was due (previous poll + interval), not at once. Before the
+// fix, the successor polled as soon as it acquired the lease.
+func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	store, err := session.NewStore(client, keyspace.Space{})
+	require.NoError(t, err)
+	intervals := map[string]time.Duration{}
+	for i := range 20 {
+		id := fmt.Sprintf("mixed-%d", i)
+		intervals[id] = time.Duration(1+i%10) * time.Second
+		require.NoError(t, store.Put(context.Background(), session.Session{ID: id,
+			URL: "http://127.0.0.1:1/" + id, Interval: session.Duration(intervals[id])}))
+	}
+	log := &pollLog{polls: map[string][]pollAt{}}
+	cfg := func(id string) Config {
+		c := fastConfig(client, id, log.poller(id))
+		c.BalanceSlack = -1
+		return c
+	}
+	a := start(t, cfg("a"))
+	require.Eventually(t, func() bool {
+		for id := range intervals {
+			if !log.polledBy(id, "a") {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+
+	// A join moves about half of them to b, then a graceful stop of a
+	// moves the rest.
+	start(t, cfg("b"))
+	require.Eventually(t, func() bool { return len(log.handoffs()) >= 5 }, 15*time.Second, 10*time.Millisecond,
+		"b takes its share")
+	a.stop(t)
+	require.Eventually(t, func() bool { return len(log.handoffs()) == len(intervals) }, 15*time.Second, 10*time.Millisecond,
+		"b takes every session once a has stopped")
+
+	for id, gap := range log.handoffs() {
+		iv := intervals[id]
+		require.GreaterOrEqual(t, gap, iv-50*time.Millisecond, "%s (interval %v) polled early after its handoff", id, iv)
+		require.LessOrEqual(t, gap, iv+250*time.Millisecond, "%s (interval %v) polled late after its handoff", id, iv)
+	}
+}
