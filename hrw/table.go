@@ -241,3 +241,10 @@ func (t *Table) Top2(h uint64) (first, second int) {
 	}
 	return first, second
 }
+
+func (t *Table) weightOf(i int) float64 {
+	if t.weight == nil {
+		return 1
+	}
+	return t.weight[i]
+}
