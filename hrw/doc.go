@@ -57,7 +57,8 @@
 //   - The hash is not keyed and not cryptographic: whoever chooses the keys
 //     can choose keys that all land on one node.
 //   - Balance is not exact: with k keys per node expect deviations of a
-//     few times sqrt(k).
+//     few times sqrt(k). Bounding the loads is not hrw's job: package
+//     assign does it on top of a Table, for pollworker's index buckets.
 //   - Weighted results rely on the platform's natural logarithm; an ln that
 //     is not correctly rounded may pick a different owner in near-ties
 //     (rare: scores must agree to about the last bit of a float64).
