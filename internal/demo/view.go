@@ -159,7 +159,7 @@ func (v *view) frame(final bool) []string {
 	lines := []string{
 		fmt.Sprintf("pollworker demo   t=%4.1fs of %v   %d sessions, %d HTTP targets, embedded Redis %s",
 			s.at.Seconds(), d.opts.Duration, len(d.sessions), len(d.targets), d.mr.Addr()),
-		"  leader election on this Redis, in another terminal: " + d.electionCommand(),
+		"  try leader election on this Redis: " + d.electionCommand(),
 		"",
 		"  WORKER     STATE     LEASES  POLLS",
 	}
