@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pollworker/pollworker/metrics"
+	"github.com/pollworker/pollworker/session"
 )
 
 // load decodes every YAML document of the manifests, keyed by kind.
@@ -101,6 +102,46 @@ func TestManifests(t *testing.T) {
 	pdb := docs["PodDisruptionBudget"]
 	require.NotNil(t, pdb)
 	require.Equal(t, at(t, dep, "spec", "selector", "matchLabels"), at(t, pdb, "spec", "selector", "matchLabels"))
+}
+
+// TestSessionsManifests: the ConfigMap holds a sessions file that
+// `sessions apply` accepts, and the CronJob applies that file, from the
+// worker's image with the worker's Redis Secret, one run at a time, in pods
+// that the Deployment and the PodDisruptionBudget do not select.
+func TestSessionsManifests(t *testing.T) {
+	docs := load(t)
+	cm, cron, dep := docs["ConfigMap"], docs["CronJob"], docs["Deployment"]
+	require.NotNil(t, cm)
+	require.NotNil(t, cron)
+
+	file, ok := at(t, cm, "data", "sessions.yaml").(string)
+	require.True(t, ok)
+	entries, err := session.ParseFile([]byte(file), session.HTTPURL)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries)
+
+	require.Equal(t, "Forbid", at(t, cron, "spec", "concurrencyPolicy"))
+	pod := at(t, cron, "spec", "jobTemplate", "spec", "template")
+	c := at(t, pod, "spec", "containers", 0)
+	worker := at(t, dep, "spec", "template", "spec", "containers", 0)
+	require.Equal(t, at(t, worker, "image"), at(t, c, "image"))
+
+	args := at(t, c, "args").([]any)
+	require.Equal(t, []any{"sessions", "apply", "-f"}, args[:3])
+	require.NotContains(t, args, "--allow-empty", "an emptied ConfigMap must not wipe the fleet")
+	mount := at(t, c, "volumeMounts", 0)
+	require.Equal(t, at(t, mount, "mountPath").(string)+"/sessions.yaml", args[3])
+	vol := at(t, pod, "spec", "volumes", 0)
+	require.Equal(t, at(t, mount, "name"), at(t, vol, "name"))
+	require.Equal(t, at(t, cm, "metadata", "name"), at(t, vol, "configMap", "name"))
+
+	env := at(t, c, "env").([]any)
+	require.Equal(t, at(t, worker, "env", 0), env[0], "the worker's Redis URL, from its Secret")
+
+	podLabels := at(t, pod, "metadata", "labels").(map[string]any)
+	for k, v := range at(t, dep, "spec", "selector", "matchLabels").(map[string]any) {
+		require.NotEqual(t, v, podLabels[k], "the Deployment must not select the apply pods (label %s)", k)
+	}
 }
 
 func TestDockerfileBuildsTheBinary(t *testing.T) {

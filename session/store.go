@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -98,8 +99,15 @@ func (s *Store) Put(ctx context.Context, sess Session) error {
 // PutMany validates every session (as Put does), then creates or replaces them all in
 // pipelines of 1000 and records the change once (one revision, one
 // announcement without ids): the bulk form of Put, for imports. Nothing is
-// written when one session is invalid.
+// written when one session is invalid, and nothing at all (no revision
+// bump) for no sessions. If a pipeline fails midway, the change of the
+// sessions already written is still recorded (with a fresh context bounded
+// by recordTimeout when ctx is done), so that a retry which finds them
+// written still leaves the workers told.
 func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
+	if len(sessions) == 0 {
+		return nil
+	}
 	values := make([][]byte, len(sessions))
 	for i, sess := range sessions {
 		if err := s.validate(sess); err != nil {
@@ -112,10 +120,11 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 		values[i] = b
 	}
 	added := make(map[int]int64) // bucket -> ids added
-	for lo := 0; lo < len(sessions); lo += batch {
+	var werr error
+	for lo := 0; lo < len(sessions) && werr == nil; lo += batch {
 		hi := min(lo+batch, len(sessions))
 		sadd := make([]*redis.IntCmd, hi-lo)
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, werr = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := lo; i < hi; i++ {
 				id := sessions[i].ID
 				p.Set(ctx, s.keys.Session(id), values[i], 0)
@@ -123,18 +132,90 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 			}
 			return nil
 		})
-		if err != nil {
-			return fmt.Errorf("put many: %w", err)
-		}
 		for i := lo; i < hi; i++ {
+			// A failed pipeline may have written some of its sessions:
+			// mark their buckets changed all the same.
 			added[keyspace.BucketOf(sessions[i].ID)] += sadd[i-lo].Val()
 		}
 	}
-	args := make([]any, 0, 2*len(added))
-	for b, n := range added {
+	if werr != nil {
+		rctx, cancel := recordContext(ctx)
+		defer cancel()
+		if err := s.record(rctx, "put many", "", bucketArgs(added)); err != nil {
+			return fmt.Errorf("put many: %w (and %w)", werr, err)
+		}
+		return fmt.Errorf("put many: %w", werr)
+	}
+	return s.record(ctx, "put many", "", bucketArgs(added))
+}
+
+// DeleteMany removes the sessions ids and their index entries in pipelines
+// of 1000 and records the change once: the bulk form of Delete, for
+// pruning. It returns the number of ids that had a key or an index entry;
+// ids that had neither are not an error. Any non-empty id is accepted, as
+// by Delete. Nothing is recorded for no ids. A failure midway is recorded
+// as by PutMany.
+func (s *Store) DeleteMany(ctx context.Context, ids []string) (int, error) {
+	for _, id := range ids {
+		if id == "" {
+			return 0, fmt.Errorf("delete many: %w", keyspace.ValidateID(id))
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	removed := make(map[int]int64) // bucket -> ids removed
+	deleted := 0
+	var werr error
+	for lo := 0; lo < len(ids) && werr == nil; lo += batch {
+		hi := min(lo+batch, len(ids))
+		del := make([]*redis.IntCmd, hi-lo)
+		srem := make([]*redis.IntCmd, hi-lo)
+		_, werr = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := lo; i < hi; i++ {
+				del[i-lo] = p.Del(ctx, s.keys.Session(ids[i]))
+				srem[i-lo] = p.SRem(ctx, s.keys.SessionBucketOf(ids[i]), ids[i])
+			}
+			return nil
+		})
+		for i := lo; i < hi; i++ {
+			removed[keyspace.BucketOf(ids[i])] -= srem[i-lo].Val()
+			if del[i-lo].Val() > 0 || srem[i-lo].Val() > 0 {
+				deleted++
+			}
+		}
+	}
+	if werr != nil {
+		rctx, cancel := recordContext(ctx)
+		defer cancel()
+		if err := s.record(rctx, "delete many", "", bucketArgs(removed)); err != nil {
+			return deleted, fmt.Errorf("delete many: %w (and %w)", werr, err)
+		}
+		return deleted, fmt.Errorf("delete many: %w", werr)
+	}
+	return deleted, s.record(ctx, "delete many", "", bucketArgs(removed))
+}
+
+// recordTimeout bounds the recording of a bulk write that failed midway
+// when the caller's context is done.
+const recordTimeout = 5 * time.Second
+
+// recordContext is ctx, or when ctx is done a fresh context bounded by
+// recordTimeout that keeps ctx's values.
+func recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+}
+
+// bucketArgs turns bucket -> size change into the arguments of record.
+func bucketArgs(changes map[int]int64) []any {
+	args := make([]any, 0, 2*len(changes))
+	for b, n := range changes {
 		args = append(args, b, n)
 	}
-	return s.record(ctx, "put many", "", args)
+	return args
 }
 
 // Get returns the session id. It returns an error wrapping ErrNotFound when

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -355,4 +357,60 @@ func TestPauseRetriesOnConflict(t *testing.T) {
 	}
 	require.ErrorIs(t, s.Resume(ctx, "s1"), redis.TxFailedErr)
 	require.Equal(t, before, rev(t, s))
+}
+
+// TestPutManyNothing: no sessions, no write and no revision bump, so that
+// an apply that changes nothing makes no worker reread.
+func TestPutManyNothing(t *testing.T) {
+	m, _, s := newMini(t)
+	require.NoError(t, s.PutMany(ctxT(t), nil))
+	require.Empty(t, m.Keys())
+	n, err := s.DeleteMany(ctxT(t), nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Empty(t, m.Keys())
+}
+
+func TestDeleteMany(t *testing.T) {
+	m, _, s := newMini(t)
+	ctx := ctxT(t)
+	var all []Session
+	for i := range 2*batch + 3 {
+		all = append(all, sess(fmt.Sprintf("s%04d", i)))
+	}
+	require.NoError(t, s.PutMany(ctx, all))
+	r0 := rev(t, s)
+	require.Equal(t, int64(1), r0, "one bump for the whole PutMany")
+
+	gone := []string{"s0000", "s1500", "s2002", "nosuch"}
+	n, err := s.DeleteMany(ctx, gone)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "nosuch had nothing")
+	require.Equal(t, r0+1, rev(t, s), "one bump for the whole DeleteMany")
+	snap, err := s.Load(ctx)
+	require.NoError(t, err)
+	require.Len(t, snap.Sessions, len(all)-3)
+	require.False(t, m.Exists(keys.Session("s1500")))
+	_, sizes, err := s.Sizes(ctx)
+	require.NoError(t, err)
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	require.Equal(t, len(all)-3, total, "bucket sizes follow")
+
+	_, err = s.DeleteMany(ctx, []string{"a", ""})
+	require.ErrorIs(t, err, keyspace.ErrInvalidID)
+}
+
+// TestPutManyFailureStillRecorded: a PutMany that fails (here: its context
+// is done) still bumps the revision with a fresh context, so that what a
+// failed pipeline may have written is announced.
+func TestPutManyFailureStillRecorded(t *testing.T) {
+	_, _, s := newMini(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	cancel()
+	err := s.PutMany(ctx, []Session{sess("a")})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, int64(1), rev(t, s))
 }

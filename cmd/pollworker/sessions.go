@@ -31,6 +31,21 @@ type admin struct {
 // withAdmin validates the connFlags and --timeout of cmd, connects (lazily)
 // and runs fn under a context bounded by --timeout.
 func withAdmin(ctx context.Context, cmd *cli.Command, fn func(ctx context.Context, a admin) error) error {
+	if cmd.Duration(flagWatch) > 0 {
+		// A watch runs until interrupted; each refresh is bounded instead.
+		return withAdminSteps(ctx, cmd, fn)
+	}
+	return withAdminSteps(ctx, cmd, func(ctx context.Context, a admin) error {
+		ctx, cancel := context.WithTimeout(ctx, a.timeout)
+		defer cancel()
+		return fn(ctx, a)
+	})
+}
+
+// withAdminSteps is withAdmin for a command that bounds each of its steps
+// by a.timeout itself (a watch's refreshes, apply's chunks): fn's context
+// has no deadline.
+func withAdminSteps(ctx context.Context, cmd *cli.Command, fn func(ctx context.Context, a admin) error) error {
 	conn, err := parseConn(connOptionsFrom(cmd))
 	if err != nil {
 		return configError(err)
@@ -49,20 +64,13 @@ func withAdmin(ctx context.Context, cmd *cli.Command, fn func(ctx context.Contex
 	if err != nil {
 		return configError(err)
 	}
-	a := admin{client: client, keys: conn.Keys, store: store, timeout: timeout}
-	if cmd.Duration(flagWatch) > 0 {
-		// A watch runs until interrupted; each refresh is bounded instead.
-		return fn(ctx, a)
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return fn(ctx, a)
+	return fn(ctx, admin{client: client, keys: conn.Keys, store: store, timeout: timeout})
 }
 
 func sessionsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "sessions",
-		Usage: "add, list, pause, resume and remove sessions",
+		Usage: "add, list, pause, resume, remove, apply and export sessions",
 		Flags: adminFlags(),
 		Commands: []*cli.Command{
 			sessionsAddCommand(),
@@ -73,6 +81,8 @@ func sessionsCommand() *cli.Command {
 				apply: (*session.Store).Resume, check: checkWellFormed}),
 			sessionsEachCommand(eachOp{name: "rm", usage: "remove sessions", done: "removed",
 				apply: (*session.Store).Delete, check: checkEntry, anyID: true}),
+			sessionsApplyCommand(),
+			sessionsExportCommand(),
 		},
 	}
 }

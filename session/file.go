@@ -1,0 +1,477 @@
+package session
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// A sessions file is the declarative form of a set of sessions, read by
+// `pollworker sessions apply` and written by `pollworker sessions export`:
+//
+//	sessions:
+//	  - id: api-1
+//	    url: https://api.example.com/health
+//	    interval: 30s
+//	    labels: {team: core}
+//	  - id: api-2
+//	    url: https://api.example.com/ready
+//	    interval: 1m
+//	    paused: true
+//
+// JSON of the same shape ({"sessions": [...]}) is read as well, since JSON
+// is YAML. Field names are exact (no case folding, unlike the stored
+// value), interval is a Go duration string (a bare number is refused: "30"
+// would mean 30ms in the stored form), paused is true or false, and labels
+// map strings to strings.
+
+// FileFormat is the encoding of a sessions file written by EncodeFile.
+type FileFormat string
+
+// The formats of EncodeFile; ParseFile reads both.
+const (
+	FormatYAML FileFormat = "yaml"
+	FormatJSON FileFormat = "json"
+)
+
+// MaxFileProblems is the number of problems a FileError lists; the others
+// are counted.
+const MaxFileProblems = 100
+
+// Entry is one session of a sessions file.
+type Entry struct {
+	// Session is the definition; its Paused is *Paused, or false when the
+	// entry does not say.
+	Session Session
+	// Paused is the paused state the entry asks for, nil when it has no
+	// "paused" field (apply then keeps the current state).
+	Paused *bool
+	// Line is the entry's line in the file, from 1.
+	Line int
+
+	index int // position in the list, from 1
+}
+
+// FileProblem is one reason a sessions file is refused.
+type FileProblem struct {
+	// Entry is the position of the entry in the sessions list, from 1; 0
+	// for a problem of the whole file.
+	Entry int
+	// Line is the line of the problem in the file, from 1; 0 if unknown.
+	Line int
+	// ID is the entry's id when it has a usable one, else "".
+	ID string
+	// Reason says which rule is broken. It never quotes a URL, which may
+	// hold a password.
+	Reason string
+}
+
+// String returns "entry 3 (line 12, id api-1): <reason>", or
+// "line 1: <reason>" for the whole file.
+func (p FileProblem) String() string {
+	var where []string
+	if p.Line > 0 {
+		where = append(where, fmt.Sprintf("line %d", p.Line))
+	}
+	if p.ID != "" {
+		where = append(where, "id "+p.ID)
+	}
+	switch {
+	case p.Entry > 0 && len(where) > 0:
+		return fmt.Sprintf("entry %d (%s): %s", p.Entry, strings.Join(where, ", "), p.Reason)
+	case p.Entry > 0:
+		return fmt.Sprintf("entry %d: %s", p.Entry, p.Reason)
+	case len(where) > 0:
+		return strings.Join(where, ", ") + ": " + p.Reason
+	}
+	return p.Reason
+}
+
+// FileError is the error of ParseFile: every problem found, up to
+// MaxFileProblems, and how many there are. errors.Is(err, ErrMalformed)
+// holds for it.
+type FileError struct {
+	Problems []FileProblem
+	// Total counts every problem, listed or not.
+	Total int
+}
+
+// Error returns the problems, one per line.
+func (e *FileError) Error() string {
+	lines := make([]string, 0, len(e.Problems)+1)
+	for _, p := range e.Problems {
+		lines = append(lines, p.String())
+	}
+	if more := e.Total - len(e.Problems); more > 0 {
+		lines = append(lines, fmt.Sprintf("and %d more problems", more))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Is reports whether target is ErrMalformed.
+func (e *FileError) Is(target error) bool { return target == ErrMalformed }
+
+// fileFields are the fields of an entry, in the order they are written.
+var fileFields = []string{"id", "url", "interval", "paused", "labels"}
+
+// ParseFile reads a sessions file (YAML or JSON) and checks it whole: the
+// shape of the document, every field of every entry (unknown and repeated
+// fields are refused), Session.Validate, checkURL (HTTPURL for what the
+// built-in poller polls; nil for Validate's rule only) and ids repeated
+// across entries. It returns the entries in file order, or a *FileError
+// naming every problem. An empty document, or "sessions:" with no entries,
+// is a file of no sessions.
+func ParseFile(raw []byte, checkURL func(url string) error) ([]Entry, error) {
+	fe := &FileError{}
+	add := func(p FileProblem) {
+		fe.Total++
+		if len(fe.Problems) < MaxFileProblems {
+			fe.Problems = append(fe.Problems, p)
+		}
+	}
+	list, p := fileList(raw)
+	if p != nil {
+		add(*p)
+		return nil, fe
+	}
+	entries := make([]Entry, 0, len(list))
+	first := make(map[string]Entry, len(list)) // id -> its first entry
+	for i, n := range list {
+		e, problems := parseEntry(i+1, n, checkURL)
+		for _, p := range problems {
+			add(p)
+		}
+		id := e.Session.ID
+		if prev, dup := first[id]; dup {
+			add(FileProblem{Entry: i + 1, Line: e.Line, ID: id,
+				Reason: fmt.Sprintf("id repeats entry %d (line %d); each id may appear once", prev.index, prev.Line)})
+			continue
+		}
+		if keyspace.ValidateID(id) == nil {
+			e.index = i + 1
+			first[id] = e
+		}
+		if len(problems) == 0 {
+			entries = append(entries, e)
+		}
+	}
+	if fe.Total > 0 {
+		return nil, fe
+	}
+	return entries, nil
+}
+
+// fileList returns the entries of the "sessions" list of raw, or the
+// problem with the document.
+func fileList(raw []byte) ([]*yaml.Node, *FileProblem) {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, nil // no document at all
+	} else if err != nil {
+		return nil, &FileProblem{Reason: "not YAML or JSON: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		line := next.Line
+		if err != nil {
+			return nil, &FileProblem{Reason: "not YAML or JSON: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+		}
+		return nil, &FileProblem{Line: line, Reason: "a second document: the file must hold one (no \"---\" separators)"}
+	}
+	root := resolve(&doc)
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = resolve(root.Content[0])
+	}
+	const shape = `want a mapping with one key, "sessions", holding a list of sessions`
+	if isNull(root) {
+		return nil, nil // comments only
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, &FileProblem{Line: root.Line, Reason: shape}
+	}
+	var list *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], resolve(root.Content[i+1])
+		switch {
+		case k.Kind != yaml.ScalarNode || k.Value != "sessions":
+			return nil, &FileProblem{Line: k.Line, Reason: fmt.Sprintf("unknown top-level field %.40q: %s", k.Value, shape)}
+		case list != nil:
+			return nil, &FileProblem{Line: k.Line, Reason: `field "sessions" given twice`}
+		case isNull(v):
+			list = &yaml.Node{Kind: yaml.SequenceNode}
+		case v.Kind != yaml.SequenceNode:
+			return nil, &FileProblem{Line: v.Line, Reason: `"sessions" must be a list`}
+		default:
+			list = v
+		}
+	}
+	if list == nil {
+		return nil, &FileProblem{Line: root.Line, Reason: shape}
+	}
+	return list.Content, nil
+}
+
+// parseEntry reads the entry at position i of the list; it returns every
+// problem it finds with the fields, and otherwise the first rule the
+// session breaks.
+func parseEntry(i int, n *yaml.Node, checkURL func(string) error) (Entry, []FileProblem) {
+	n = resolve(n)
+	e := Entry{Line: n.Line}
+	if n.Kind != yaml.MappingNode {
+		return e, []FileProblem{{Entry: i, Line: n.Line, Reason: "want a mapping with id, url and interval"}}
+	}
+	var problems []FileProblem
+	fail := func(line int, format string, args ...any) {
+		problems = append(problems, FileProblem{Entry: i, Line: line, Reason: fmt.Sprintf(format, args...)})
+	}
+	seen := map[string]bool{}   // fields present and read
+	failed := map[string]bool{} // fields present but unreadable
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		k, v := n.Content[j], resolve(n.Content[j+1])
+		name := k.Value
+		switch {
+		case k.Kind != yaml.ScalarNode || !slices.Contains(fileFields, name):
+			fail(k.Line, "unknown field %.40q (fields: %s)", name, strings.Join(fileFields, ", "))
+			continue
+		case seen[name] || failed[name]:
+			fail(k.Line, "field %q given twice", name)
+			continue
+		}
+		before := len(problems)
+		switch name {
+		case "id", "url":
+			s, ok := scalar(v)
+			if !ok {
+				fail(v.Line, "%s must be a string", name)
+			} else if name == "id" {
+				e.Session.ID = s
+			} else {
+				e.Session.URL = s
+			}
+		case "interval":
+			s, ok := scalar(v)
+			if !ok {
+				fail(v.Line, `interval must be a duration like "30s"`)
+				break
+			}
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				fail(v.Line, `interval %.40q is not a duration like "30s" or "1m30s"`, s)
+				break
+			}
+			e.Session.Interval = Duration(d)
+		case "paused":
+			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+				fail(v.Line, "paused must be true or false")
+				break
+			}
+			b := v.Value == "true" || v.Value == "True" || v.Value == "TRUE"
+			e.Paused = &b
+			e.Session.Paused = b
+		case "labels":
+			labels, p := parseLabels(v)
+			if p != "" {
+				fail(v.Line, "%s", p)
+				break
+			}
+			e.Session.Labels = labels
+		}
+		if len(problems) > before {
+			failed[name] = true
+		} else {
+			seen[name] = true
+		}
+	}
+	// Each required field on its own, so that one entry's problems are
+	// all listed: a stand-in fills the other fields.
+	const okURL, okInterval = "http://x/", Duration(time.Second)
+	checks := []struct {
+		field string
+		s     Session
+	}{
+		{"id", Session{ID: e.Session.ID, URL: okURL, Interval: okInterval}},
+		{"url", Session{ID: "x", URL: e.Session.URL, Interval: okInterval}},
+		{"interval", Session{ID: "x", URL: okURL, Interval: e.Session.Interval}},
+	}
+	for _, c := range checks {
+		if !seen[c.field] {
+			if !failed[c.field] {
+				fail(n.Line, "missing field %q", c.field)
+			}
+			continue
+		}
+		err := c.s.Validate()
+		if err == nil && c.field == "url" && checkURL != nil {
+			err = checkURL(c.s.URL)
+		}
+		if err != nil {
+			var fe *FieldError
+			reason := err.Error()
+			if errors.As(err, &fe) {
+				reason = fe.Field + " " + fe.Reason
+			}
+			fail(n.Line, "%s", reason)
+		}
+	}
+	return e, withID(problems, e.Session.ID)
+}
+
+// withID sorts problems by line and names id in them when it is a valid
+// id.
+func withID(problems []FileProblem, id string) []FileProblem {
+	slices.SortStableFunc(problems, func(a, b FileProblem) int { return a.Line - b.Line })
+	if keyspace.ValidateID(id) == nil {
+		for k := range problems {
+			problems[k].ID = id
+		}
+	}
+	return problems
+}
+
+// parseLabels reads a mapping of strings to strings, or says why not.
+func parseLabels(v *yaml.Node) (map[string]string, string) {
+	if isNull(v) {
+		return nil, ""
+	}
+	if v.Kind != yaml.MappingNode {
+		return nil, "labels must be a mapping of strings to strings"
+	}
+	labels := make(map[string]string, len(v.Content)/2)
+	for j := 0; j+1 < len(v.Content); j += 2 {
+		k, ok := scalar(resolve(v.Content[j]))
+		if !ok || k == "" {
+			return nil, "labels: a key is empty or not a string"
+		}
+		val, ok := scalar(resolve(v.Content[j+1]))
+		if !ok {
+			return nil, fmt.Sprintf("labels: %.40q must be a string", k)
+		}
+		if _, dup := labels[k]; dup {
+			return nil, fmt.Sprintf("labels: key %.40q given twice", k)
+		}
+		labels[k] = val
+	}
+	if len(labels) == 0 {
+		return nil, ""
+	}
+	return labels, ""
+}
+
+// scalar returns the text of a non-null scalar, as written: "010" stays
+// "010", 1e3 stays "1e3".
+func scalar(n *yaml.Node) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return "", false
+	}
+	return n.Value, true
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+// resolve follows aliases (*name) to the node they name.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// fileEntry is an entry as EncodeFile writes it.
+type fileEntry struct {
+	ID       string            `json:"id" yaml:"id"`
+	URL      string            `json:"url" yaml:"url"`
+	Interval string            `json:"interval" yaml:"interval"`
+	Paused   bool              `json:"paused,omitempty" yaml:"paused,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
+}
+
+// fileHeader opens a YAML file written by EncodeFile.
+const fileHeader = `# Sessions of pollworker, as written by "pollworker sessions export".
+# Apply with "pollworker sessions apply -f FILE". An entry without "paused"
+# keeps the paused state it has in Redis (new sessions start unpaused).
+`
+
+// EncodeFile writes sessions to w as a sessions file in format, in the
+// order given, so that ParseFile reads them back. URLs are written whole,
+// passwords included. "paused" is written only when true: applied, such a
+// file keeps the paused state of the sessions it does not mark. Entries are
+// encoded one at a time, so memory does not grow with the number of
+// sessions beyond the slice itself.
+func EncodeFile(w io.Writer, sessions []Session, format FileFormat) error {
+	if format != FormatYAML && format != FormatJSON {
+		return fmt.Errorf("session: encode file: unknown format %q (want %s or %s)", format, FormatYAML, FormatJSON)
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	open, sep, end := fileHeader+"sessions:\n", "", ""
+	switch {
+	case format == FormatJSON && len(sessions) == 0:
+		open, end = "{\n  \"sessions\": []\n}\n", ""
+	case format == FormatJSON:
+		open, sep, end = "{\n  \"sessions\": [\n", ",\n", "\n  ]\n}\n"
+	case len(sessions) == 0:
+		open = fileHeader + "sessions: []\n"
+	}
+	_, _ = bw.WriteString(open)
+	for i, s := range sessions {
+		e := fileEntry{ID: s.ID, URL: s.URL, Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels}
+		if i > 0 {
+			_, _ = bw.WriteString(sep)
+		}
+		var err error
+		if format == FormatJSON {
+			err = writeJSONEntry(bw, e)
+		} else {
+			err = writeYAMLEntry(bw, e)
+		}
+		if err != nil {
+			return fmt.Errorf("session: encode file: %s: %w", s.ID, err)
+		}
+	}
+	_, _ = bw.WriteString(end)
+	return bw.Flush()
+}
+
+// writeJSONEntry writes e as an element of the "sessions" array, indented
+// by four spaces, without a trailing newline.
+func writeJSONEntry(w *bufio.Writer, e fileEntry) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // URLs read better with their & kept
+	enc.SetIndent("    ", "  ")
+	if err := enc.Encode(e); err != nil {
+		return err
+	}
+	_, _ = w.WriteString("    ")
+	_, err := w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	return err
+}
+
+// writeYAMLEntry writes e as an item of the "sessions" list, yaml.v3
+// choosing the quoting of each value.
+func writeYAMLEntry(w *bufio.Writer, e fileEntry) error {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode([]fileEntry{e}); err != nil {
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	for line := range strings.Lines(buf.String()) {
+		_, _ = w.WriteString("  ")
+		_, _ = w.WriteString(line)
+	}
+	return nil
+}
