@@ -56,6 +56,12 @@ type Config struct {
 	// TTL is the lease time to live: how long a crashed leader blocks the
 	// role. Default DefaultTTL (15s); at least 10ms.
 	TTL time.Duration
+	// LossQuarantine is how long no candidate is elected after Redis is
+	// seen to have lost data (or restarted, or failed over), so that a
+	// leader from before the loss has stepped down first; default TTL,
+	// negative turns it off. A brand-new keyspace looks the same: call
+	// lease.MarkFresh once on a new deployment. See lease.Config.
+	LossQuarantine time.Duration
 	// RenewInterval is the time between renewals of a held lease; default
 	// TTL/3. It must be positive and at most TTL/2.
 	RenewInterval time.Duration

@@ -49,12 +49,13 @@ func New(cfg Config) (*Elector, error) {
 	}
 	log := cfg.Logger.With(zap.String("role", cfg.Role), zap.String("candidate", cfg.ID))
 	mgr, err := lease.New(lease.Config{
-		Client: cfg.Client,
-		Keys:   cfg.Keys,
-		Holder: cfg.ID,
-		TTL:    cfg.TTL,
-		Clock:  cfg.Clock,
-		Logger: log,
+		Client:         cfg.Client,
+		Keys:           cfg.Keys,
+		Holder:         cfg.ID,
+		TTL:            cfg.TTL,
+		LossQuarantine: cfg.LossQuarantine,
+		Clock:          cfg.Clock,
+		Logger:         log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)

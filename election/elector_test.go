@@ -57,7 +57,7 @@ func TestLeadsAndReleasesOnStop(t *testing.T) {
 	require.Zero(t, e.Token())
 	stop := start(t, e)
 	token := f.waitLeading(t, e, rec)
-	require.Equal(t, int64(1), token)
+	require.Positive(t, token)
 	require.Equal(t, token, e.Token())
 	id, err := e.Leader(context.Background())
 	require.NoError(t, err)
@@ -83,7 +83,8 @@ func TestRenewErrorEndsTermAtOnce(t *testing.T) {
 	rec.hook(&cfg)
 	e := newElector(t, cfg)
 	start(t, e)
-	require.Equal(t, int64(1), f.waitLeading(t, e, rec))
+	first := f.waitLeading(t, e, rec)
+	require.Positive(t, first)
 
 	f.mr.SetError("LOADING test outage")
 	f.fc.Step(time.Second) // one renewal, far before the deadline
@@ -99,7 +100,7 @@ func TestRenewErrorEndsTermAtOnce(t *testing.T) {
 		f.fc.Step(500 * time.Millisecond)
 		return e.IsLeader()
 	}, 5*time.Second, 5*time.Millisecond)
-	require.Equal(t, int64(2), e.Token())
+	require.Greater(t, e.Token(), first)
 }
 
 func TestLostToAnotherOwner(t *testing.T) {
@@ -163,7 +164,7 @@ func TestLeaderOnlyCancelsWithTerm(t *testing.T) {
 			return ctx.Err()
 		})(context.Background())
 	}()
-	require.Equal(t, int64(1), <-running)
+	require.Positive(t, <-running)
 	require.NoError(t, e.Resign(context.Background()))
 	select {
 	case err := <-got:
@@ -194,6 +195,7 @@ func TestPriorityWaitsForNextRenewal(t *testing.T) {
 	}, 5*time.Second, time.Millisecond)
 
 	// Up to just before a's next renewal, b campaigns but never preempts.
+	aToken := a.Token()
 	for range 9 {
 		f.fc.Step(100 * time.Millisecond)
 		require.Never(t, b.IsLeader, 5*time.Millisecond, time.Millisecond)
@@ -206,6 +208,6 @@ func TestPriorityWaitsForNextRenewal(t *testing.T) {
 		f.fc.Step(100 * time.Millisecond)
 		return b.IsLeader()
 	}, 5*time.Second, 5*time.Millisecond)
-	require.Equal(t, int64(2), b.Token())
+	require.Greater(t, b.Token(), aToken)
 	require.False(t, a.IsLeader())
 }

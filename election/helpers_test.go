@@ -95,6 +95,9 @@ func newElector(t *testing.T, cfg Config) *Elector {
 	if cfg.Logger == nil {
 		cfg.Logger = zaptest.NewLogger(t)
 	}
+	if cfg.LossQuarantine == 0 {
+		cfg.LossQuarantine = -1 // each test has a fresh server
+	}
 	e, err := New(cfg)
 	require.NoError(t, err)
 	return e

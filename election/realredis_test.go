@@ -14,6 +14,7 @@ import (
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
 )
 
 // Timings of the real-Redis tests: short enough for a fast suite, long
@@ -34,9 +35,14 @@ type cluster struct {
 	stop []func()
 }
 
+// realClient starts a redis-server, declared fresh (lease.MarkFresh) so
+// that the loss quarantine, on by default, does not delay the first term.
 func realClient(t *testing.T) *redis.Client {
 	t.Helper()
-	return redistest.Start(t).Client(t)
+	c := redistest.Start(t).Client(t)
+	_, err := lease.MarkFresh(context.Background(), c, keyspace.Space{})
+	require.NoError(t, err)
+	return c
 }
 
 func realConfig(c *redis.Client, id string) Config {

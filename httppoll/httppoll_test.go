@@ -41,7 +41,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	mr := miniredis.RunT(t)
 	c := newClient(t, mr.Addr())
-	m, err := lease.New(lease.Config{Client: c, Holder: "w1", TTL: time.Minute})
+	m, err := lease.New(lease.Config{Client: c, Holder: "w1", TTL: time.Minute, LossQuarantine: -1})
 	require.NoError(t, err)
 	res := m.Acquire(ctxT(t), []string{"s1"})
 	require.NoError(t, res[0].Err)
@@ -147,12 +147,12 @@ func TestPollSendsHeadersAndRecords(t *testing.T) {
 	require.Equal(t, http.MethodGet, method)
 	require.Equal(t, "s1", got.Get(HeaderSession))
 	require.Equal(t, "w1", got.Get(HeaderWorker))
-	require.Equal(t, "1", got.Get(HeaderToken))
+	require.Equal(t, strconv.FormatInt(f.lease.Token(), 10), got.Get(HeaderToken))
 	require.Equal(t, DefaultUserAgent, got.Get("User-Agent"))
 	mu.Unlock()
 
 	require.Equal(t, []map[string]any{{
-		"session": "s1", "worker": "w1", "token": "1", "status": "200",
+		"session": "s1", "worker": "w1", "token": strconv.FormatInt(f.lease.Token(), 10), "status": "200",
 		"latency_ms": "0.000", "error": "", "at": "1893553445000",
 	}}, results(t, f.client))
 }

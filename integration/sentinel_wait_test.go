@@ -218,10 +218,13 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 //     is greater;
 //   - an acquisition the master acknowledged but did not replicate (the
 //     replication link was down) is lost: the promoted replica has neither
-//     the lease nor the increment, gives the lease to another worker while
-//     the first still believes it holds it, and issues the same token
-//     again. WAIT 1 returned 0 for that acquisition, which is how an
-//     acquirer that waits learns not to use it.
+//     the lease nor the increment, and gives the lease to another worker
+//     while the first still believes it holds it (this test calls the
+//     script without the loss marker; with it, the new master's run id
+//     quarantines the acquisition: lease/quarantine_test.go), yet the new
+//     token is greater, since tokens are minted from the clock too. WAIT 1
+//     returned 0 for that acquisition, which is how an acquirer that waits
+//     learns not to use it.
 //
 // The replica is paused (SIGSTOP) and its link killed on the master
 // (CLIENT KILL TYPE replica) before the unreplicated acquisition, so that
@@ -269,7 +272,7 @@ func TestSentinelFailoverFencing(t *testing.T) {
 	began := time.Now()
 	unreplicated, acked, err := acquire(ctx, m, []string{"lost"}, "w2", 200*time.Millisecond)
 	require.NoError(t, err)
-	require.Equal(t, prev[0]+1, unreplicated[0])
+	require.Greater(t, unreplicated[0], prev[0])
 	require.EqualValues(t, 0, acked, "WAIT 1 200 times out: the acquisition is not replicated")
 	t.Logf("unreplicated acquisition: token %d, WAIT returned %d after %v", unreplicated[0], acked, time.Since(began).Round(time.Millisecond))
 
@@ -294,13 +297,14 @@ func TestSentinelFailoverFencing(t *testing.T) {
 	require.Greater(t, next[0], confirmed[0], "a token confirmed by WAIT is never issued again")
 
 	// The unreplicated one is lost: no lease (w2 still believes it holds
-	// it), the counter is back at prev, and w3 gets w2's token again.
+	// it) and the counter is back at prev; yet w3's token is above w2's,
+	// since tokens are minted from the clock as well (lease/doc.go).
 	require.EqualValues(t, 0, r.Exists(ctx, ks.Lease("lost")).Val(), "the promoted replica never saw w2's lease")
 	fence, err := r.Get(ctx, ks.Fence("lost")).Int64()
 	require.NoError(t, err)
 	require.Equal(t, prev[0], fence, "the increment of the unreplicated acquisition is lost")
 	again, _, err := acquire(ctx, r, []string{"lost"}, "w3", 0)
 	require.NoError(t, err)
-	require.Equal(t, unreplicated[0], again[0], "the same fencing token is issued to a second worker")
+	require.Greater(t, again[0], unreplicated[0], "a token issued after the failover is above the lost one")
 	t.Logf("session lost: w2 holds token %d on the dead master only; the promoted replica gave w3 token %d", unreplicated[0], again[0])
 }

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/pollworker/pollworker/hrw"
 )
@@ -148,6 +149,30 @@ func (s Space) Fence(session string) string { return s.prefix() + ":fence:{" + s
 // Released is the handoff mark of a session: the Redis time (ms) of its
 // last graceful release, for the handoff gap; it shares the lease's slot.
 func (s Space) Released(session string) string { return s.prefix() + ":released:{" + session + "}" }
+
+// Epoch is the loss marker of the hash slot slot (0-16383): the run id of
+// the Redis server that wrote it and the end of a quarantine after a data
+// loss (see lease/doc.go). It lives in that slot (its hash tag is chosen
+// for it), so that the acquire script reads the marker of the leases it
+// takes in Redis Cluster too. Outside Cluster every lease uses slot 0's.
+func (s Space) Epoch(slot uint16) string {
+	return s.prefix() + ":epoch:{" + slotTags()[slot%16384] + "}"
+}
+
+// slotTags holds, for every hash slot, the shortest decimal hash tag that
+// maps to it.
+var slotTags = sync.OnceValue(func() []string {
+	tags := make([]string, 16384)
+	left := len(tags)
+	for n := 0; left > 0; n++ {
+		tag := strconv.Itoa(n)
+		if sl := crc16(tag) % 16384; tags[sl] == "" {
+			tags[sl] = tag
+			left--
+		}
+	}
+	return tags
+})
 
 // Node is the heartbeat key of a worker.
 func (s Space) Node(node string) string { return s.prefix() + ":node:" + node }

@@ -138,3 +138,16 @@ func TestSlot(t *testing.T) {
 	require.Equal(t, Slot("poll:lease:{s1}"), Slot("poll:fence:{s1}"))
 	require.Equal(t, Slot("a{}b"), crc16("a{}b")%16384)
 }
+
+func TestEpochKeyLivesInItsSlot(t *testing.T) {
+	var s Space
+	seen := map[string]bool{}
+	for _, slot := range []uint16{0, 1, 7, 8000, 16383} {
+		k := s.Epoch(slot)
+		require.Equal(t, slot, Slot(k), k)
+		require.False(t, seen[k])
+		seen[k] = true
+	}
+	require.Equal(t, Slot(s.Lease("api-1")), Slot(s.Epoch(Slot(s.Lease("api-1")))))
+	require.Equal(t, "team:epoch:{"+slotTags()[0]+"}", Space{Prefix: "team"}.Epoch(0))
+}

@@ -1,18 +1,19 @@
 // Package lease holds per-session leases in Redis with fencing tokens.
 //
 // A lease is the key <prefix>:lease:{<session>} holding an owner value that is
-// unique to one acquisition (the holder's id plus 64 random bits). Acquire is
-// SET NX PX plus INCR of the session's never-expiring fencing counter, in one
-// script; renew (PEXPIRE) and release (DEL) are scripts that act only where
+// unique to one acquisition (the holder's id, its process incarnation and 64
+// random bits). Acquire is SET NX PX plus the minting of a fencing token into
+// the session's never-expiring counter, in one script; renew (PEXPIRE) and release (DEL) are scripts that act only where
 // GET equals the owner value, so a holder can never extend or delete a lease
 // that another acquisition holds. Every script takes many sessions per call,
 // and the calls of one cycle go out at once, in one pipeline or (renewal of
 // many leases) a few pipelines sent concurrently on separate connections,
 // whose replies are handled as each arrives: one round trip per Redis shard
 // in wall time whatever the number of leases. A release leaves a handoff
-// mark (<prefix>:released:{<session>}, the release time, kept one TTL) that
-// the successor's acquisition consumes to report the handoff gap
-// (Lease.HandoffGap).
+// mark (<prefix>:released:{<session>}, the release time and when the next
+// poll is due, kept one TTL past that) that the successor's acquisition
+// consumes to report the handoff gap (Lease.HandoffGap) and keep the
+// session's schedule (Lease.NextPoll).
 //
 // # Guarantees
 //
@@ -26,9 +27,41 @@
 //   - Errors are never read as ownership: an acquire whose reply is lost is
 //     not Held; it is retried later with the same owner value, which the
 //     acquire script recognises (idempotent under client retries).
-//   - Fencing tokens of a session strictly increase across acquisitions,
-//     lease expiry, holder restarts and SCRIPT FLUSH, because the counter is
-//     a plain key that never expires and is only incremented.
+//   - Fencing tokens of a session strictly increase, whatever Redis loses.
+//     A token is max(counter + 1, the Redis server's clock in microseconds
+//     since the epoch), and the counter is set to it. Across acquisitions,
+//     expiry, holder restarts and SCRIPT FLUSH the counter alone ensures
+//     it; when the counter is lost (a restart without persistence,
+//     FLUSHALL, a failover to a replica that missed it, eviction) the clock
+//     puts the next token above every earlier one. Assumption: the clock of
+//     the server that mints a token is ahead of the clock of the server
+//     that minted the previous token of that session at that time — true
+//     for one server whose clock is not stepped back, and across a failover
+//     as long as the servers' clocks differ by less than the time between
+//     the two acquisitions (NTP keeps them within milliseconds; a failover
+//     takes seconds). A clock stepped back by more than the time since a
+//     session's last acquisition, together with the loss of its counter,
+//     can repeat a token. Tokens minted by a plain counter (pollworker
+//     before this scheme) are far below the clock, so an upgrade in place
+//     keeps them increasing. Tokens are int64, sent in decimal; the script
+//     computes them in Lua's doubles, exact up to 2^53 microseconds (the
+//     year 2255).
+//   - No two holders after a data loss (the loss quarantine). Each hash
+//     slot has a loss marker (<prefix>:epoch:{tag}, one per slot so that
+//     Redis Cluster's acquire script can read it; slot 0's outside
+//     Cluster) holding the run id of the server that wrote it. A marker
+//     that is missing, or that another server wrote (a restart, even with
+//     persistence, whose last second may be lost; a failover to a replica),
+//     means the data may be incomplete: the acquire script writes it anew
+//     and takes no free lease of that slot for Config.LossQuarantine
+//     (default TTL), so every lease granted before the loss has ended at
+//     its holder (its renewal finds the key gone, or its deadline passes)
+//     before a successor starts. Leases that survived are renewed as usual.
+//     From inside Redis a keyspace never used and one that lost its data
+//     look the same, so a brand-new deployment also waits once; set
+//     LossQuarantine negative where that cannot be tolerated. The run id
+//     comes from INFO server; where INFO is refused (an ACL without +info),
+//     restarts and failovers go unseen and only a lost marker counts.
 //
 // # Non-guarantees
 //
@@ -38,7 +71,7 @@
 //     not by Redis; a poll already running when the pause began may still
 //     send requests after it: downstream systems must check the fencing
 //     token to reject them).
-//   - Redis failover with asynchronous replication can lose a lease or a
-//     counter increment; a restart of Redis without persistence resets the
-//     counters. Tokens are then only as monotonic as the data Redis kept.
+//   - A partition that leaves an old master accepting writes after a
+//     replica was promoted (split brain) can keep a holder renewing there:
+//     bound it with min-replicas-to-write on the master.
 package lease

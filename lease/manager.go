@@ -53,6 +53,13 @@ type Config struct {
 	// DriftMargin is taken off every local deadline; default TTL/100 + 2ms.
 	// It must be less than TTL/2.
 	DriftMargin time.Duration
+	// LossQuarantine is how long no free lease is taken in a hash slot
+	// after Redis is seen to have lost data there (its loss marker is gone,
+	// or was written by another server: a restart or failover), so that
+	// every lease granted before the loss has ended at its holder first.
+	// Default TTL; negative turns the quarantine off (a loss is still
+	// recorded). See the package doc.
+	LossQuarantine time.Duration
 	// BatchSize is the number of sessions per script call; default 500.
 	// It bounds how long one call blocks Redis (renew: ~0.7 ms per 500
 	// sessions, BenchmarkScriptRenew500).
@@ -78,15 +85,18 @@ type Manager struct {
 	log                     *zap.Logger
 
 	// maxPipelines bounds the concurrent pipelines of a renewal cycle.
-	maxPipelines int
-	ttlArg       any       // TTL in ms, boxed once
-	argsPool     sync.Pool // of *[]any: renew command lines, reused across cycles
+	maxPipelines  int
+	ttlArg        any       // TTL in ms, boxed once
+	quarantineArg any       // LossQuarantine in ms (0 when off), boxed once
+	argsPool      sync.Pool // of *[]any: renew command lines, reused across cycles
 
 	mu      sync.Mutex
 	held    map[string]*Lease // Held or Uncertain
 	list    []*Lease          // the leases of held in acquisition order (Lease.slot), for cache-friendly cycles
 	pending map[string]string // session -> owner value of an acquire whose reply was lost
 	stale   []*Lease          // lost locally but maybe still ours in Redis: release when next possible
+
+	quarantinedUntil time.Time // end of the last quarantine logged (noteQuarantine)
 }
 
 // New validates cfg and returns a Manager.
@@ -118,6 +128,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = DefaultBatchSize
 	}
+	if cfg.LossQuarantine == 0 {
+		cfg.LossQuarantine = cfg.TTL
+	}
 	if cfg.BatchSize < 1 {
 		return nil, fmt.Errorf("%w: BatchSize must be positive, got %d", ErrConfig, cfg.BatchSize)
 	}
@@ -131,19 +144,20 @@ func New(cfg Config) (*Manager, error) {
 	notHeld, cancel := context.WithCancel(context.Background())
 	cancel()
 	return &Manager{
-		notHeld:      notHeld,
-		cfg:          cfg,
-		acquire:      redis.NewScript(lua.Acquire),
-		renew:        redis.NewScript(lua.Renew),
-		release:      redis.NewScript(lua.Release),
-		inspect:      redis.NewScript(lua.Inspect),
-		unheld:       redis.NewScript(lua.Unheld),
-		cluster:      cluster,
-		maxPipelines: maxPipelines,
-		ttlArg:       cfg.TTL.Milliseconds(),
-		log:          cfg.Logger.With(zap.String("instance", cfg.Holder)),
-		held:         make(map[string]*Lease),
-		pending:      make(map[string]string),
+		notHeld:       notHeld,
+		cfg:           cfg,
+		acquire:       redis.NewScript(lua.Acquire),
+		renew:         redis.NewScript(lua.Renew),
+		release:       redis.NewScript(lua.Release),
+		inspect:       redis.NewScript(lua.Inspect),
+		unheld:        redis.NewScript(lua.Unheld),
+		cluster:       cluster,
+		maxPipelines:  maxPipelines,
+		ttlArg:        cfg.TTL.Milliseconds(),
+		quarantineArg: max(cfg.LossQuarantine.Milliseconds(), 0),
+		log:           cfg.Logger.With(zap.String("instance", cfg.Holder)),
+		held:          make(map[string]*Lease),
+		pending:       make(map[string]string),
 	}, nil
 }
 
@@ -197,6 +211,10 @@ type Result struct {
 	// Holder is the holder id of that other holder (see HolderOf), so that
 	// a caller can try again when that holder announces a release.
 	Holder string
+	// Quarantined is set when the lease is free but Redis lost data in its
+	// hash slot less than LossQuarantine ago: nobody may take it for
+	// Remaining more.
+	Quarantined bool
 	// Err is set when the outcome is unknown (the request failed); the lease
 	// is then not ours, and a later Acquire retries with the same owner value.
 	Err error
@@ -235,15 +253,17 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 
 	var calls []*call
 	for _, b := range m.batches(todo, sessions) {
-		args := evalsha(m.acquire, 3*len(b), 4*len(b)+1)
+		args := evalsha(m.acquire, 3*len(b)+1, 4*len(b)+3)
 		for _, i := range b {
 			s := sessions[i]
 			args = append(args, m.cfg.Keys.Lease(s), m.cfg.Keys.Fence(s), m.cfg.Keys.Released(s))
 		}
+		args = append(args, m.cfg.Keys.Epoch(m.epochSlot(sessions[b[0]])))
 		args = append(args, m.ttlArg)
 		for _, i := range b {
 			args = append(args, owners[i])
 		}
+		args = append(args, m.quarantineArg)
 		calls = append(calls, &call{idx: b, args: args})
 	}
 
@@ -259,6 +279,16 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 	})
 	m.notify(changes)
 	return results
+}
+
+// epochSlot is the hash slot whose loss marker guards the acquisition of
+// session: its lease's slot in Redis Cluster (a call's keys share one
+// slot), else slot 0 for every lease.
+func (m *Manager) epochSlot(session string) uint16 {
+	if !m.cluster {
+		return 0
+	}
+	return keyspace.Slot(m.cfg.Keys.Lease(session))
 }
 
 // acquired applies the reply of one acquire call, received by now, to
@@ -277,7 +307,12 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 		}
 		token, remaining, gap, due := vals[4*j], vals[4*j+1], vals[4*j+2], vals[4*j+3]
 		if token <= 0 {
-			results[i].Holder = HolderOf(held[j])
+			if held[j] == quarantineMark {
+				results[i].Quarantined = true
+				m.noteQuarantine(time.Duration(remaining) * time.Millisecond)
+			} else {
+				results[i].Holder = HolderOf(held[j])
+			}
 			results[i].Remaining = time.Duration(remaining) * time.Millisecond
 			if remaining < 0 {
 				results[i].Remaining = time.Duration(remaining)
@@ -292,6 +327,26 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 		changes = append(changes, ch...)
 	}
 	return changes
+}
+
+// quarantineMark stands in the holder's place of a quarantined session in
+// acquire.lua's reply.
+const quarantineMark = "<quarantine>"
+
+// noteQuarantine logs, once per quarantine, that acquisitions wait after a
+// data loss.
+func (m *Manager) noteQuarantine(left time.Duration) {
+	until := m.cfg.Clock.Now().Add(left)
+	m.mu.Lock()
+	logged := until.Before(m.quarantinedUntil.Add(time.Second))
+	if !logged {
+		m.quarantinedUntil = until
+	}
+	m.mu.Unlock()
+	if !logged {
+		m.log.Warn("Redis lost data (or restarted, or failed over): no lease is taken until every earlier one has ended",
+			zap.Duration("quarantine left", left), zap.String("event", "quarantine"))
+	}
 }
 
 // acquireReply parses the reply of one acquire call for n sessions: four

@@ -50,6 +50,9 @@ func (r *realEnv) manager(t *testing.T, holder string, opts ...func(*Config)) *M
 		Holder: holder,
 		TTL:    10 * time.Second,
 		Clock:  clocktesting.NewFakeClock(time.Unix(1000, 0)),
+		// A fresh redis-server looks like a data loss; the quarantine has
+		// tests of its own (quarantine_test.go).
+		LossQuarantine: -1,
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -25,6 +25,18 @@ import (
 // and at most the TTL the key was set with.
 const live = -99
 
+// minted stands, in a wanted script reply or fence, for a token minted from
+// the Redis clock: microseconds since the epoch, within a minute of the
+// test's clock.
+const minted = -98
+
+func requireMinted(t *testing.T, got int64, msgAndArgs ...any) {
+	t.Helper()
+	now := time.Now().UnixMicro()
+	require.Greater(t, got, now-60_000_000, msgAndArgs...)
+	require.Less(t, got, now+60_000_000, msgAndArgs...)
+}
+
 // requireReply compares a script reply with want, where live matches any
 // remaining TTL in (0, maxTTL] ms.
 func requireReply(t *testing.T, want []int64, maxTTL int64, got []int64) {
@@ -34,6 +46,10 @@ func requireReply(t *testing.T, want []int64, maxTTL int64, got []int64) {
 		if w == live {
 			require.Greater(t, got[i], int64(0), "reply %v [%d]", got, i)
 			require.LessOrEqual(t, got[i], maxTTL, "reply %v [%d]", got, i)
+			continue
+		}
+		if w == minted {
+			requireMinted(t, got[i], "reply %v [%d]", got, i)
 			continue
 		}
 		require.Equal(t, w, got[i], "reply %v [%d]", got, i)
@@ -75,7 +91,11 @@ func (r *realEnv) requireAfter(t *testing.T, want map[string]after, ttl int64) {
 	t.Helper()
 	for sess, w := range want {
 		require.Equal(t, w.owner, r.owner(t, sess), "owner of %s", sess)
-		require.Equal(t, w.fence, r.fence(t, sess), "fence of %s", sess)
+		if w.fence == minted {
+			requireMinted(t, r.fence(t, sess), "fence of %s", sess)
+		} else {
+			require.Equal(t, w.fence, r.fence(t, sess), "fence of %s", sess)
+		}
 		got := r.pttl(t, sess)
 		if w.pttl == live {
 			require.Greater(t, got, int64(0), "pttl of %s", sess)
@@ -99,19 +119,27 @@ func TestRealAcquireScript(t *testing.T) {
 		after    map[string]after
 	}{
 		{
-			name:     "free key: token is the first INCR, PX set",
+			name:     "free key: token from the clock, PX set",
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{1, 0, -1},
-			after:    map[string]after{"s": {"a#1", 1, live}},
+			want:     []int64{minted, 0, -1},
+			after:    map[string]after{"s": {"a#1", minted, live}},
 		},
 		{
-			name:     "free key with a used counter",
+			name:     "free key with a counter from a plain INCR (an upgrade): the clock is above it",
 			seed:     seed{fence: map[string]int64{"s": 41}},
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{42, 0, -1},
-			after:    map[string]after{"s": {"a#1", 42, live}},
+			want:     []int64{minted, 0, -1},
+			after:    map[string]after{"s": {"a#1", minted, live}},
+		},
+		{
+			name:     "free key with a counter ahead of the clock: counter + 1",
+			seed:     seed{fence: map[string]int64{"s": 4_000_000_000_000_000}},
+			sessions: []string{"s"},
+			owners:   map[string]string{"s": "a#1"},
+			want:     []int64{4_000_000_000_000_001, 0, -1},
+			after:    map[string]after{"s": {"a#1", 4_000_000_000_000_001, live}},
 		},
 		{
 			name:     "same owner value again (retried request): same token, no INCR",
@@ -145,12 +173,12 @@ func TestRealAcquireScript(t *testing.T) {
 			},
 			sessions: []string{"free", "other", "mine", "used"},
 			owners:   map[string]string{"free": "a#1", "other": "a#2", "mine": "a#3", "used": "a#4"},
-			want:     []int64{1, 0, -1, 0, live, -1, 9, 0, -1, 101, 0, -1},
+			want:     []int64{minted, 0, -1, 0, live, -1, 9, 0, -1, minted, 0, -1},
 			after: map[string]after{
-				"free":  {"a#1", 1, live},
+				"free":  {"a#1", minted, live},
 				"other": {"b#1", 5, live},
 				"mine":  {"a#3", 9, live},
-				"used":  {"a#4", 101, live},
+				"used":  {"a#4", minted, live},
 			},
 		},
 	}
@@ -374,13 +402,16 @@ func TestRealAcquireScriptHandoffMark(t *testing.T) {
 		map[string]string{"free": "a#1", "other": "a#2", "mine": "a#3", "garbage": "a#4", "none": "a#5"},
 		"free", "other", "mine", "garbage", "none")
 	require.Len(t, got, 15)
-	require.Equal(t, []int64{1, 0}, got[0:2])
+	requireMinted(t, got[0])
+	require.Zero(t, got[1])
 	require.GreaterOrEqual(t, got[2], int64(ago), "gap since the release")
 	require.Less(t, got[2], int64(ago+2000), "gap since the release")
 	require.Equal(t, []int64{0, -1}, []int64{got[3], got[5]}, "held by another: no gap")
 	require.Equal(t, []int64{3, 0, -1}, got[6:9], "a retry reports no gap")
-	require.Equal(t, []int64{1, 0, -1}, got[9:12], "a malformed mark is no gap")
-	require.Equal(t, []int64{1, 0, -1}, got[12:15], "no mark, no gap")
+	requireMinted(t, got[9])
+	require.Equal(t, []int64{0, -1}, got[10:12], "a malformed mark is no gap")
+	requireMinted(t, got[12])
+	require.Equal(t, []int64{0, -1}, got[13:15], "no mark, no gap")
 
 	for s, wantMark := range map[string]bool{"free": false, "garbage": false, "other": true, "mine": true} {
 		at, _ := r.mark(t, s)
@@ -461,7 +492,7 @@ func TestRealManagerSurvivesScriptFlush(t *testing.T) {
 	r3 := acquireOne(t, m, "s3")
 	require.NoError(t, r3.Err)
 	require.NotNil(t, r3.Lease)
-	require.Equal(t, int64(1), r3.Lease.Token())
+	require.Equal(t, r.fence(t, "s3"), r3.Lease.Token())
 	require.Equal(t, r3.Lease.Owner(), r.owner(t, "s3"))
 	requireCalls([]int{1, 1}, 1)
 
@@ -546,8 +577,11 @@ func TestRealFencingTokensStrictlyIncrease(t *testing.T) {
 	require.NoError(t, b.Release(ctx, lb))
 	take(a2)
 
-	require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, tokens, "one INCR per acquisition, strictly increasing")
-	require.Equal(t, int64(6), r.fence(t, "s"))
+	require.Len(t, tokens, 6)
+	for i := 1; i < len(tokens); i++ {
+		require.Greater(t, tokens[i], tokens[i-1], "strictly increasing: %v", tokens)
+	}
+	require.Equal(t, tokens[5], r.fence(t, "s"), "the counter is the last token")
 	require.NoError(t, a2.ReleaseAll(ctx))
 }
 
@@ -616,7 +650,7 @@ func TestRealFailClosedWhenRedisGoesAway(t *testing.T) {
 	l := acquireOne(t, m, "s").Lease
 	sentBy := time.Now() // the acquire request was sent in [before, sentBy]
 	require.NotNil(t, l)
-	require.Equal(t, int64(42), l.Token())
+	require.Greater(t, l.Token(), int64(41))
 	drift := DefaultDriftMargin(ttl)
 	require.False(t, l.Deadline().Before(before.Add(ttl-drift)))
 	require.False(t, l.Deadline().After(sentBy.Add(ttl-drift)), "deadline is sent + TTL - drift")
@@ -662,8 +696,7 @@ func TestRealFailClosedWhenRedisGoesAway(t *testing.T) {
 	require.NoError(t, again.Err)
 	require.NotNil(t, again.Lease)
 	require.Equal(t, Held, again.Lease.State())
-	require.Equal(t, int64(1), again.Lease.Token())
-	require.Less(t, again.Lease.Token(), l.Token(), "known limit: counters reset with the data")
+	require.Greater(t, again.Lease.Token(), l.Token(), "the counter was lost with the data; the clock keeps the token above it")
 	p, loads := r.hook.take()
 	require.Equal(t, []int{1, 1}, p, "the restarted server had no scripts loaded")
 	require.Equal(t, 1, loads)
@@ -691,7 +724,7 @@ func TestRealBatching10000Sessions(t *testing.T) {
 	for _, x := range res {
 		require.NoError(t, x.Err)
 		require.NotNil(t, x.Lease, x.Session)
-		require.Equal(t, int64(1), x.Lease.Token())
+		requireMinted(t, x.Lease.Token())
 	}
 	require.Equal(t, n, m.Count())
 
@@ -728,7 +761,7 @@ func TestRealBatching10000Sessions(t *testing.T) {
 
 	require.NoError(t, m.ReleaseAll(ctx))
 	require.Zero(t, m.Count())
-	require.Equal(t, int64(2*n), r.rdb.DBSize(ctx).Val(), "only the fencing counters and handoff marks remain")
+	require.Equal(t, int64(2*n+1), r.rdb.DBSize(ctx).Val(), "only the fencing counters, handoff marks and the loss marker remain")
 }
 
 func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
@@ -739,7 +772,7 @@ func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
 	b := r.manager(t, "b")
 	la := acquireOne(t, a, "s").Lease
 	require.NotNil(t, la)
-	owner := la.Owner()
+	owner, token := la.Owner(), la.Token()
 
 	rb := acquireOne(t, b, "s")
 	require.NoError(t, rb.Err)
@@ -771,7 +804,7 @@ func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
 			got := r.pttl(t, "s")
 			require.Greater(t, got, int64(0))
 			require.LessOrEqual(t, got, before, "TTL must not be extended")
-			require.Equal(t, int64(1), r.fence(t, "s"))
+			require.Equal(t, token, r.fence(t, "s"))
 		})
 	}
 
@@ -791,10 +824,11 @@ func TestRealAcquireIdempotentUnderClientRetry(t *testing.T) {
 		owners := map[string]string{"s": "a#1"}
 		first, _ := runAcquire(t, r.rdb, 10000, owners, "s")
 		retry, _ := runAcquire(t, r.rdb, 10000, owners, "s")
-		require.Equal(t, []int64{1, 0, -1}, first)
-		require.Equal(t, first, retry)
-		require.Equal(t, int64(1), r.fence(t, "s"))
-		require.Equal(t, 1, incrCalls(t, r.rdb))
+		requireMinted(t, first[0])
+		require.Equal(t, []int64{0, -1}, first[1:])
+		require.Equal(t, first, retry, "the retry mints nothing")
+		require.Equal(t, first[0], r.fence(t, "s"))
+		require.Equal(t, 2, setCalls(t, r.rdb), "one SET of the counter, one of the lease")
 	})
 
 	t.Run("go-redis resends after the reply is lost", func(t *testing.T) {
@@ -809,10 +843,9 @@ func TestRealAcquireIdempotentUnderClientRetry(t *testing.T) {
 		require.Equal(t, int32(1), d.drops.Load(), "one reply was lost")
 		require.NoError(t, res.Err)
 		require.NotNil(t, res.Lease)
-		require.Equal(t, int64(1), res.Lease.Token())
+		require.Equal(t, r.fence(t, "s"), res.Lease.Token())
 		require.Equal(t, res.Lease.Owner(), r.owner(t, "s"))
-		require.Equal(t, int64(1), r.fence(t, "s"))
-		require.Equal(t, 1, incrCalls(t, r.rdb), "the script ran twice, the counter moved once")
+		require.Equal(t, 3, setCalls(t, r.rdb), "the script ran twice; the loss marker, the counter and the lease were set once")
 		require.NoError(t, m.ReleaseAll(ctx))
 	})
 
@@ -834,19 +867,18 @@ func TestRealAcquireIdempotentUnderClientRetry(t *testing.T) {
 		require.NoError(t, res.Err)
 		require.NotNil(t, res.Lease)
 		require.Equal(t, landed, res.Lease.Owner())
-		require.Equal(t, int64(1), res.Lease.Token())
-		require.Equal(t, int64(1), r.fence(t, "s"))
+		require.Equal(t, r.fence(t, "s"), res.Lease.Token(), "the landed acquisition's token, minted once")
 		require.NoError(t, m.ReleaseAll(ctx))
 	})
 }
 
-// incrCalls is how many INCRs Redis ran since CONFIG RESETSTAT (commands run
+// setCalls is how many SETs Redis ran since CONFIG RESETSTAT (commands run
 // by scripts included).
-func incrCalls(t *testing.T, c *redis.Client) int {
+func setCalls(t *testing.T, c *redis.Client) int {
 	t.Helper()
 	st, err := redisstats.Read(context.Background(), c)
 	require.NoError(t, err)
-	return int(st.Commands["incr"].Calls)
+	return int(st.Commands["set"].Calls)
 }
 
 // A manager that retries an acquire whose reply was lost adopts the lease

@@ -90,6 +90,10 @@ type Config struct {
 	// RequestTimeout bounds each Redis round trip of the coordinator;
 	// default RenewInterval/2, at most 5s.
 	RequestTimeout time.Duration
+	// LossQuarantine is how long no free lease is taken after Redis is
+	// seen to have lost data (or restarted, or failed over); default
+	// LeaseTTL, negative turns it off. See lease.Config.LossQuarantine.
+	LossQuarantine time.Duration
 	// BatchSize is the number of sessions per lease script call; default 500.
 	BatchSize int
 	// BalanceSlack bounds each worker's share of the sessions to

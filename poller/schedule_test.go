@@ -53,7 +53,7 @@ func newSchedFixture(t *testing.T) *schedFixture {
 		f.sched.polled(w)
 	}, func() {})
 	var err error
-	f.leases, err = lease.New(lease.Config{Client: rdb, Holder: "me", TTL: schedTTL, Clock: f.clock,
+	f.leases, err = lease.New(lease.Config{Client: rdb, Holder: "me", TTL: schedTTL, Clock: f.clock, LossQuarantine: -1,
 		OnChange: func(l *lease.Lease, _, to lease.State) { f.sched.leaseChanged(l, to) }})
 	require.NoError(t, err)
 	t.Cleanup(f.sched.close)

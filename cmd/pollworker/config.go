@@ -224,6 +224,7 @@ type workerOptions struct {
 	HeartbeatInterval time.Duration
 	DiscoveryInterval time.Duration
 	DrainTimeout      time.Duration
+	LossQuarantine    time.Duration // < 0: the lease TTL; 0: off
 	HTTPAddr          string
 	LogLevel          string
 	LogFormat         string
@@ -278,6 +279,9 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 			return workerConfig{}, fmt.Errorf("%w: --%s (%v) must be at most %v", errInvalidConfig, d.flag, d.v, maxDuration)
 		}
 	}
+	if o.LossQuarantine > maxDuration {
+		return workerConfig{}, fmt.Errorf("%w: --loss-quarantine (%v) must be at most %v", errInvalidConfig, o.LossQuarantine, maxDuration)
+	}
 	// Both lower bounds in one message, with the value that passes them.
 	if need := max(minLeaseTTL, 3*o.RenewInterval); o.LeaseTTL < need {
 		if need == minLeaseTTL {
@@ -308,6 +312,7 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 			HeartbeatInterval: o.HeartbeatInterval,
 			DiscoveryInterval: o.DiscoveryInterval,
 			DrainTimeout:      o.DrainTimeout,
+			LossQuarantine:    lossQuarantine(o.LossQuarantine),
 		},
 		HTTPAddr:  o.HTTPAddr,
 		LogLevel:  level,
@@ -329,4 +334,16 @@ func validateHTTPAddr(addr string) error {
 		return fmt.Errorf("%w: --http-addr %q must be host:port, :port or empty to disable", errInvalidConfig, addr)
 	}
 	return nil
+}
+
+// lossQuarantine maps --loss-quarantine to poller.Config.LossQuarantine:
+// unset (negative) is the lease TTL (poller's 0), 0 turns it off (-1).
+func lossQuarantine(flag time.Duration) time.Duration {
+	switch {
+	case flag < 0:
+		return 0
+	case flag == 0:
+		return -1
+	}
+	return flag
 }

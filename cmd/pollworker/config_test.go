@@ -214,6 +214,7 @@ func TestEnvVars(t *testing.T) {
 		"POLLWORKER_HEARTBEAT_INTERVAL": "2s",
 		"POLLWORKER_DISCOVERY_INTERVAL": "4s",
 		"POLLWORKER_DRAIN_TIMEOUT":      "5s",
+		"POLLWORKER_LOSS_QUARANTINE":    "7s",
 		"POLLWORKER_KEY_PREFIX":         "kp",
 		"POLLWORKER_SESSION_PREFIX":     "sp",
 		"POLLWORKER_HTTP_ADDR":          "127.0.0.1:9999",
@@ -234,6 +235,7 @@ renew-interval:     3s
 heartbeat-interval: 2s
 discovery-interval: 4s
 drain-timeout:      5s
+loss-quarantine:    7s
 http-addr:          127.0.0.1:9999
 log-level:          warn
 log-format:         console

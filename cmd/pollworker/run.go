@@ -41,6 +41,8 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		dur("heartbeat-interval", poller.DefaultHeartbeatInterval, "time between heartbeats; a worker is live for 3 heartbeat intervals"),
 		dur("discovery-interval", poller.DefaultDiscoveryInterval, "time between full rounds (membership, sessions, ownership) when no event arrives"),
 		dur("drain-timeout", poller.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long to wait for polls to stop and leases to be released"),
+		&cli.DurationFlag{Name: "loss-quarantine", Value: -1, DefaultText: "the lease TTL", Sources: fromEnv("loss-quarantine"),
+			Usage: "after Redis lost data (restart without persistence, FLUSHALL, failover, eviction), take no free lease for this long, so that every earlier lease has ended at its holder first; 0 turns it off. A brand-new keyspace looks the same and waits once"},
 		str("http-addr", ":9090", "address of the HTTP server (/healthz, /readyz, /metrics, status page at /); empty disables it"),
 		str("log-level", "info", "debug, info, warn or error"),
 		str("log-format", "json", "json or console"),
@@ -68,6 +70,7 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 				HeartbeatInterval: cmd.Duration("heartbeat-interval"),
 				DiscoveryInterval: cmd.Duration("discovery-interval"),
 				DrainTimeout:      cmd.Duration("drain-timeout"),
+				LossQuarantine:    cmd.Duration("loss-quarantine"),
 				HTTPAddr:          cmd.String("http-addr"),
 				LogLevel:          cmd.String("log-level"),
 				LogFormat:         cmd.String("log-format"),
@@ -100,6 +103,7 @@ func printConfig(w io.Writer, cfg workerConfig) {
 		{"heartbeat-interval", cfg.Poller.HeartbeatInterval.String()},
 		{"discovery-interval", cfg.Poller.DiscoveryInterval.String()},
 		{"drain-timeout", cfg.Poller.DrainTimeout.String()},
+		{"loss-quarantine", quarantineText(cfg.Poller)},
 		{"http-addr", httpAddr},
 		{"log-level", cfg.LogLevel.String()},
 		{"log-format", cfg.LogFormat},
@@ -395,4 +399,15 @@ func speaksTLS(ctx context.Context, addr string) bool {
 // worker holds.
 func duplicateIDError(dup *nodes.DuplicateIDError) error {
 	return configError(fmt.Errorf("--id: %w; every worker needs its own --id", dup))
+}
+
+// quarantineText describes the effective loss quarantine.
+func quarantineText(c poller.Config) string {
+	switch {
+	case c.LossQuarantine < 0:
+		return "off"
+	case c.LossQuarantine == 0:
+		return c.LeaseTTL.String() + " (the lease TTL)"
+	}
+	return c.LossQuarantine.String()
 }

@@ -34,7 +34,7 @@ func newTestClient(t *testing.T, mr *miniredis.Miniredis) *redis.Client {
 // acquire takes the leases of ids for holder.
 func acquire(t *testing.T, c *redis.Client, holder string, ids ...string) {
 	t.Helper()
-	m, err := lease.New(lease.Config{Client: c, Holder: holder, TTL: time.Minute})
+	m, err := lease.New(lease.Config{Client: c, Holder: holder, TTL: time.Minute, LossQuarantine: -1})
 	require.NoError(t, err)
 	for _, r := range m.Acquire(ctxT(t), ids) {
 		require.NoError(t, r.Err)
@@ -268,7 +268,7 @@ func TestStatusShowsPreviousIncarnationAndUnknownLeases(t *testing.T) {
 	}
 	// w1 was killed while holding s01-s03 (and the leases of gone1 and
 	// gone2, since removed from the store), and restarted at once.
-	dead, err := lease.New(lease.Config{Client: c, Holder: "w1", Incarnation: "0dead", TTL: time.Minute})
+	dead, err := lease.New(lease.Config{Client: c, Holder: "w1", Incarnation: "0dead", TTL: time.Minute, LossQuarantine: -1})
 	require.NoError(t, err)
 	for _, r := range dead.Acquire(ctx, []string{"s01", "s02", "s03", "gone1", "gone2"}) {
 		require.NotNil(t, r.Lease)
@@ -276,7 +276,7 @@ func TestStatusShowsPreviousIncarnationAndUnknownLeases(t *testing.T) {
 	reg, err := nodes.New(nodes.Config{Client: c, ID: "w1", Incarnation: "1a11ve"})
 	require.NoError(t, err)
 	require.NoError(t, reg.Heartbeat(ctx))
-	live, err := lease.New(lease.Config{Client: c, Holder: "w1", Incarnation: reg.Incarnation(), TTL: time.Minute})
+	live, err := lease.New(lease.Config{Client: c, Holder: "w1", Incarnation: reg.Incarnation(), TTL: time.Minute, LossQuarantine: -1})
 	require.NoError(t, err)
 	require.NotNil(t, live.Acquire(ctx, []string{"s04"})[0].Lease)
 	heartbeat(t, c, "w2", "v1")

@@ -46,6 +46,7 @@ import (
 	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/internal/history"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
@@ -183,6 +184,11 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	defer func() { _ = admin.Close() }()
 	var err error
 	if d.store, err = session.NewStore(admin, d.keys); err != nil {
+		return nil, err
+	}
+	// The embedded Redis is new: no lease was ever granted in it, so the
+	// workers need not wait out the loss quarantine (lease.MarkFresh).
+	if _, err := lease.MarkFresh(ctx, admin, d.keys); err != nil {
 		return nil, err
 	}
 	if err := d.addSessions(ctx); err != nil {

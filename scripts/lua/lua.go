@@ -12,6 +12,12 @@ import _ "embed"
 //go:embed acquire.lua
 var Acquire string
 
+// Fresh writes a missing loss marker without a quarantine: the keyspace is
+// declared fresh (lease.MarkFresh).
+//
+//go:embed fresh.lua
+var Fresh string
+
 // Renew extends leases only where GET equals the owner value (PEXPIRE), and
 // returns the positions of those it did not extend.
 //
