@@ -14,7 +14,8 @@
 //	<prefix>:successor:{election:<role>}      preferred next leader "<id>#<random>", PX TTL
 //
 // All keys of a role share the hash tag {election:<role>}, so a role lives in
-// one Redis Cluster slot. A candidate is live while it runs and its
+// one Redis Cluster slot; package keyspace builds them all, and the Lua
+// script lives in scripts/lua. A candidate is live while it runs and its
 // HealthCheck passes; a leader that resigns does not campaign again for two
 // RetryIntervals, and while a named successor is live the other candidates
 // wait two RetryIntervals before campaigning, so that the successor (which

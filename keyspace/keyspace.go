@@ -8,18 +8,24 @@
 //	<prefix>:nodes                sorted set of live workers scored by expiry (ms)
 //	<prefix>:lease:{<session>}    lease of a session: owner value, PX TTL
 //	<prefix>:fence:{<session>}    fencing counter of a session (never expires)
-//	<prefix>:released:{<session>} time of the last graceful release (PX one TTL)
+//	<prefix>:released:{<session>} handoff mark: release time, next poll due (PX)
 //	<prefix>:events               Pub/Sub channel for releases and membership
 //	<prefix>:sessions:<b>         set of the session ids of bucket b (the index)
 //	<prefix>:{sessions}:rev       change counter of the sessions
 //	<prefix>:{sessions}:changes   sorted set: bucket -> revision of its last change
 //	<prefix>:{sessions}:sizes     hash: bucket -> number of ids in it
+//	<prefix>:epoch:{<tag>}        loss marker of one hash slot (never expires)
 //	<prefix>:results              capped stream of poll results
+//	<prefix>:candidates:{<s>}     election: hash of the candidates of a role
+//	<prefix>:candidate:{<s>}:<id> election: liveness of one candidate (PX TTL)
+//	<prefix>:successor:{<s>}      election: preferred successor (PX TTL)
 //	<sessionPrefix>:<session>     a session's JSON definition
 //
 // The braces around the session id are a Redis Cluster hash tag: the lease
 // and fence keys of one session always share a slot, so one script may
-// touch both; so do the three change-tracking keys.
+// touch both; so do the three change-tracking keys. An election role is
+// the lease of the session "election:<role>" (<s> above), and its
+// candidate keys carry the same tag, so they share that lease's slot.
 //
 // The two prefixes must name disjoint namespaces (Space.Validate, Overlap):
 // with --session-prefix poll:sessions, session 7 would be stored at
@@ -112,9 +118,8 @@ func (s Space) Validate() error {
 const OverlapRule = `neither may equal the other or start with the other followed by ":"`
 
 // Overlap reports whether a worker key prefix and a session prefix can
-// build the same key. Every worker key starts with prefix+":" (including
-// keys this package does not list, such as the election's
-// <prefix>:candidates:{...}), and every session key is sessionPrefix+":"
+// build the same key. Every worker key starts with prefix+":" (the
+// election's keys included), and every session key is sessionPrefix+":"
 // followed by a session id, which may itself contain ':'. So the two
 // namespaces are disjoint exactly when neither of prefix+":" and
 // sessionPrefix+":" is a prefix of the other: "poll" and "pollx" are
@@ -213,6 +218,24 @@ func (s Space) SessionSizes() string { return s.prefix() + ":{sessions}:sizes" }
 
 // Results is the capped stream of poll results.
 func (s Space) Results() string { return s.prefix() + ":results" }
+
+// Candidates is the hash of the candidates of an election whose lease is
+// that of session (id -> priority); it shares the lease's slot.
+func (s Space) Candidates(session string) string {
+	return s.prefix() + ":candidates:{" + session + "}"
+}
+
+// Candidate is the key that is live (PX one TTL) while candidate id of the
+// election of session heartbeats; it shares the lease's slot.
+func (s Space) Candidate(session, id string) string {
+	return s.prefix() + ":candidate:{" + session + "}:" + id
+}
+
+// Successor holds the preferred successor of the election of session
+// ("<id>#<random>", PX one TTL); it shares the lease's slot.
+func (s Space) Successor(session string) string {
+	return s.prefix() + ":successor:{" + session + "}"
+}
 
 // ValidateID reports whether id may be used as a session or node id: 1 to
 // MaxIDLen bytes of ASCII letters, digits and . _ - : @ /, so that it can

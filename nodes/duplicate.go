@@ -168,7 +168,7 @@ func (r *Registry) WaitForID(ctx context.Context, every time.Duration, onWait fu
 // separately.
 const expiryJitterMs = 2
 
-// claim runs claim.lua: nil when this registry holds its id for TTL from now.
+// claim runs node_claim.lua: nil when this registry holds its id for TTL from now.
 func (r *Registry) claim(ctx context.Context) error {
 	reply, err := claimScript.Run(ctx, r.client, []string{r.keys.Node(r.id)}, r.value, r.ttl.Milliseconds()).Slice()
 	if err != nil {

@@ -139,8 +139,8 @@ func (r *Registry) Info() Info { return r.info }
 func (r *Registry) Incarnation() string { return r.info.Incarnation }
 
 // Heartbeat claims this worker's id and marks it live for TTL from now (by
-// the Redis server's clock), in two round trips: claim.lua sets the Info key
-// only if it is absent or holds this incarnation's Info, then heartbeat.lua
+// the Redis server's clock), in two round trips: node_claim.lua sets the Info key
+// only if it is absent or holds this incarnation's Info, then node_heartbeat.lua
 // moves the id's expiry in the index (and prunes expired members). The two
 // keys are separate scripts so that each touches one key (Redis Cluster).
 //
@@ -220,7 +220,7 @@ func diff(before, after []string) (joined, left []string) {
 	return joined, left
 }
 
-// parseMembers decodes members.lua's reply
+// parseMembers decodes node_members.lua's reply
 // {server time ms, id1, expiry1 ms, id2, expiry2 ms, ...}.
 func parseMembers(reply []any) (Membership, error) {
 	if len(reply) == 0 || len(reply)%2 != 1 {

@@ -1,32 +1,19 @@
 package nodes
 
 import (
-	_ "embed"
-
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pollworker/pollworker/scripts/lua"
 )
 
+// The scripts live in scripts/lua (node_*.lua, each with a KEYS/ARGV
+// header). They are immutable after init; redis.Script is safe for
+// concurrent use.
 var (
-	//go:embed heartbeat.lua
-	heartbeatLua string
-	//go:embed members.lua
-	membersLua string
-	//go:embed claim.lua
-	claimLua string
-	//go:embed unclaim.lua
-	unclaimLua string
-	//go:embed leave.lua
-	leaveLua string
-	//go:embed holder.lua
-	holderLua string
-)
-
-// The scripts are immutable after init; redis.Script is safe for concurrent use.
-var (
-	heartbeatScript = redis.NewScript(heartbeatLua)
-	membersScript   = redis.NewScript(membersLua)
-	claimScript     = redis.NewScript(claimLua)
-	unclaimScript   = redis.NewScript(unclaimLua)
-	leaveScript     = redis.NewScript(leaveLua)
-	holderScript    = redis.NewScript(holderLua)
+	heartbeatScript = redis.NewScript(lua.NodeHeartbeat)
+	membersScript   = redis.NewScript(lua.NodeMembers)
+	claimScript     = redis.NewScript(lua.NodeClaim)
+	unclaimScript   = redis.NewScript(lua.NodeUnclaim)
+	leaveScript     = redis.NewScript(lua.NodeLeave)
+	holderScript    = redis.NewScript(lua.NodeHolder)
 )

@@ -52,3 +52,46 @@ var SessionChanged string
 //
 //go:embed session_changes.lua
 var SessionChanges string
+
+// NodeHeartbeat records a worker as live until the Redis server's time plus
+// a TTL in the node index, pruning expired entries (package nodes).
+//
+//go:embed node_heartbeat.lua
+var NodeHeartbeat string
+
+// NodeMembers prunes the node index and returns the server time and the
+// live workers with their expiries (package nodes).
+//
+//go:embed node_members.lua
+var NodeMembers string
+
+// NodeClaim claims a worker id for one process incarnation: sets the node
+// info key only if it is absent or already this incarnation's (package
+// nodes).
+//
+//go:embed node_claim.lua
+var NodeClaim string
+
+// NodeUnclaim deletes the node info key only if it holds this
+// incarnation's value (package nodes).
+//
+//go:embed node_unclaim.lua
+var NodeUnclaim string
+
+// NodeLeave removes a worker from the node index unless a later
+// incarnation of its id wrote a later expiry (package nodes).
+//
+//go:embed node_leave.lua
+var NodeLeave string
+
+// NodeHolder returns the node info value, its PTTL and the server time,
+// read-only (package nodes).
+//
+//go:embed node_holder.lua
+var NodeHolder string
+
+// ElectionClearSuccessor drops an election's successor preference once the
+// candidate it names has become leader (package election).
+//
+//go:embed election_clear_successor.lua
+var ElectionClearSuccessor string

@@ -1,4 +1,4 @@
--- leave.lua: KEYS[1]=node index; ARGV[1]=id, ARGV[2]=the latest expiry (ms) this incarnation wrote; returns 1 if removed
+-- node_leave.lua: KEYS[1]=node index; ARGV[1]=id, ARGV[2]=the latest expiry (ms) this incarnation wrote; returns 1 if removed
 -- Removes ARGV[1] from the index only if its expiry is not later than
 -- ARGV[2]: a later one was written by another incarnation that claimed the id
 -- since, and stays. (ZRANGEBYSCORE rather than ZSCORE: the documented

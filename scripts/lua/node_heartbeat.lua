@@ -1,4 +1,4 @@
--- heartbeat.lua: KEYS[1]=node index; ARGV[1]=id, ARGV[2]=ttl ms; returns server time ms
+-- node_heartbeat.lua: KEYS[1]=node index; ARGV[1]=id, ARGV[2]=ttl ms; returns server time ms
 -- Records that ARGV[1] is alive until server time + ttl (the member's score)
 -- and prunes members whose score is below the server time. TIME is read
 -- first; Redis >= 5 replicates script effects, so writes after it are allowed.

@@ -1,4 +1,4 @@
--- members.lua: KEYS[1]=node index; no ARGV; returns {server time ms, id1, expiry1 ms, id2, expiry2 ms, ...}
+-- node_members.lua: KEYS[1]=node index; no ARGV; returns {server time ms, id1, expiry1 ms, id2, expiry2 ms, ...}
 -- Prunes members whose score (expiry, ms) is below the server time, then
 -- lists the rest. A member whose expiry equals the server time is still live.
 local t = redis.call('TIME')

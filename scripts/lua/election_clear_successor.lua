@@ -1,4 +1,4 @@
--- clear_successor.lua: drop the successor preference once it has been honoured.
+-- election_clear_successor.lua: drop the successor preference once it has been honoured.
 -- KEYS[1]=successor key, holding "<candidate id>#<random>"
 -- ARGV[1]=candidate id that just became leader
 -- returns 1 if the preference named ARGV[1] and was deleted, 0 otherwise

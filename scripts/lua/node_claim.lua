@@ -1,4 +1,4 @@
--- claim.lua: KEYS[1]=node info key; ARGV[1]=this registry's info (JSON, unique to its incarnation), ARGV[2]=ttl ms
+-- node_claim.lua: KEYS[1]=node info key; ARGV[1]=this registry's info (JSON, unique to its incarnation), ARGV[2]=ttl ms
 -- returns {1} when claimed, {0, current value, its PTTL ms} when another value holds KEYS[1]
 -- Claims the node id for one incarnation: sets KEYS[1] to ARGV[1] for ARGV[2]
 -- ms only if KEYS[1] is absent or already holds ARGV[1]. The value is the
