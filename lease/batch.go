@@ -115,12 +115,13 @@ func (m *Manager) send(ctx context.Context, script *redis.Script, calls []*call,
 	done func(calls []*call, now time.Time)) {
 	parts = max(1, min(parts, len(calls)))
 	missing := make([][]*call, parts) // NOSCRIPT, per part
+	wait := m.cfg.WaitReplicas > 0 && (script == m.acquire || script == m.renew)
 	var wg sync.WaitGroup
 	for p := 0; p < parts; p++ {
 		part := calls[p*len(calls)/parts : (p+1)*len(calls)/parts]
 		run := func() {
 			var ok []*call
-			ok, missing[p] = m.exec(ctx, part)
+			ok, missing[p] = m.exec(ctx, part, wait)
 			done(ok, m.cfg.Clock.Now())
 		}
 		if p == parts-1 {
@@ -148,21 +149,36 @@ func (m *Manager) send(ctx context.Context, script *redis.Script, calls []*call,
 		done(again, m.cfg.Clock.Now())
 		return
 	}
-	ok, still := m.exec(ctx, again)
+	ok, still := m.exec(ctx, again, wait)
 	done(append(ok, still...), m.cfg.Clock.Now())
 }
 
 // exec sends calls in one pipeline and returns them split into those that
-// finished (replied, or failed) and those that met NOSCRIPT.
-func (m *Manager) exec(ctx context.Context, calls []*call) (finished, noscript []*call) {
+// finished (replied, or failed) and those that met NOSCRIPT. With wait, the
+// pipeline ends with WAIT WaitReplicas WaitTimeout, and every call fails
+// with ErrNotReplicated unless enough replicas acknowledged its writes.
+func (m *Manager) exec(ctx context.Context, calls []*call, wait bool) (finished, noscript []*call) {
 	pipe := m.cfg.Client.Pipeline()
 	for _, c := range calls {
 		c.cmd = redis.NewCmd(ctx, c.args...)
 		c.cmd.SetFirstKeyPos(3) // for cluster routing; every script call has keys
 		_ = pipe.Process(ctx, c.cmd)
 	}
+	var acked *redis.IntCmd
+	if wait {
+		acked = redis.NewIntCmd(ctx, "wait", m.cfg.WaitReplicas, m.cfg.WaitTimeout.Milliseconds())
+		_ = pipe.Process(ctx, acked)
+	}
 	sent := m.cfg.Clock.Now()
 	_, _ = pipe.Exec(ctx)
+	var replicated error
+	if acked != nil {
+		if n, err := acked.Result(); err != nil {
+			replicated = fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
+		} else if n < int64(m.cfg.WaitReplicas) {
+			replicated = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, m.cfg.WaitReplicas, m.cfg.WaitTimeout)
+		}
+	}
 	finished = calls[:0:0]
 	for _, c := range calls {
 		c.sent = sent
@@ -170,6 +186,9 @@ func (m *Manager) exec(ctx context.Context, calls []*call) (finished, noscript [
 		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
 			noscript = append(noscript, c)
 			continue
+		}
+		if c.err == nil && replicated != nil {
+			c.err = replicated
 		}
 		finished = append(finished, c)
 	}

@@ -26,6 +26,12 @@ const (
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("lease: invalid config")
 
+// ErrNotReplicated is wrapped by the error of an acquisition or renewal
+// that fewer than Config.WaitReplicas replicas acknowledged: its outcome
+// counts as unknown (an acquisition is not Held, a renewal leaves the lease
+// Uncertain), never as ownership.
+var ErrNotReplicated = errors.New("lease: not replicated")
+
 // Client is the part of go-redis the manager uses; *redis.Client,
 // *redis.ClusterClient, *redis.Ring and failover clients all satisfy it.
 type Client interface {
@@ -60,6 +66,16 @@ type Config struct {
 	// Default TTL; negative turns the quarantine off (a loss is still
 	// recorded). See the package doc.
 	LossQuarantine time.Duration
+	// WaitReplicas, if positive, makes every acquisition and renewal count
+	// only once WAIT confirms that this many replicas have its writes, so
+	// that a failover to a caught-up replica loses no lease. A WAIT that
+	// falls short (or fails) is read as an unknown outcome: the
+	// acquisition is not Held (a later Acquire retries it with the same
+	// owner value), the renewal leaves the lease Uncertain. Default 0 (no
+	// WAIT). Not for Redis Cluster (WAIT would reach one shard only).
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT; default TTL/10.
+	WaitTimeout time.Duration
 	// BatchSize is the number of sessions per script call; default 500.
 	// It bounds how long one call blocks Redis (renew: ~0.7 ms per 500
 	// sessions, BenchmarkScriptRenew500).
@@ -131,6 +147,15 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.LossQuarantine == 0 {
 		cfg.LossQuarantine = cfg.TTL
 	}
+	if cfg.WaitReplicas < 0 {
+		return nil, fmt.Errorf("%w: WaitReplicas must not be negative, got %d", ErrConfig, cfg.WaitReplicas)
+	}
+	if cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = cfg.TTL / 10
+	}
+	if cfg.WaitTimeout < 0 || cfg.WaitTimeout >= cfg.TTL/2 {
+		return nil, fmt.Errorf("%w: WaitTimeout must be in (0, TTL/2), got %v with TTL %v", ErrConfig, cfg.WaitTimeout, cfg.TTL)
+	}
 	if cfg.BatchSize < 1 {
 		return nil, fmt.Errorf("%w: BatchSize must be positive, got %d", ErrConfig, cfg.BatchSize)
 	}
@@ -141,6 +166,9 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	_, cluster := cfg.Client.(*redis.ClusterClient)
+	if cluster && cfg.WaitReplicas > 0 {
+		return nil, fmt.Errorf("%w: WaitReplicas is not supported with Redis Cluster (WAIT reaches one shard)", ErrConfig)
+	}
 	notHeld, cancel := context.WithCancel(context.Background())
 	cancel()
 	return &Manager{

@@ -94,6 +94,11 @@ type Config struct {
 	// seen to have lost data (or restarted, or failed over); default
 	// LeaseTTL, negative turns it off. See lease.Config.LossQuarantine.
 	LossQuarantine time.Duration
+	// WaitReplicas, if positive, makes acquisitions and renewals count only
+	// once WAIT confirms this many replicas have them (a failover to a
+	// caught-up replica then loses no lease); default 0. See
+	// lease.Config.WaitReplicas.
+	WaitReplicas int
 	// BatchSize is the number of sessions per lease script call; default 500.
 	BatchSize int
 	// BalanceSlack bounds each worker's share of the sessions to

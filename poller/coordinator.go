@@ -110,7 +110,8 @@ func New(cfg Config) (*Coordinator, error) {
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
 	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize, LossQuarantine: cfg.LossQuarantine,
-		Clock: cfg.Clock, Logger: cfg.Logger, OnChange: c.onLeaseChange})
+		WaitReplicas: cfg.WaitReplicas,
+		Clock:        cfg.Clock, Logger: cfg.Logger, OnChange: c.onLeaseChange})
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}

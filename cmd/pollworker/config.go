@@ -225,6 +225,7 @@ type workerOptions struct {
 	DiscoveryInterval time.Duration
 	DrainTimeout      time.Duration
 	LossQuarantine    time.Duration // < 0: the lease TTL; 0: off
+	WaitReplicas      int
 	HTTPAddr          string
 	LogLevel          string
 	LogFormat         string
@@ -279,6 +280,12 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 			return workerConfig{}, fmt.Errorf("%w: --%s (%v) must be at most %v", errInvalidConfig, d.flag, d.v, maxDuration)
 		}
 	}
+	if o.WaitReplicas < 0 || o.WaitReplicas > 16 {
+		return workerConfig{}, fmt.Errorf("%w: --wait-replicas (%d) must be from 0 to 16", errInvalidConfig, o.WaitReplicas)
+	}
+	if o.WaitReplicas > 0 && o.Cluster {
+		return workerConfig{}, fmt.Errorf("%w: --wait-replicas needs a single master or Sentinel, not --redis-cluster (WAIT reaches one shard)", errInvalidConfig)
+	}
 	if o.LossQuarantine > maxDuration {
 		return workerConfig{}, fmt.Errorf("%w: --loss-quarantine (%v) must be at most %v", errInvalidConfig, o.LossQuarantine, maxDuration)
 	}
@@ -313,6 +320,7 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 			DiscoveryInterval: o.DiscoveryInterval,
 			DrainTimeout:      o.DrainTimeout,
 			LossQuarantine:    lossQuarantine(o.LossQuarantine),
+			WaitReplicas:      o.WaitReplicas,
 		},
 		HTTPAddr:  o.HTTPAddr,
 		LogLevel:  level,

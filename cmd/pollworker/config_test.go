@@ -236,6 +236,7 @@ heartbeat-interval: 2s
 discovery-interval: 4s
 drain-timeout:      5s
 loss-quarantine:    7s
+wait-replicas:      0
 http-addr:          127.0.0.1:9999
 log-level:          warn
 log-format:         console

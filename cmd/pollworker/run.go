@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,8 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		dur("heartbeat-interval", poller.DefaultHeartbeatInterval, "time between heartbeats; a worker is live for 3 heartbeat intervals"),
 		dur("discovery-interval", poller.DefaultDiscoveryInterval, "time between full rounds (membership, sessions, ownership) when no event arrives"),
 		dur("drain-timeout", poller.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long to wait for polls to stop and leases to be released"),
+		&cli.IntFlag{Name: "wait-replicas", Sources: fromEnv("wait-replicas"),
+			Usage: "count an acquisition or renewal only once WAIT confirms this many replicas have it (a Sentinel failover to a caught-up replica then loses no lease; a WAIT that falls short stops the polls of those leases); 0 = no WAIT"},
 		&cli.DurationFlag{Name: "loss-quarantine", Value: -1, DefaultText: "the lease TTL", Sources: fromEnv("loss-quarantine"),
 			Usage: "after Redis lost data (restart without persistence, FLUSHALL, failover, eviction), take no free lease for this long, so that every earlier lease has ended at its holder first; 0 turns it off. A brand-new keyspace looks the same and waits once"},
 		str("http-addr", ":9090", "address of the HTTP server (/healthz, /readyz, /metrics, status page at /); empty disables it"),
@@ -71,6 +74,7 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 				DiscoveryInterval: cmd.Duration("discovery-interval"),
 				DrainTimeout:      cmd.Duration("drain-timeout"),
 				LossQuarantine:    cmd.Duration("loss-quarantine"),
+				WaitReplicas:      int(cmd.Int("wait-replicas")),
 				HTTPAddr:          cmd.String("http-addr"),
 				LogLevel:          cmd.String("log-level"),
 				LogFormat:         cmd.String("log-format"),
@@ -104,6 +108,7 @@ func printConfig(w io.Writer, cfg workerConfig) {
 		{"discovery-interval", cfg.Poller.DiscoveryInterval.String()},
 		{"drain-timeout", cfg.Poller.DrainTimeout.String()},
 		{"loss-quarantine", quarantineText(cfg.Poller)},
+		{"wait-replicas", strconv.Itoa(cfg.Poller.WaitReplicas)},
 		{"http-addr", httpAddr},
 		{"log-level", cfg.LogLevel.String()},
 		{"log-format", cfg.LogFormat},
