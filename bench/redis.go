@@ -9,103 +9,62 @@ package bench
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
-	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/pollworker/pollworker/internal/redistest"
 )
 
 // ErrNoRedis is returned by StartRedis when redis-server is not on PATH.
 var ErrNoRedis = errors.New("bench: redis-server not found on PATH")
 
 // Redis is one redis-server process on a free loopback port, without
-// persistence.
+// persistence: a redistest.Process in a temporary directory.
 type Redis struct {
 	Port int
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *redistest.Process
 }
 
 // StartRedis runs redis-server on a free loopback port without persistence
-// (--bind 127.0.0.1, an empty --save, --appendonly no) and waits until it
-// answers PING.
+// (--bind 127.0.0.1, an empty --save, --appendonly no, --maxmemory-policy
+// noeviction) and waits until it answers PING.
 func StartRedis(ctx context.Context) (*Redis, error) {
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
+	if _, err := exec.LookPath(redistest.Binary); err != nil {
 		return nil, ErrNoRedis
 	}
 	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+	for attempt := 0; attempt < 3; attempt++ { // a picked port may be taken meanwhile
+		port, err := redistest.PickPort()
 		if err != nil {
 			return nil, err
 		}
-		r, err := startOn(ctx, path, port)
+		dir, err := os.MkdirTemp("", "pollbench-redis-")
+		if err != nil {
+			return nil, err
+		}
+		p, err := redistest.StartProcess(ctx, redistest.ProcessConfig{Port: port, Dir: dir,
+			Args:   []string{"--maxmemory-policy", "noeviction"},
+			OnExit: func() { _ = os.RemoveAll(dir) }})
 		if err == nil {
-			return r, nil
+			return &Redis{Port: port, proc: p}, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
 		}
 		lastErr = err
 	}
 	return nil, lastErr
 }
 
-func startOn(ctx context.Context, path string, port int) (*Redis, error) {
-	dir, err := os.MkdirTemp("", "pollbench-redis-")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--maxmemory-policy", "noeviction")
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	r := &Redis{Port: port, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); _ = os.RemoveAll(dir); close(r.done) }()
-	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := c.Ping(pctx).Err()
-		cancel()
-		if err == nil {
-			return r, nil
-		}
-		select {
-		case <-r.done:
-			return nil, fmt.Errorf("redis-server on port %d exited: %w", port, err)
-		case <-ctx.Done():
-			r.Stop()
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			r.Stop()
-			return nil, fmt.Errorf("redis-server on port %d: no PING reply: %w", port, err)
-		}
-	}
-}
-
 // Addr is host:port of the server.
 func (r *Redis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.Port) }
 
 // Pid is the server's process id.
-func (r *Redis) Pid() int { return r.cmd.Process.Pid }
+func (r *Redis) Pid() int { return r.proc.Pid() }
 
 // Stop kills the server and waits for it to exit. Safe to call twice.
-func (r *Redis) Stop() {
-	select {
-	case <-r.done:
-		return
-	default:
-	}
-	_ = r.cmd.Process.Kill()
-	<-r.done
-}
+func (r *Redis) Stop() { r.proc.Stop() }
 
 // Version returns the output of `redis-server --version`.
 func Version() string {
@@ -121,13 +80,4 @@ func trimNL(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/session"
@@ -51,12 +52,10 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // newClient returns a client that neither retries nor redials, so that
-// failures are quick.
+// failures are quick (the one helper every package's tests share).
 func newClient(t *testing.T, addr string) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return redistest.NewClient(t, addr)
 }
 
 func newPoller(t *testing.T, cfg Config) *Poller {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 )
 
@@ -26,16 +27,7 @@ func newMini(t *testing.T) (*miniredis.Miniredis, *redis.Client) {
 	m := miniredis.RunT(t)
 	m.SetTime(t0)
 	m.ClockTTL(true)
-	return m, newClient(t, m.Addr())
-}
-
-// newClient returns a client for addr that does not retry, so that tests of
-// failures do not wait through backoffs.
-func newClient(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return m, redistest.NewClient(t, m.Addr())
 }
 
 // newRegistry returns a Registry for id with the given TTL.

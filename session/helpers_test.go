@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 )
 
@@ -22,17 +23,8 @@ var keys = keyspace.Space{}
 func newMini(t testing.TB, opts ...Option) (*miniredis.Miniredis, *redis.Client, *Store) {
 	t.Helper()
 	m := miniredis.RunT(t)
-	c := newClient(t, m.Addr())
+	c := redistest.NewClient(t, m.Addr())
 	return m, c, newStore(t, c, opts...)
-}
-
-// newClient returns a client for addr that neither retries commands nor
-// redials, so that tests of failures do not wait through backoffs.
-func newClient(t testing.TB, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 func newStore(t testing.TB, c redis.UniversalClient, opts ...Option) *Store {

@@ -32,8 +32,7 @@ type Server struct {
 	tls  *tls.Config // set for TLS-only servers (StartTLS)
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *Process // nil while stopped
 }
 
 // Require skips the test when redis-server is missing, unless CI is set, in
@@ -91,50 +90,31 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 
 func (s *Server) start() {
 	s.t.Helper()
-	port := strconv.Itoa(s.Port)
-	if s.tls != nil {
-		port = "0" // TLS only: the port is given as --tls-port
-	}
-	args := append([]string{
-		"--port", port,
-		"--bind", "127.0.0.1",
-		"--dir", s.Dir,
-		"--save", "",
-		"--appendonly", "no",
-		"--daemonize", "no",
-		"--loglevel", "warning",
-	}, s.args...)
-	cmd := exec.Command(Binary, args...)
 	logf, err := os.Create(filepath.Join(s.Dir, "redis.log"))
 	if err != nil {
 		s.t.Fatalf("redistest: %v", err)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("redistest: start redis-server: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
-	if err := waitReady(s.Addr(), s.tls, done, 10*time.Second); err != nil {
+	p, err := StartProcess(context.Background(), ProcessConfig{Port: s.Port, Dir: s.Dir, TLS: s.tls,
+		Args: s.args, Output: logf, OnExit: func() { _ = logf.Close() }})
+	if err != nil {
+		_ = logf.Close()
 		log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
 		s.t.Fatalf("redistest: %v\n%s", err, log)
 	}
+	s.mu.Lock()
+	s.proc = p
+	s.mu.Unlock()
 }
 
 // Stop kills the server and waits for it to exit. Safe to call twice.
 func (s *Server) Stop() {
 	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd = nil
+	p := s.proc
+	s.proc = nil
 	s.mu.Unlock()
-	if cmd == nil {
-		return
+	if p != nil {
+		p.Stop()
 	}
-	_ = cmd.Process.Kill()
-	<-done
 }
 
 // Restart stops the server and starts it again on the same port and dir.
@@ -148,17 +128,17 @@ func (s *Server) Restart() {
 func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cmd != nil
+	return s.proc != nil
 }
 
 // Pid is the process id of the running server, or 0.
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.Pid()
 }
 
 func waitReady(addr string, tlsConf *tls.Config, done <-chan struct{}, limit time.Duration) error {
@@ -223,10 +203,9 @@ func Client(t testing.TB, url string) *redis.Client {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := PickPort()
 	if err != nil {
 		t.Fatalf("redistest: free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
