@@ -1,0 +1,71 @@
+// Package poller runs one pollworker worker: a Coordinator that shares the
+// sessions stored in Redis (package session) with the other live workers
+// and polls those it holds, through a Poller the embedder supplies.
+//
+// The Coordinator composes the other packages and adds no placement policy
+// of its own: nodes for its heartbeat and the live membership, session for
+// the session definitions and their change record, assign for where every
+// index bucket goes, lease for the leases and their fencing tokens. Each
+// round (every DiscoveryInterval, or at once on a Pub/Sub event, a lost
+// lease, a competitor's lease running out or a peer's heartbeat expiring)
+// it reads what changed, asks assign for the plan, hands off what another
+// live worker is preferred for (stop the poll loop, wait for the poll in
+// flight, release, announce), acquires what it is preferred for, and adopts
+// orphans: sessions left without a lease for OrphanGrace, which the worker
+// ranked second for their bucket takes. The polls of the held sessions run
+// from one timer heap: a session has a goroutine only while its poll runs.
+// ARCHITECTURE.md, at the root of the module, walks through one round and
+// names the goroutines.
+//
+// Run blocks until its context is done, then drains (stops the polls,
+// releases the leases, leaves the membership) and returns only after every
+// goroutine it started has exited.
+//
+// # Guarantees
+//
+//   - Poll runs only while this worker holds the session's lease (state
+//     lease.Held) and the lease's local deadline has not passed. Its ctx is
+//     cancelled the moment the lease becomes uncertain or lost, so a poll
+//     stops at the latest at that deadline, before another worker can take
+//     the session over (which needs the lease to expire in Redis).
+//   - At most one poll of a session runs at a time in one Coordinator, and
+//     a session's lease has one holder at a time (package lease, including
+//     its loss quarantine after Redis lost data), so within the lease's
+//     assumptions the polls of two workers do not overlap.
+//   - A handoff waits for the poll in flight: the poll loop stops, the
+//     running poll finishes under the still-renewed lease, and only then is
+//     the lease released and the release announced. The successor keeps
+//     the session's schedule (lease.Handoff.NextPoll), so a handoff does not
+//     poll a session early.
+//   - Fail closed: a worker that cannot renew stops polling (its leases turn
+//     Uncertain, then Lost), and a worker that is not Ready acquires
+//     nothing. Errors are never read as ownership.
+//   - Every worker computes placement with package assign from the same
+//     inputs (the live members and the bucket sizes), so workers that see
+//     the same membership agree on every session's preferred worker.
+//   - A panic in Poll is recovered and counted; it stops neither the
+//     session's loop nor any other session.
+//   - Run stops, with an error matching nodes.ErrDuplicateID, when another
+//     live process claims this worker's id.
+//
+// # Non-guarantees
+//
+//   - Exactly-once polling. A poll may be skipped around a failure or a
+//     handoff (the session is unpolled until a successor takes it: up to a
+//     lease TTL after a crash, milliseconds after a graceful handoff), and a
+//     process paused in the middle of a poll may deliver a request after its
+//     lease has moved on: downstream systems must check the fencing token
+//     (lease.Lease.Token) to reject such stale requests.
+//   - Agreement at every instant. Membership is eventually consistent, so
+//     two workers may briefly disagree on who is preferred for a session;
+//     the lease decides, and the loser retries when the holder releases or
+//     its lease runs out.
+//   - Balance beyond the bound of assign: a bucket is never split, and a
+//     session held back from a second move within one lease TTL stays where
+//     it is until then.
+//   - Timeliness of Pub/Sub. Events only speed reactions up; a lost event
+//     delays a change until the next periodic round (DiscoveryInterval).
+//   - Ordering of callbacks. Config.OnEvent and the Observer are called
+//     from several goroutines (the main loop, the renewal loop, lease
+//     deadline timers, the polls); calls may overlap and must not block.
+package poller

@@ -1,0 +1,84 @@
+package poller_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/session"
+)
+
+// One worker on an in-memory Redis with one session: it joins, takes the
+// session's lease, polls it, and on cancellation drains (stops the poll,
+// releases the lease, leaves) before Run returns.
+func Example() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	store, err := session.NewStore(client, keyspace.Space{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = store.Put(ctx, session.Session{ID: "api-1", URL: "https://example.com/health", Interval: session.Duration(time.Minute)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A keyspace never used looks, from inside Redis, like one that lost
+	// its data: without this the loss quarantine would hold every lease
+	// back for one LeaseTTL. Only for a new deployment (see lease.MarkFresh).
+	if _, err := lease.MarkFresh(ctx, client, keyspace.Space{}); err != nil {
+		log.Fatal(err)
+	}
+
+	polled := make(chan string, 1)
+	c, err := poller.New(poller.Config{
+		Client: client,
+		ID:     "w1",
+		Poller: poller.PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+			// Runs in its own goroutine, only while l is held; a real
+			// poller sends l.Token() downstream as its fencing token.
+			select {
+			case polled <- s.ID + " " + s.URL:
+			default:
+			}
+			return nil
+		}),
+		// The first round does not wait for these: the worker joins,
+		// plans and acquires at once. Shorter than the defaults all the
+		// same, as a test would set them.
+		LeaseTTL:          3 * time.Second,
+		RenewInterval:     time.Second,
+		HeartbeatInterval: time.Second,
+		DiscoveryInterval: time.Second,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+
+	fmt.Println("polled:", <-polled)
+	fmt.Println("holds:", c.Status().Owned)
+	cancel()
+	fmt.Println("Run:", <-done)
+	fmt.Println("lease left in Redis:", mr.Exists(keyspace.Space{}.Lease("api-1")))
+	// Output:
+	// polled: api-1 https://example.com/health
+	// holds: [api-1]
+	// Run: <nil>
+	// lease left in Redis: false
+}
