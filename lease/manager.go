@@ -117,58 +117,11 @@ type Manager struct {
 
 // New validates cfg and returns a Manager.
 func New(cfg Config) (*Manager, error) {
-	if cfg.Client == nil {
-		return nil, fmt.Errorf("%w: Client is required", ErrConfig)
-	}
-	if err := keyspace.ValidateID(cfg.Holder); err != nil {
-		return nil, fmt.Errorf("%w: Holder: %w", ErrConfig, err)
-	}
-	if err := cfg.Keys.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	if err := validateIncarnation(cfg.Incarnation); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = DefaultTTL
-	}
-	if cfg.TTL < 10*time.Millisecond {
-		return nil, fmt.Errorf("%w: TTL must be at least 10ms, got %v", ErrConfig, cfg.TTL)
-	}
-	if cfg.DriftMargin == 0 {
-		cfg.DriftMargin = DefaultDriftMargin(cfg.TTL)
-	}
-	if cfg.DriftMargin < 0 || cfg.DriftMargin >= cfg.TTL/2 {
-		return nil, fmt.Errorf("%w: DriftMargin must be in [0, TTL/2), got %v with TTL %v", ErrConfig, cfg.DriftMargin, cfg.TTL)
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = DefaultBatchSize
-	}
-	if cfg.LossQuarantine == 0 {
-		cfg.LossQuarantine = cfg.TTL
-	}
-	if cfg.WaitReplicas < 0 {
-		return nil, fmt.Errorf("%w: WaitReplicas must not be negative, got %d", ErrConfig, cfg.WaitReplicas)
-	}
-	if cfg.WaitTimeout == 0 {
-		cfg.WaitTimeout = cfg.TTL / 10
-	}
-	if cfg.WaitTimeout < 0 || cfg.WaitTimeout >= cfg.TTL/2 {
-		return nil, fmt.Errorf("%w: WaitTimeout must be in (0, TTL/2), got %v with TTL %v", ErrConfig, cfg.WaitTimeout, cfg.TTL)
-	}
-	if cfg.BatchSize < 1 {
-		return nil, fmt.Errorf("%w: BatchSize must be positive, got %d", ErrConfig, cfg.BatchSize)
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	_, cluster := cfg.Client.(*redis.ClusterClient)
-	if cluster && cfg.WaitReplicas > 0 {
-		return nil, fmt.Errorf("%w: WaitReplicas is not supported with Redis Cluster (WAIT reaches one shard)", ErrConfig)
-	}
 	notHeld, cancel := context.WithCancel(context.Background())
 	cancel()
 	return &Manager{
@@ -187,6 +140,61 @@ func New(cfg Config) (*Manager, error) {
 		held:          make(map[string]*Lease),
 		pending:       make(map[string]string),
 	}, nil
+}
+
+// withDefaults fills zero fields and validates; errors name the rule.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Client == nil {
+		return cfg, fmt.Errorf("%w: Client is required", ErrConfig)
+	}
+	if err := keyspace.ValidateID(cfg.Holder); err != nil {
+		return cfg, fmt.Errorf("%w: Holder: %w", ErrConfig, err)
+	}
+	if err := cfg.Keys.Validate(); err != nil {
+		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := validateIncarnation(cfg.Incarnation); err != nil {
+		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.TTL, DefaultTTL)
+	def(&cfg.DriftMargin, DefaultDriftMargin(cfg.TTL))
+	def(&cfg.LossQuarantine, cfg.TTL)
+	def(&cfg.WaitTimeout, cfg.TTL/10)
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return cfg, cfg.validate()
+}
+
+// validate checks the rules between the (defaulted) fields.
+func (cfg Config) validate() error {
+	_, cluster := cfg.Client.(*redis.ClusterClient)
+	switch {
+	case cfg.TTL < 10*time.Millisecond:
+		return fmt.Errorf("%w: TTL must be at least 10ms, got %v", ErrConfig, cfg.TTL)
+	case cfg.DriftMargin < 0 || cfg.DriftMargin >= cfg.TTL/2:
+		return fmt.Errorf("%w: DriftMargin must be in [0, TTL/2), got %v with TTL %v", ErrConfig, cfg.DriftMargin, cfg.TTL)
+	case cfg.WaitReplicas < 0:
+		return fmt.Errorf("%w: WaitReplicas must not be negative, got %d", ErrConfig, cfg.WaitReplicas)
+	case cfg.WaitTimeout < 0 || cfg.WaitTimeout >= cfg.TTL/2:
+		return fmt.Errorf("%w: WaitTimeout must be in (0, TTL/2), got %v with TTL %v", ErrConfig, cfg.WaitTimeout, cfg.TTL)
+	case cfg.BatchSize < 1:
+		return fmt.Errorf("%w: BatchSize must be positive, got %d", ErrConfig, cfg.BatchSize)
+	case cluster && cfg.WaitReplicas > 0:
+		return fmt.Errorf("%w: WaitReplicas is not supported with Redis Cluster (WAIT reaches one shard)", ErrConfig)
+	}
+	return nil
 }
 
 // DefaultDriftMargin is TTL/100 + 2ms, the margin Redlock uses.

@@ -35,10 +35,10 @@ type bucket struct {
 // ownerOf returns the preferred live worker of a session, "" with no live
 // worker.
 func (c *Coordinator) ownerOf(id string) string {
-	if c.plan == nil {
+	if c.view.plan == nil {
 		return ""
 	}
-	return c.plan.OwnerOf(id)
+	return c.view.plan.OwnerOf(id)
 }
 
 // refresh reads membership and the session changes, and reads the buckets
@@ -48,20 +48,20 @@ func (c *Coordinator) ownerOf(id string) string {
 func (c *Coordinator) refresh(ctx context.Context) bool {
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
-	c.peerNews.Store(false) // news from now on asks for another round
+	c.news.peerNews.Store(false) // news from now on asks for another round
 	m, err := c.registry.Members(rctx)
 	if err != nil {
-		c.redisOK.Store(false)
+		c.health.redisOK.Store(false)
 		c.cfg.Observer.RedisError("members")
 		c.log.Warn("discovery failed", zap.Error(err))
 		return false
 	}
-	membersChanged := m.Version != c.members.Version || c.fleet == nil
-	c.membersChanged = c.membersChanged || membersChanged
-	c.members = m
+	membersChanged := m.Version != c.view.members.Version || c.view.fleet == nil
+	c.view.membersChanged = c.view.membersChanged || membersChanged
+	c.view.members = m
 	if membersChanged {
 		c.watchOrphans()
-		c.fleet = assign.NewFleetIDs(m.Nodes...)
+		c.view.fleet = assign.NewFleetIDs(m.Nodes...)
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
 	if d, ok := m.NextExpiry(); ok {
@@ -73,7 +73,7 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 	}
 	if membersChanged || sizesChanged {
 		c.assignBuckets()
-		c.sweepAll = true
+		c.view.sweepAll = true
 	}
 	return c.loadBuckets(ctx)
 }
@@ -83,20 +83,20 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 // definitions, and those it watches for orphans (it is the best ranked
 // after their owner), ids only.
 func (c *Coordinator) assignBuckets() {
-	c.plan = c.fleet.Plan(c.sizes, c.cfg.BalanceSlack)
+	c.view.plan = c.view.fleet.Plan(c.view.sizes, c.cfg.BalanceSlack)
 	me := c.cfg.ID
 	want := make(map[int]bool) // bucket -> assigned
-	if c.members.Contains(me) {
+	if c.view.members.Contains(me) {
 		for b := range assign.Buckets {
 			switch {
-			case c.plan.Owner(b) == me:
+			case c.view.plan.Owner(b) == me:
 				want[b] = true
-			case c.plan.Watcher(b) == me:
+			case c.view.plan.Watcher(b) == me:
 				want[b] = false
 			}
 		}
 	}
-	for b, st := range c.buckets {
+	for b, st := range c.view.buckets {
 		assigned, ok := want[b]
 		if !ok {
 			c.dropBucket(b, st)
@@ -109,7 +109,7 @@ func (c *Coordinator) assignBuckets() {
 	}
 	var polled map[int][]string // bucket -> sessions polled here, for new records
 	for b, assigned := range want {
-		if _, ok := c.buckets[b]; !ok {
+		if _, ok := c.view.buckets[b]; !ok {
 			if polled == nil {
 				polled = c.polledByBucket()
 			}
@@ -117,7 +117,7 @@ func (c *Coordinator) assignBuckets() {
 			// the first read of the bucket stops those no longer in it
 			// (the record of an earlier assignment may have been dropped,
 			// say while this worker was briefly not a member).
-			c.buckets[b] = &bucket{assigned: assigned, ids: polled[b]}
+			c.view.buckets[b] = &bucket{assigned: assigned, ids: polled[b]}
 		}
 	}
 }
@@ -138,57 +138,57 @@ func (c *Coordinator) polledByBucket() map[int][]string {
 func (c *Coordinator) dropBucket(b int, st *bucket) {
 	for _, id := range st.ids {
 		if _, running := c.workers[id]; !running {
-			delete(c.sessions, id)
+			delete(c.view.sessions, id)
 		}
 	}
-	delete(c.buckets, b)
+	delete(c.view.buckets, b)
 }
 
 // applyChanges marks the buckets changed since the last round for reading
 // and updates the bucket sizes; sizesChanged asks for a new assignment.
 func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) {
-	if c.synced {
-		changed, rev, reset, err := c.store.Changes(ctx, c.seenRev)
+	if c.view.synced {
+		changed, rev, reset, err := c.store.Changes(ctx, c.view.seenRev)
 		if err != nil {
 			c.sessionReadFailed(err)
 			return false, false
 		}
 		if !reset {
 			for _, ch := range changed {
-				if st, ok := c.buckets[ch.Bucket]; ok {
+				if st, ok := c.view.buckets[ch.Bucket]; ok {
 					st.loaded = false
 				}
-				if c.sizes[ch.Bucket] != ch.Size {
-					c.sizes[ch.Bucket], sizesChanged = ch.Size, true
+				if c.view.sizes[ch.Bucket] != ch.Size {
+					c.view.sizes[ch.Bucket], sizesChanged = ch.Size, true
 				}
 			}
 			if len(changed) > 0 {
 				c.watchOrphans()
 			}
-			c.seenRev = rev
+			c.view.seenRev = rev
 			return sizesChanged, true
 		}
-		c.log.Warn("session change record lost; rereading every bucket", zap.Int64("seen", c.seenRev), zap.Int64("now", rev))
+		c.log.Warn("session change record lost; rereading every bucket", zap.Int64("seen", c.view.seenRev), zap.Int64("now", rev))
 	}
 	rev, sizes, err := c.store.Sizes(ctx)
 	if err != nil {
 		c.sessionReadFailed(err)
 		return false, false
 	}
-	c.seenRev, c.sizes, c.synced = rev, sizes, true
+	c.view.seenRev, c.view.sizes, c.view.synced = rev, sizes, true
 	c.unloadAll()
 	return true, true
 }
 
 func (c *Coordinator) unloadAll() {
-	for _, st := range c.buckets {
+	for _, st := range c.view.buckets {
 		st.loaded = false
 	}
 	c.watchOrphans()
 }
 
 func (c *Coordinator) sessionReadFailed(err error) {
-	c.redisOK.Store(false)
+	c.health.redisOK.Store(false)
 	c.cfg.Observer.RedisError("sessions")
 	c.log.Warn("session read failed", zap.Error(err))
 }
@@ -199,8 +199,8 @@ func (c *Coordinator) sessionReadFailed(err error) {
 // asks for another round. Progress is kept chunk by chunk.
 func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 	var todo []int
-	watching := !c.cfg.Clock.Now().Before(c.watchFrom)
-	for b, st := range c.buckets {
+	watching := !c.cfg.Clock.Now().Before(c.claims.watchFrom)
+	for b, st := range c.view.buckets {
 		if !st.loaded && (st.assigned || watching) {
 			todo = append(todo, b)
 		}
@@ -208,13 +208,13 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 	if len(todo) == 0 {
 		return true
 	}
-	sortBuckets(todo, c.buckets)
+	sortBuckets(todo, c.view.buckets)
 	defs := 0
 	for len(todo) > 0 {
 		// Stop after maxLoadPerRound definitions, or when a peer joined or
 		// left (the assignment this plan follows may be stale); the next
 		// round goes on from here.
-		if defs >= maxLoadPerRound || (defs > 0 && c.peerNews.Load()) {
+		if defs >= maxLoadPerRound || (defs > 0 && c.news.peerNews.Load()) {
 			c.trigger()
 			return true
 		}
@@ -236,8 +236,8 @@ func (c *Coordinator) loadChunkLen(bs []int) int {
 	const maxBuckets = 256
 	n, sessions := 0, 0
 	for n < len(bs) && n < maxBuckets && (n == 0 || sessions < loadChunkSessions) {
-		if c.sizes != nil {
-			sessions += c.sizes[bs[n]]
+		if c.view.sizes != nil {
+			sessions += c.view.sizes[bs[n]]
 		}
 		n++
 	}
@@ -259,7 +259,7 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 	var fetch []string
 	for i, b := range bs {
 		for _, id := range perBucket[i] {
-			if _, running := c.workers[id]; running || c.buckets[b].assigned {
+			if _, running := c.workers[id]; running || c.view.buckets[b].assigned {
 				fetch = append(fetch, id)
 			}
 		}
@@ -274,10 +274,10 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 		bad[keyspace.BucketOf(p.ID)]++
 	}
 	for i, b := range bs {
-		st := c.buckets[b]
+		st := c.view.buckets[b]
 		for _, id := range st.ids {
-			if _, known := c.sessions[id]; known {
-				delete(c.sessions, id)
+			if _, known := c.view.sessions[id]; known {
+				delete(c.view.sessions, id)
 				c.touch(id)
 			}
 		}
@@ -286,7 +286,7 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 	for _, s := range sessions {
 		c.touch(s.ID)
 		if !s.Paused {
-			c.sessions[s.ID] = s
+			c.view.sessions[s.ID] = s
 		}
 	}
 	return nil
@@ -295,7 +295,7 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 // malformed counts the malformed entries of the assigned buckets.
 func (c *Coordinator) malformed() int {
 	n := 0
-	for _, st := range c.buckets {
+	for _, st := range c.view.buckets {
 		if st.assigned {
 			n += st.malformed
 		}

@@ -157,44 +157,9 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: ID: %w", ErrConfig, err)
 		}
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.LeaseTTL, DefaultLeaseTTL)
-	def(&c.RenewInterval, DefaultRenewInterval)
-	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
-	def(&c.HeartbeatTTL, 3*c.HeartbeatInterval)
-	def(&c.DiscoveryInterval, DefaultDiscoveryInterval)
-	def(&c.OrphanGrace, 2*c.DiscoveryInterval)
-	def(&c.DrainTimeout, DefaultDrainTimeout)
-	def(&c.RequestTimeout, min(c.RenewInterval/2, 5*time.Second))
-	def(&c.DriftMargin, lease.DefaultDriftMargin(c.LeaseTTL))
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"LeaseTTL", c.LeaseTTL}, {"RenewInterval", c.RenewInterval},
-		{"HeartbeatInterval", c.HeartbeatInterval}, {"HeartbeatTTL", c.HeartbeatTTL},
-		{"DiscoveryInterval", c.DiscoveryInterval}, {"OrphanGrace", c.OrphanGrace},
-		{"DrainTimeout", c.DrainTimeout}, {"RequestTimeout", c.RequestTimeout},
-	} {
-		if d.v < 0 {
-			return c, fmt.Errorf("%w: %s must be positive, got %v", ErrConfig, d.name, d.v)
-		}
-	}
-	if c.LeaseTTL < 3*c.RenewInterval {
-		return c, fmt.Errorf("%w: LeaseTTL (%v) must be at least 3 × RenewInterval (%v)", ErrConfig, c.LeaseTTL, c.RenewInterval)
-	}
-	if c.HeartbeatTTL < 2*c.HeartbeatInterval {
-		return c, fmt.Errorf("%w: HeartbeatTTL (%v) must be at least 2 × HeartbeatInterval (%v)", ErrConfig, c.HeartbeatTTL, c.HeartbeatInterval)
-	}
-	if c.RequestTimeout >= c.RenewInterval {
-		return c, fmt.Errorf("%w: RequestTimeout (%v) must be less than RenewInterval (%v)", ErrConfig, c.RequestTimeout, c.RenewInterval)
-	}
-	if c.DriftMargin < 0 || c.DriftMargin >= c.LeaseTTL/2 {
-		return c, fmt.Errorf("%w: DriftMargin must be in [0, LeaseTTL/2), got %v", ErrConfig, c.DriftMargin)
+	c.defaultTimes()
+	if err := c.validateTimes(); err != nil {
+		return c, err
 	}
 	if c.BatchSize < 0 {
 		return c, fmt.Errorf("%w: BatchSize must be positive, got %d", ErrConfig, c.BatchSize)
@@ -212,4 +177,50 @@ func (c Config) withDefaults() (Config, error) {
 		c.Observer = nopObserver{}
 	}
 	return c, nil
+}
+
+// defaultTimes fills the zero durations.
+func (c *Config) defaultTimes() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.LeaseTTL, DefaultLeaseTTL)
+	def(&c.RenewInterval, DefaultRenewInterval)
+	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&c.HeartbeatTTL, 3*c.HeartbeatInterval)
+	def(&c.DiscoveryInterval, DefaultDiscoveryInterval)
+	def(&c.OrphanGrace, 2*c.DiscoveryInterval)
+	def(&c.DrainTimeout, DefaultDrainTimeout)
+	def(&c.RequestTimeout, min(c.RenewInterval/2, 5*time.Second))
+	def(&c.DriftMargin, lease.DefaultDriftMargin(c.LeaseTTL))
+}
+
+// validateTimes checks the durations and the rules between them.
+func (c *Config) validateTimes() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"LeaseTTL", c.LeaseTTL}, {"RenewInterval", c.RenewInterval},
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"HeartbeatTTL", c.HeartbeatTTL},
+		{"DiscoveryInterval", c.DiscoveryInterval}, {"OrphanGrace", c.OrphanGrace},
+		{"DrainTimeout", c.DrainTimeout}, {"RequestTimeout", c.RequestTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%w: %s must be positive, got %v", ErrConfig, d.name, d.v)
+		}
+	}
+	switch {
+	case c.LeaseTTL < 3*c.RenewInterval:
+		return fmt.Errorf("%w: LeaseTTL (%v) must be at least 3 × RenewInterval (%v)", ErrConfig, c.LeaseTTL, c.RenewInterval)
+	case c.HeartbeatTTL < 2*c.HeartbeatInterval:
+		return fmt.Errorf("%w: HeartbeatTTL (%v) must be at least 2 × HeartbeatInterval (%v)", ErrConfig, c.HeartbeatTTL, c.HeartbeatInterval)
+	case c.RequestTimeout >= c.RenewInterval:
+		return fmt.Errorf("%w: RequestTimeout (%v) must be less than RenewInterval (%v)", ErrConfig, c.RequestTimeout, c.RenewInterval)
+	case c.DriftMargin < 0 || c.DriftMargin >= c.LeaseTTL/2:
+		return fmt.Errorf("%w: DriftMargin must be in [0, LeaseTTL/2), got %v", ErrConfig, c.DriftMargin)
+	}
+	return nil
 }

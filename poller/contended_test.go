@@ -11,11 +11,11 @@ import (
 func TestContendedSessionsWaitForTheirHolder(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	newCoordinator := func() *Coordinator {
-		c := &Coordinator{cfg: Config{Clock: clk}, touched: map[string]struct{}{},
-			contended: map[string]contention{}, releasedBy: map[string]struct{}{}}
-		c.contended["a1"] = contention{holder: "a", until: clk.Now().Add(10 * time.Second)}
-		c.contended["a2"] = contention{holder: "a", until: clk.Now().Add(10 * time.Second)}
-		c.contended["b1"] = contention{holder: "b", until: clk.Now().Add(time.Second)}
+		c := &Coordinator{cfg: Config{Clock: clk}, view: view{touched: map[string]struct{}{}},
+			claims: claims{contended: map[string]contention{}}, news: news{releasedBy: map[string]struct{}{}}}
+		c.claims.contended["a1"] = contention{holder: "a", until: clk.Now().Add(10 * time.Second)}
+		c.claims.contended["a2"] = contention{holder: "a", until: clk.Now().Add(10 * time.Second)}
+		c.claims.contended["b1"] = contention{holder: "b", until: clk.Now().Add(time.Second)}
 		return c
 	}
 	tests := []struct {
@@ -35,26 +35,26 @@ func TestContendedSessionsWaitForTheirHolder(t *testing.T) {
 			c := newCoordinator()
 			start := clk.Now()
 			for _, p := range tt.released {
-				c.releasedBy[p] = struct{}{}
+				c.news.releasedBy[p] = struct{}{}
 			}
 			clk.Step(tt.wait)
 			c.retryContended()
 			var got []string
-			for id := range c.touched {
+			for id := range c.view.touched {
 				got = append(got, id)
-				require.NotContains(t, c.contended, id, "a session asked for again is no longer contended")
+				require.NotContains(t, c.claims.contended, id, "a session asked for again is no longer contended")
 			}
 			require.ElementsMatch(t, tt.want, got)
-			require.Len(t, c.contended, 3-len(tt.want))
-			require.Empty(t, c.releasedBy, "announcements are consumed")
+			require.Len(t, c.claims.contended, 3-len(tt.want))
+			require.Empty(t, c.news.releasedBy, "announcements are consumed")
 			var earliest time.Time
-			for _, ct := range c.contended {
+			for _, ct := range c.claims.contended {
 				if earliest.IsZero() || ct.until.Before(earliest) {
 					earliest = ct.until
 				}
 			}
 			if !earliest.IsZero() {
-				require.Equal(t, earliest.Add(retrySlack), c.retryAt, "a round is asked for when the first remaining lease expires")
+				require.Equal(t, earliest.Add(retrySlack), c.claims.retryAt, "a round is asked for when the first remaining lease expires")
 			}
 			clk.SetTime(start)
 		})

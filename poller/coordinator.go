@@ -28,47 +28,71 @@ type Coordinator struct {
 	loader   *session.Loader
 	leases   *lease.Manager
 
-	kick    chan struct{} // asks the main loop for a round; capacity 1
 	running atomic.Bool
 	stopRun context.CancelCauseFunc // ends Run's main loop with a cause (set by Run)
 
-	redisOK     atomic.Bool
-	heartbeatAt atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
+	news   news   // what other goroutines tell the main loop
+	health health // what the main loop and the background loops tell readers
 
-	evictionWarning atomic.Bool // Redis runs an evicting maxmemory-policy
+	statusMu sync.Mutex
+	status   Status // published by the main loop at the end of a round
 
-	pollPanics atomic.Int64
-	pollErrors atomic.Int64
-	polls      atomic.Int64
+	// Owned by the main loop (mainLoop and what it calls; drain after it).
+	view    view               // what the worker knows of the fleet and the sessions
+	claims  claims             // its bookkeeping of contended and orphaned sessions
+	workers map[string]*worker // the poll loops of the sessions it holds
+	sched   *scheduler         // runs those loops' polls
+}
 
-	mu     sync.Mutex
-	status Status
-
-	peerNews   atomic.Bool // a peer joined or left since membership was last read
+// news is what the heartbeat, subscription and lease goroutines tell the
+// main loop; each field is safe for concurrent use.
+type news struct {
+	kick       chan struct{} // asks the main loop for a round; capacity 1
+	peerNews   atomic.Bool   // a peer joined or left since membership was last read
 	releasedMu sync.Mutex
 	releasedBy map[string]struct{} // peers that announced a release or leave since the last round
+}
 
-	// Owned by the main loop.
-	workers          map[string]*worker
-	sched            *scheduler
-	members          nodes.Membership
-	fleet            *assign.Fleet              // the live members, ranked per bucket
-	plan             *assign.Plan               // where every bucket goes
-	sizes            []int                      // bucket -> number of sessions in it
-	buckets          map[int]*bucket            // buckets assigned here, or watched for orphans
-	sessions         map[string]session.Session // active sessions of assigned buckets, and those polled here
-	seenRev          int64                      // session revision whose changes are applied
-	synced           bool                       // seenRev is meaningful
-	orphanSince      map[string]time.Time       // owned sessions taken as orphans
-	touched          map[string]struct{}        // sessions whose standing may have changed since the last round
-	contended        map[string]contention      // sessions another worker held at the last try
-	sweepAll         bool                       // the next round looks at every session (assignment changed)
-	wasMember        bool                       // member at the last round
-	pendingOrphans   map[string]time.Time       // watched sessions first seen without a lease
+// health is what the worker reports about itself; atomics, read by Ready,
+// Status and the metrics from any goroutine.
+type health struct {
+	redisOK         atomic.Bool
+	heartbeatAt     atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
+	evictionWarning atomic.Bool  // Redis runs an evicting maxmemory-policy
+	pollPanics      atomic.Int64
+	pollErrors      atomic.Int64
+	polls           atomic.Int64
+}
+
+// view is the worker's picture of the fleet and the sessions, refreshed
+// from Redis each round (refresh) and read by the rest of the round. Owned
+// by the main loop.
+type view struct {
+	members        nodes.Membership
+	fleet          *assign.Fleet              // the live members, ranked per bucket
+	plan           *assign.Plan               // where every bucket goes
+	sizes          []int                      // bucket -> number of sessions in it
+	buckets        map[int]*bucket            // buckets assigned here, or watched for orphans
+	sessions       map[string]session.Session // active sessions of assigned buckets, and those polled here
+	seenRev        int64                      // session revision whose changes are applied
+	synced         bool                       // seenRev is meaningful
+	membersChanged bool                       // since the last Round report
+	touched        map[string]struct{}        // sessions whose standing may have changed since the last round
+	sweepAll       bool                       // the next round looks at every session (assignment changed)
+	wasMember      bool                       // member at the last round
+}
+
+// claims is the main loop's bookkeeping of sessions it could not simply
+// acquire or keep: those another worker held (contended), orphans and the
+// watch for them, sessions held back from a handoff, and the timers that
+// ask for a round when one of these is due. Owned by the main loop.
+type claims struct {
+	contended        map[string]contention // sessions another worker held at the last try
+	orphanSince      map[string]time.Time  // owned sessions taken as orphans
+	pendingOrphans   map[string]time.Time  // watched sessions first seen without a lease
 	lastOrphan       time.Time
 	watchFrom        time.Time // no orphan watch before then (set at the first round)
 	orphanWatchUntil time.Time // scan at full rate until then
-	membersChanged   bool      // since the last Round report
 	settleAt         time.Time // a session held back from a handoff may move then (settled)
 	retryTimer       clock.Timer
 	retryAt          time.Time // when retryTimer fires
@@ -92,20 +116,23 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, errors.Join(ErrConfig, err)
 	}
 	c := &Coordinator{
-		cfg:            cfg,
-		log:            cfg.Logger.With(zap.String("instance", cfg.ID)),
-		registry:       reg,
-		store:          store,
-		loader:         session.NewLoader(store),
-		kick:           make(chan struct{}, 1),
-		workers:        make(map[string]*worker),
-		sessions:       make(map[string]session.Session),
-		buckets:        make(map[int]*bucket),
-		orphanSince:    make(map[string]time.Time),
-		touched:        make(map[string]struct{}),
-		contended:      make(map[string]contention),
-		releasedBy:     make(map[string]struct{}),
-		pendingOrphans: make(map[string]time.Time),
+		cfg:      cfg,
+		log:      cfg.Logger.With(zap.String("instance", cfg.ID)),
+		registry: reg,
+		store:    store,
+		loader:   session.NewLoader(store),
+		news:     news{kick: make(chan struct{}, 1), releasedBy: make(map[string]struct{})},
+		view: view{
+			sessions: make(map[string]session.Session),
+			buckets:  make(map[int]*bucket),
+			touched:  make(map[string]struct{}),
+		},
+		claims: claims{
+			orphanSince:    make(map[string]time.Time),
+			contended:      make(map[string]contention),
+			pendingOrphans: make(map[string]time.Time),
+		},
+		workers: make(map[string]*worker),
 	}
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
 	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
@@ -125,10 +152,10 @@ func (c *Coordinator) ID() string { return c.cfg.ID }
 // Ready reports whether the worker holds a fresh heartbeat and reached
 // Redis on its last attempt. A worker that is not ready acquires nothing.
 func (c *Coordinator) Ready() bool {
-	if !c.redisOK.Load() {
+	if !c.health.redisOK.Load() {
 		return false
 	}
-	at := c.heartbeatAt.Load()
+	at := c.health.heartbeatAt.Load()
 	if at == 0 {
 		return false
 	}
@@ -160,9 +187,9 @@ type Status struct {
 
 // Status returns a snapshot for health pages and tests.
 func (c *Coordinator) Status() Status {
-	c.mu.Lock()
+	c.statusMu.Lock()
 	s := c.status
-	c.mu.Unlock()
+	c.statusMu.Unlock()
 	s.Ready = c.Ready()
 	s.Owned = nil
 	for _, l := range c.leases.Held() {
@@ -170,8 +197,8 @@ func (c *Coordinator) Status() Status {
 			s.Owned = append(s.Owned, l.Session())
 		}
 	}
-	s.Polls, s.PollErrors, s.PollPanics = c.polls.Load(), c.pollErrors.Load(), c.pollPanics.Load()
-	s.EvictionRisk = c.evictionWarning.Load()
+	s.Polls, s.PollErrors, s.PollPanics = c.health.polls.Load(), c.health.pollErrors.Load(), c.health.pollPanics.Load()
+	s.EvictionRisk = c.health.evictionWarning.Load()
 	return s
 }
 
@@ -228,7 +255,7 @@ func (c *Coordinator) mainLoop(ctx context.Context) {
 			return
 		case <-ticker.C():
 			full = true
-		case <-c.kick:
+		case <-c.news.kick:
 		}
 		c.round(ctx, full)
 	}
@@ -237,7 +264,7 @@ func (c *Coordinator) mainLoop(ctx context.Context) {
 // trigger asks for a round as soon as possible; many triggers coalesce.
 func (c *Coordinator) trigger() {
 	select {
-	case c.kick <- struct{}{}:
+	case c.news.kick <- struct{}{}:
 	default:
 	}
 }
@@ -259,7 +286,7 @@ func (c *Coordinator) heartbeatLoop(ctx context.Context) {
 			// this one was paused past its heartbeat TTL): two workers of
 			// one identity must not both poll. Stop, draining what this
 			// process holds (its release and leave touch only its own).
-			c.redisOK.Store(false)
+			c.health.redisOK.Store(false)
 			c.log.Error("another worker holds this id; stopping", zap.Error(err))
 			c.stopRun(err)
 			return
@@ -268,15 +295,15 @@ func (c *Coordinator) heartbeatLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.redisOK.Store(false)
+			c.health.redisOK.Store(false)
 			c.cfg.Observer.RedisError("heartbeat")
 			c.log.Warn("heartbeat failed", zap.Error(err))
 		} else {
 			if !joined {
 				c.checkEvictionPolicy(ctx) // before this worker becomes ready
 			}
-			c.redisOK.Store(true)
-			c.heartbeatAt.Store(c.cfg.Clock.Now().UnixNano())
+			c.health.redisOK.Store(true)
+			c.health.heartbeatAt.Store(c.cfg.Clock.Now().UnixNano())
 			if !joined {
 				joined = true
 				c.publish(ctx, nodes.Event{Type: nodes.EventJoin, Node: c.cfg.ID})
@@ -310,10 +337,10 @@ func (c *Coordinator) renewLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.redisOK.Store(false)
+			c.health.redisOK.Store(false)
 			c.cfg.Observer.RedisError("renew")
 		} else if rep.Renewed > 0 {
-			c.redisOK.Store(true)
+			c.health.redisOK.Store(true)
 		}
 		if len(rep.Lost) > 0 {
 			c.trigger()
@@ -343,12 +370,12 @@ func (c *Coordinator) subscribeLoop(ctx context.Context) {
 					continue
 				}
 				if ev.Type == nodes.EventJoin || ev.Type == nodes.EventLeave {
-					c.peerNews.Store(true)
+					c.news.peerNews.Store(true)
 				}
 				if ev.Type == nodes.EventRelease || ev.Type == nodes.EventLeave {
-					c.releasedMu.Lock()
-					c.releasedBy[ev.Node] = struct{}{}
-					c.releasedMu.Unlock()
+					c.news.releasedMu.Lock()
+					c.news.releasedBy[ev.Node] = struct{}{}
+					c.news.releasedMu.Unlock()
 				}
 				c.trigger()
 			}
@@ -389,11 +416,11 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 }
 
 func (c *Coordinator) stopTimers() {
-	if c.retryTimer != nil {
-		c.retryTimer.Stop()
+	if c.claims.retryTimer != nil {
+		c.claims.retryTimer.Stop()
 	}
-	if c.expiryTimer != nil {
-		c.expiryTimer.Stop()
+	if c.claims.expiryTimer != nil {
+		c.claims.expiryTimer.Stop()
 	}
 }
 

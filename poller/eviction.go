@@ -23,7 +23,7 @@ func (c *Coordinator) checkEvictionPolicy(ctx context.Context) {
 	if policy == "" || policy == "noeviction" {
 		return
 	}
-	c.evictionWarning.Store(true)
+	c.health.evictionWarning.Store(true)
 	c.log.Warn("Redis may evict keys under memory pressure: leases and fencing counters can vanish; set maxmemory-policy noeviction",
 		zap.String("maxmemory_policy", policy))
 }

@@ -25,67 +25,88 @@ const retrySlack = 5 * time.Millisecond
 // exits and retries) look only at the sessions touched since the last
 // round, so that their cost follows what changed, not what is owned.
 func (c *Coordinator) round(ctx context.Context, full bool) {
-	if c.watchFrom.IsZero() {
-		c.watchFrom = c.cfg.Clock.Now().Add(c.cfg.OrphanGrace)
-	}
-	if !c.settleAt.IsZero() && !c.cfg.Clock.Now().Before(c.settleAt) {
-		c.settleAt, c.sweepAll = time.Time{}, true // sessions held back may move now
-	}
+	c.startRound()
 	c.reapWorkers(ctx)
 	c.retryContended()
 	if !c.refresh(ctx) {
 		return
 	}
-	me := c.cfg.ID
 	// Only a ready worker that its peers count as live takes sessions.
-	member := c.Ready() && c.members.Contains(me)
-	full = full || c.sweepAll || member != c.wasMember
-	c.sweepAll, c.wasMember = false, member
-	touched := c.touched
-	c.touched = make(map[string]struct{})
+	member := c.Ready() && c.view.members.Contains(c.cfg.ID)
+	full = full || c.view.sweepAll || member != c.view.wasMember
+	c.view.sweepAll, c.view.wasMember = false, member
+	touched := c.view.touched
+	c.view.touched = make(map[string]struct{})
+	if !full {
+		for id := range c.claims.orphanSince {
+			touched[id] = struct{}{} // handed back once OrphanGrace has passed
+		}
+	}
+	c.checkWorkers(full, touched)
+	if member {
+		if acquire := c.wanted(full, touched); len(acquire) > 0 {
+			c.acquire(ctx, acquire, false)
+		}
+		c.adoptOrphans(ctx)
+	}
+	c.publishStatus()
+}
+
+// startRound sets the times a round starts from: the orphan watch begins
+// OrphanGrace after the first round, and sessions held back from a handoff
+// are looked at again once their time is up.
+func (c *Coordinator) startRound() {
+	now := c.cfg.Clock.Now()
+	if c.claims.watchFrom.IsZero() {
+		c.claims.watchFrom = now.Add(c.cfg.OrphanGrace)
+	}
+	if !c.claims.settleAt.IsZero() && !now.Before(c.claims.settleAt) {
+		c.claims.settleAt, c.view.sweepAll = time.Time{}, true
+	}
+}
+
+// checkWorkers checks the standing of every owned session (full) or of the
+// touched ones.
+func (c *Coordinator) checkWorkers(full bool, touched map[string]struct{}) {
 	if full {
 		for id, w := range c.workers {
 			c.checkWorker(id, w)
 		}
+		return
+	}
+	for id := range touched {
+		if w, ok := c.workers[id]; ok {
+			c.checkWorker(id, w)
+		}
+	}
+}
+
+// wanted returns, sorted, the active sessions (all of them, or the touched
+// ones) that this worker is preferred for and neither polls nor found
+// contended.
+func (c *Coordinator) wanted(full bool, touched map[string]struct{}) []string {
+	me := c.cfg.ID
+	want := func(id string) bool {
+		_, running := c.workers[id]
+		_, contended := c.claims.contended[id]
+		return !running && !contended && c.ownerOf(id) == me
+	}
+	var out []string
+	if full {
+		for id := range c.view.sessions {
+			if want(id) {
+				out = append(out, id)
+			}
+		}
 	} else {
-		for id := range c.orphanSince {
-			touched[id] = struct{}{} // handed back once OrphanGrace has passed
-		}
 		for id := range touched {
-			if w, ok := c.workers[id]; ok {
-				c.checkWorker(id, w)
+			if _, active := c.view.sessions[id]; active && want(id) {
+				out = append(out, id)
 			}
 		}
 	}
-	var acquire []string
-	if member {
-		wanted := func(id string) bool {
-			_, running := c.workers[id]
-			_, contended := c.contended[id]
-			return !running && !contended && c.ownerOf(id) == me
-		}
-		if full {
-			for id := range c.sessions {
-				if wanted(id) {
-					acquire = append(acquire, id)
-				}
-			}
-		} else {
-			for id := range touched {
-				if _, active := c.sessions[id]; active && wanted(id) {
-					acquire = append(acquire, id)
-				}
-			}
-		}
-	}
-	if len(acquire) > 0 {
-		sort.Strings(acquire)
-		c.acquire(ctx, acquire, false)
-	}
-	if member {
-		c.adoptOrphans(ctx)
-	}
-	c.publishStatus()
+	sort.Strings(out)
+	return out
 }
 
 // contention is what an acquire learned of a session another worker held.
@@ -100,18 +121,18 @@ type contention struct {
 // for again: while a fleet rebalances, a worker would otherwise send a
 // failing acquire per session in every round until the holder hands over.
 func (c *Coordinator) retryContended() {
-	c.releasedMu.Lock()
-	released := c.releasedBy
-	c.releasedBy = make(map[string]struct{})
-	c.releasedMu.Unlock()
-	if len(c.contended) == 0 {
+	c.news.releasedMu.Lock()
+	released := c.news.releasedBy
+	c.news.releasedBy = make(map[string]struct{})
+	c.news.releasedMu.Unlock()
+	if len(c.claims.contended) == 0 {
 		return
 	}
 	now := c.cfg.Clock.Now()
 	var next time.Time
-	for id, ct := range c.contended {
+	for id, ct := range c.claims.contended {
 		if _, ok := released[ct.holder]; ok || !now.Before(ct.until) {
-			delete(c.contended, id)
+			delete(c.claims.contended, id)
 			c.touch(id)
 		} else if next.IsZero() || ct.until.Before(next) {
 			next = ct.until
@@ -123,12 +144,12 @@ func (c *Coordinator) retryContended() {
 }
 
 // touch marks a session for the next round to look at.
-func (c *Coordinator) touch(id string) { c.touched[id] = struct{}{} }
+func (c *Coordinator) touch(id string) { c.view.touched[id] = struct{}{} }
 
 // checkWorker stops or restarts the loop of an owned session whose
 // standing changed: removed or paused, preferred elsewhere, or redefined.
 func (c *Coordinator) checkWorker(id string, w *worker) {
-	s, active := c.sessions[id]
+	s, active := c.view.sessions[id]
 	owner := c.ownerOf(id)
 	switch {
 	case w.stopping:
@@ -160,12 +181,12 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 			continue // collected already (stopAll)
 		}
 		delete(c.workers, id)
-		delete(c.orphanSince, id)
+		delete(c.claims.orphanSince, id)
 		c.touch(id) // lost ones may be taken again
-		if st, ok := c.buckets[keyspace.BucketOf(id)]; !ok || !st.assigned {
+		if st, ok := c.view.buckets[keyspace.BucketOf(id)]; !ok || !st.assigned {
 			// Kept only while polled here (an orphan, or a bucket no
 			// longer read): its definition may be stale from now on.
-			delete(c.sessions, id)
+			delete(c.view.sessions, id)
 		}
 		held := w.lease.State() == lease.Held || w.lease.State() == lease.Uncertain
 		switch {
@@ -199,14 +220,14 @@ const acquireChunk = 1000
 // when it would expire (a retry timer), or sooner if its holder announces
 // a release.
 func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
-	retry := time.Duration(-1)
-	acquireErr := false
+	var out acquireOutcome
+	out.retry = -1
 	for start := 0; start < len(ids); start += acquireChunk {
 		chunk := ids[start:min(start+acquireChunk, len(ids))]
 		if ctx.Err() != nil {
 			break
 		}
-		if start > 0 && c.peerNews.Load() {
+		if start > 0 && c.news.peerNews.Load() {
 			// A peer joined or left: the rest of this plan may be stale
 			// (and already taken by others). Plan again at once.
 			for _, id := range ids[start:] {
@@ -220,38 +241,51 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 		cancel()
 		now := c.cfg.Clock.Now()
 		for _, r := range results {
-			switch {
-			case r.Err != nil:
-				c.touch(r.Session)
-				c.redisOK.Store(false)
-				acquireErr = true
-				c.watchOrphans()
-			case r.Lease != nil:
-				delete(c.contended, r.Session)
-				if _, running := c.workers[r.Session]; running || r.Lease.State() != lease.Held {
-					continue
-				}
-				s, ok := c.sessions[r.Session]
-				if !ok {
-					continue
-				}
-				if orphan {
-					c.orphanSince[r.Session] = now
-				}
-				c.startWorker(s, r.Lease)
-			case r.Remaining > 0:
-				c.contended[r.Session] = contention{holder: r.Holder, until: now.Add(r.Remaining)}
-				if retry < 0 || r.Remaining < retry {
-					retry = r.Remaining
-				}
-			}
+			c.acquired(r, orphan, now, &out)
 		}
 	}
-	if acquireErr {
+	if out.failed {
 		c.cfg.Observer.RedisError("acquire")
 	}
-	if retry >= 0 {
-		c.scheduleRetry(retry + retrySlack)
+	if out.retry >= 0 {
+		c.scheduleRetry(out.retry + retrySlack)
+	}
+}
+
+// acquireOutcome sums up the results of one acquire.
+type acquireOutcome struct {
+	failed bool          // some outcome is unknown (a Redis error)
+	retry  time.Duration // the earliest contended lease's remaining TTL; -1 if none
+}
+
+// acquired applies one acquire result, received at now: starts the poll
+// loop of a new lease, or records the contention (or quarantine) to try
+// again when it ends.
+func (c *Coordinator) acquired(r lease.Result, orphan bool, now time.Time, out *acquireOutcome) {
+	switch {
+	case r.Err != nil:
+		c.touch(r.Session)
+		c.health.redisOK.Store(false)
+		out.failed = true
+		c.watchOrphans()
+	case r.Lease != nil:
+		delete(c.claims.contended, r.Session)
+		if _, running := c.workers[r.Session]; running || r.Lease.State() != lease.Held {
+			return
+		}
+		s, ok := c.view.sessions[r.Session]
+		if !ok {
+			return
+		}
+		if orphan {
+			c.claims.orphanSince[r.Session] = now
+		}
+		c.startWorker(s, r.Lease)
+	case r.Remaining > 0:
+		c.claims.contended[r.Session] = contention{holder: r.Holder, until: now.Add(r.Remaining)}
+		if out.retry < 0 || r.Remaining < out.retry {
+			out.retry = r.Remaining
+		}
 	}
 }
 
@@ -271,25 +305,11 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 // and otherwise once per orphanFallback × OrphanGrace.
 func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	now := c.cfg.Clock.Now()
-	if now.Before(c.watchFrom) || now.Sub(c.lastOrphan) < c.cfg.OrphanGrace/2 || c.fleet.Len() < 2 {
+	if !c.orphanScanDue(now) {
 		return
 	}
-	active := now.Before(c.orphanWatchUntil) || len(c.pendingOrphans) > 0
-	if !active && now.Sub(c.lastOrphan) < orphanFallback*c.cfg.OrphanGrace {
-		return
-	}
-	c.lastOrphan = now
-	var watch []string
-	for _, st := range c.buckets {
-		if st.assigned || !st.loaded {
-			continue
-		}
-		for _, id := range st.ids {
-			if _, ok := c.workers[id]; !ok && keyspace.ValidateID(id) == nil {
-				watch = append(watch, id)
-			}
-		}
-	}
+	c.claims.lastOrphan = now
+	watch := c.watchList()
 	if len(watch) == 0 {
 		return
 	}
@@ -300,29 +320,9 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 		c.log.Warn("orphan check failed", zap.Error(err))
 		return
 	}
-	var take []string
-	seen := make(map[string]bool, len(free))
-	for _, id := range free {
-		seen[id] = true
-		first, ok := c.pendingOrphans[id]
-		if !ok {
-			c.pendingOrphans[id] = now
-			continue
-		}
-		if now.Sub(first) >= c.cfg.OrphanGrace {
-			take = append(take, id)
-		}
-	}
-	for id := range c.pendingOrphans {
-		if !seen[id] {
-			delete(c.pendingOrphans, id)
-		}
-	}
+	take := c.dueOrphans(free, now)
 	if len(take) == 0 {
 		return
-	}
-	for _, id := range take {
-		delete(c.pendingOrphans, id)
 	}
 	rctx, cancel = c.requestCtx(ctx)
 	sessions, _, err := c.loader.Fetch(rctx, take)
@@ -334,7 +334,7 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	take = take[:0]
 	for _, s := range sessions {
 		if !s.Paused {
-			c.sessions[s.ID] = s
+			c.view.sessions[s.ID] = s
 			take = append(take, s.ID)
 		}
 	}
@@ -344,13 +344,69 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	}
 }
 
+// orphanScanDue reports whether the orphan watch looks now: not before
+// watchFrom, at most every OrphanGrace/2, and in a steady fleet (nothing
+// changed lately, no suspect pending) only every orphanFallback ×
+// OrphanGrace; never with fewer than two workers.
+func (c *Coordinator) orphanScanDue(now time.Time) bool {
+	if now.Before(c.claims.watchFrom) || now.Sub(c.claims.lastOrphan) < c.cfg.OrphanGrace/2 || c.view.fleet.Len() < 2 {
+		return false
+	}
+	active := now.Before(c.claims.orphanWatchUntil) || len(c.claims.pendingOrphans) > 0
+	return active || now.Sub(c.claims.lastOrphan) >= orphanFallback*c.cfg.OrphanGrace
+}
+
+// watchList returns the sessions of the loaded watched buckets that this
+// worker does not poll.
+func (c *Coordinator) watchList() []string {
+	var watch []string
+	for _, st := range c.view.buckets {
+		if st.assigned || !st.loaded {
+			continue
+		}
+		for _, id := range st.ids {
+			if _, ok := c.workers[id]; !ok && keyspace.ValidateID(id) == nil {
+				watch = append(watch, id)
+			}
+		}
+	}
+	return watch
+}
+
+// dueOrphans records the sessions seen free now and returns those seen
+// free for OrphanGrace; suspects no longer free are forgotten.
+func (c *Coordinator) dueOrphans(free []string, now time.Time) []string {
+	var take []string
+	seen := make(map[string]bool, len(free))
+	for _, id := range free {
+		seen[id] = true
+		first, ok := c.claims.pendingOrphans[id]
+		if !ok {
+			c.claims.pendingOrphans[id] = now
+			continue
+		}
+		if now.Sub(first) >= c.cfg.OrphanGrace {
+			take = append(take, id)
+		}
+	}
+	for id := range c.claims.pendingOrphans {
+		if !seen[id] {
+			delete(c.claims.pendingOrphans, id)
+		}
+	}
+	for _, id := range take {
+		delete(c.claims.pendingOrphans, id)
+	}
+	return take
+}
+
 // orphanFallback × OrphanGrace is the orphan scan period of a steady fleet.
 const orphanFallback = 10
 
 // watchOrphans makes the orphan scan run at full rate for a while: after a
 // change, orphans are possible.
 func (c *Coordinator) watchOrphans() {
-	c.orphanWatchUntil = c.cfg.Clock.Now().Add(3 * c.cfg.OrphanGrace)
+	c.claims.orphanWatchUntil = c.cfg.Clock.Now().Add(3 * c.cfg.OrphanGrace)
 }
 
 // settled reports whether w may be handed to another worker now that the
@@ -361,13 +417,13 @@ func (c *Coordinator) watchOrphans() {
 // session twice within a lease TTL. A session held back is looked at again
 // when its time is up.
 func (c *Coordinator) settled(w *worker) bool {
-	if w.members != c.members.Version {
+	if w.members != c.view.members.Version {
 		return true
 	}
 	until := w.lease.Acquired().Add(c.cfg.LeaseTTL)
 	if d := until.Sub(c.cfg.Clock.Now()); d > 0 {
-		if c.settleAt.IsZero() || until.Before(c.settleAt) {
-			c.settleAt = until
+		if c.claims.settleAt.IsZero() || until.Before(c.claims.settleAt) {
+			c.claims.settleAt = until
 			c.scheduleRetry(d)
 		}
 		return false
@@ -380,7 +436,7 @@ func (c *Coordinator) settled(w *worker) bool {
 // orphan less than OrphanGrace ago (then its preferred owner gets it back
 // after that, which bounds ping-pong with a broken preferred owner).
 func (c *Coordinator) orphanDue(id string) bool {
-	since, ok := c.orphanSince[id]
+	since, ok := c.claims.orphanSince[id]
 	return !ok || c.cfg.Clock.Since(since) >= c.cfg.OrphanGrace
 }
 
@@ -394,32 +450,32 @@ func sameSession(a, b session.Session) bool {
 func (c *Coordinator) scheduleRetry(d time.Duration) {
 	now := c.cfg.Clock.Now()
 	at := now.Add(d)
-	if c.retryTimer != nil && c.retryAt.After(now) && !at.Before(c.retryAt) {
+	if c.claims.retryTimer != nil && c.claims.retryAt.After(now) && !at.Before(c.claims.retryAt) {
 		return
 	}
-	c.retryAt = at
-	if c.retryTimer == nil {
-		c.retryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
+	c.claims.retryAt = at
+	if c.claims.retryTimer == nil {
+		c.claims.retryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
 		return
 	}
-	c.retryTimer.Reset(d)
+	c.claims.retryTimer.Reset(d)
 }
 
 func (c *Coordinator) scheduleExpiry(d time.Duration) {
-	if c.expiryTimer == nil {
-		c.expiryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
+	if c.claims.expiryTimer == nil {
+		c.claims.expiryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
 		return
 	}
-	c.expiryTimer.Reset(d)
+	c.claims.expiryTimer.Reset(d)
 }
 
 func (c *Coordinator) publishStatus() {
 	malformed := c.malformed()
-	c.mu.Lock()
-	c.status.Members = c.members.Nodes
-	c.status.Sessions = len(c.sessions)
+	c.statusMu.Lock()
+	c.status.Members = c.view.members.Nodes
+	c.status.Sessions = len(c.view.sessions)
 	c.status.Malformed = malformed
-	c.mu.Unlock()
-	c.cfg.Observer.Round(len(c.members.Nodes), len(c.sessions), len(c.workers), malformed, c.membersChanged)
-	c.membersChanged = false
+	c.statusMu.Unlock()
+	c.cfg.Observer.Round(len(c.view.members.Nodes), len(c.view.sessions), len(c.workers), malformed, c.view.membersChanged)
+	c.view.membersChanged = false
 }

@@ -44,7 +44,7 @@ type worker struct {
 // due later: then it keeps that schedule, so a handoff never polls a
 // session early.
 func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
-	w := &worker{sess: s, lease: l, done: make(chan struct{}), members: c.members.Version}
+	w := &worker{sess: s, lease: l, done: make(chan struct{}), members: c.view.members.Version}
 	c.workers[s.ID] = w
 	due, _ := l.NextPoll()
 	c.sched.start(w, due)
@@ -91,13 +91,13 @@ func (c *Coordinator) runPoll(w *worker) {
 // pollOnce runs one poll under ctx, which ends when the lease term ends or
 // the poll is aborted, and records its outcome; a panic is recovered.
 func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.Lease) {
-	c.polls.Add(1)
+	c.health.polls.Add(1)
 	started := c.cfg.Clock.Now()
 	outcome := "ok"
 	defer func() {
 		if r := recover(); r != nil {
 			outcome = "panic"
-			c.pollPanics.Add(1)
+			c.health.pollPanics.Add(1)
 			c.log.Error("poll panicked", zap.String("session", s.ID), zap.Any("panic", r),
 				zap.ByteString("stack", debug.Stack()))
 		}
@@ -108,7 +108,7 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 		if ctx.Err() != nil {
 			outcome = "cancelled"
 		}
-		c.pollErrors.Add(1)
+		c.health.pollErrors.Add(1)
 		c.log.Debug("poll failed", zap.String("session", s.ID), zap.Int64("token", l.Token()), zap.Error(err))
 	}
 }

@@ -171,9 +171,9 @@ func ParseFile(raw []byte, checkURL func(url string) error) ([]Entry, error) {
 	return entries, nil
 }
 
-// fileList returns the entries of the "sessions" list of raw, or the
-// problem with the document.
-func fileList(raw []byte) ([]*yaml.Node, *FileProblem) {
+// oneDocument decodes the single YAML (or JSON) document of raw: nil
+// when there is none, a problem when it is not YAML or holds more than one.
+func oneDocument(raw []byte) (*yaml.Node, *FileProblem) {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
@@ -183,13 +183,22 @@ func fileList(raw []byte) ([]*yaml.Node, *FileProblem) {
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
-		line := next.Line
 		if err != nil {
 			return nil, &FileProblem{Reason: "not YAML or JSON: " + strings.TrimPrefix(err.Error(), "yaml: ")}
 		}
-		return nil, &FileProblem{Line: line, Reason: "a second document: the file must hold one (no \"---\" separators)"}
+		return nil, &FileProblem{Line: next.Line, Reason: "a second document: the file must hold one (no \"---\" separators)"}
 	}
-	root := resolve(&doc)
+	return &doc, nil
+}
+
+// fileList returns the entries of the "sessions" list of raw, or the
+// problem with the document.
+func fileList(raw []byte) ([]*yaml.Node, *FileProblem) {
+	doc, p := oneDocument(raw)
+	if doc == nil || p != nil {
+		return nil, p
+	}
+	root := resolve(doc)
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = resolve(root.Content[0])
 	}
@@ -232,8 +241,8 @@ func parseEntry(i int, n *yaml.Node, checkURL func(string) error) (Entry, []File
 		return e, []FileProblem{{Entry: i, Line: n.Line, Reason: "want a mapping with id, url and interval"}}
 	}
 	var problems []FileProblem
-	fail := func(line int, format string, args ...any) {
-		problems = append(problems, FileProblem{Entry: i, Line: line, Reason: fmt.Sprintf(format, args...)})
+	fail := func(line int, reason string) {
+		problems = append(problems, FileProblem{Entry: i, Line: line, Reason: reason})
 	}
 	seen := map[string]bool{}   // fields present and read
 	failed := map[string]bool{} // fields present but unreadable
@@ -242,72 +251,83 @@ func parseEntry(i int, n *yaml.Node, checkURL func(string) error) (Entry, []File
 		name := k.Value
 		switch {
 		case k.Kind != yaml.ScalarNode || !slices.Contains(fileFields, name):
-			fail(k.Line, "unknown field %.40q (fields: %s)", name, strings.Join(fileFields, ", "))
+			fail(k.Line, fmt.Sprintf("unknown field %.40q (fields: %s)", name, strings.Join(fileFields, ", ")))
 			continue
 		case seen[name] || failed[name]:
-			fail(k.Line, "field %q given twice", name)
+			fail(k.Line, fmt.Sprintf("field %q given twice", name))
 			continue
 		}
-		before := len(problems)
-		switch name {
-		case "id", "url":
-			s, ok := scalar(v)
-			if !ok {
-				fail(v.Line, "%s must be a string", name)
-			} else if name == "id" {
-				e.Session.ID = s
-			} else {
-				e.Session.URL = s
-			}
-		case "interval":
-			s, ok := scalar(v)
-			if !ok {
-				fail(v.Line, `interval must be a duration like "30s"`)
-				break
-			}
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				fail(v.Line, `interval %.40q is not a duration like "30s" or "1m30s"`, s)
-				break
-			}
-			e.Session.Interval = Duration(d)
-		case "paused":
-			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
-				fail(v.Line, "paused must be true or false")
-				break
-			}
-			b := v.Value == "true" || v.Value == "True" || v.Value == "TRUE"
-			e.Paused = &b
-			e.Session.Paused = b
-		case "labels":
-			labels, p := parseLabels(v)
-			if p != "" {
-				fail(v.Line, "%s", p)
-				break
-			}
-			e.Session.Labels = labels
-		}
-		if len(problems) > before {
+		if reason := readField(&e, name, v); reason != "" {
+			fail(v.Line, reason)
 			failed[name] = true
 		} else {
 			seen[name] = true
 		}
 	}
-	// Each required field on its own, so that one entry's problems are
-	// all listed: a stand-in fills the other fields.
+	for _, p := range checkRequired(e.Session, seen, failed, checkURL) {
+		fail(n.Line, p)
+	}
+	return e, withID(problems, e.Session.ID)
+}
+
+// readField reads field name of an entry from v into e, or says why not.
+func readField(e *Entry, name string, v *yaml.Node) string {
+	switch name {
+	case "id", "url":
+		s, ok := scalar(v)
+		if !ok {
+			return name + " must be a string"
+		}
+		if name == "id" {
+			e.Session.ID = s
+		} else {
+			e.Session.URL = s
+		}
+	case "interval":
+		s, ok := scalar(v)
+		if !ok {
+			return `interval must be a duration like "30s"`
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Sprintf(`interval %.40q is not a duration like "30s" or "1m30s"`, s)
+		}
+		e.Session.Interval = Duration(d)
+	case "paused":
+		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+			return "paused must be true or false"
+		}
+		b := v.Value == "true" || v.Value == "True" || v.Value == "TRUE"
+		e.Paused = &b
+		e.Session.Paused = b
+	case "labels":
+		labels, p := parseLabels(v)
+		if p != "" {
+			return p
+		}
+		e.Session.Labels = labels
+	}
+	return ""
+}
+
+// checkRequired checks each required field of s on its own, so that all
+// of an entry's problems are listed (a stand-in fills the other fields):
+// missing, or breaking a rule of the session (and checkURL for the url).
+func checkRequired(s Session, seen, failed map[string]bool, checkURL func(string) error) []string {
 	const okURL, okInterval = "http://x/", Duration(time.Second)
 	checks := []struct {
 		field string
 		s     Session
 	}{
-		{"id", Session{ID: e.Session.ID, URL: okURL, Interval: okInterval}},
-		{"url", Session{ID: "x", URL: e.Session.URL, Interval: okInterval}},
-		{"interval", Session{ID: "x", URL: okURL, Interval: e.Session.Interval}},
+		{"id", Session{ID: s.ID, URL: okURL, Interval: okInterval}},
+		{"url", Session{ID: "x", URL: s.URL, Interval: okInterval}},
+		{"interval", Session{ID: "x", URL: okURL, Interval: s.Interval}},
 	}
+	var out []string
 	for _, c := range checks {
 		if !seen[c.field] {
 			if !failed[c.field] {
-				fail(n.Line, "missing field %q", c.field)
+				out = append(out, fmt.Sprintf("missing field %q", c.field))
 			}
 			continue
 		}
@@ -321,10 +341,10 @@ func parseEntry(i int, n *yaml.Node, checkURL func(string) error) (Entry, []File
 			if errors.As(err, &fe) {
 				reason = fe.Field + " " + fe.Reason
 			}
-			fail(n.Line, "%s", reason)
+			out = append(out, reason)
 		}
 	}
-	return e, withID(problems, e.Session.ID)
+	return out
 }
 
 // withID sorts problems by line and names id in them when it is a valid
