@@ -14,8 +14,9 @@
 // so that a worker learns what changed with one round trip per round
 // (Store.Changes: nothing, or the buckets changed since the revision it has
 // seen) and rereads only those buckets (BucketIDs, Fetch). Every write also
-// publishes {"type":"sessions","sessions":[id]} on keyspace.Space.Events,
-// the shape of package nodes' EventSessions, so that workers react at once.
+// publishes {"type":"sessions","sessions":[id]} on keyspace.Space.Events
+// (a nodes.Event of type EventSessions, encoded by package nodes), so that
+// workers react at once.
 //
 // # Guarantees
 //

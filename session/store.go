@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/scripts/lua"
 )
 
@@ -380,18 +381,12 @@ func (s *Store) record(ctx context.Context, op, id string, args []any) error {
 	return nil
 }
 
-// event is the message published on keyspace.Space.Events after a write; it
-// has the shape of nodes.Event with type "sessions".
-type event struct {
-	Type     string   `json:"type"`
-	Sessions []string `json:"sessions,omitempty"`
-}
-
+// eventFor is the message published on keyspace.Space.Events after a
+// write: a nodes.Event of type EventSessions, naming id when it is valid.
 func eventFor(id string) string {
-	e := event{Type: "sessions"}
+	e := nodes.Event{Type: nodes.EventSessions}
 	if keyspace.ValidateID(id) == nil {
 		e.Sessions = []string{id}
 	}
-	b, _ := json.Marshal(e) // cannot fail: strings
-	return string(b)
+	return e.Encode()
 }
