@@ -2,7 +2,9 @@
 // starts on a loopback port: rendezvous hashing, lease renewal, graceful
 // handoff, crash failover, join rebalance, steady-state Redis load and cold
 // start, each side by side with the naive design of package bench/baseline
-// (or, for hashing, github.com/dgryski/go-rendezvous) in the same run.
+// (or, for hashing, github.com/dgryski/go-rendezvous) in the same run; and
+// sessions added one by one to a settled fleet (moves per add, extra polls),
+// next to the planner it replaced.
 //
 //	go run ./cmd/pollbench [-quick] [-json out.json] [-md out.md]
 //
@@ -47,7 +49,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	quick := fs.Bool("quick", false, "small sizes and 3 runs (under 2 minutes)")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	mdOut := fs.String("md", "", "write the report as markdown to this file")
-	only := fs.String("only", "", "comma-separated scenarios to run (hrw,renew,handoff,crash,join,steady,cold); default all")
+	only := fs.String("only", "", "comma-separated scenarios to run (hrw,renew,handoff,crash,join,steady,cold,adds); default all")
 	cold := fs.String("cold", "", "override the cold-start size as SESSIONSxWORKERS, e.g. 1000000x50")
 	verbose := fs.Bool("v", false, "log the workers' warnings to stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -154,6 +156,11 @@ type sizes struct {
 
 	coldSessions, coldWorkers, coldRuns int
 
+	addsSessions, addsWorkers, addsCount int
+	addsPace                             time.Duration // time between two adds
+	addsInterval                         time.Duration // every session's poll interval
+	addsTTL                              time.Duration // lease TTL; the other intervals are a third of it
+
 	timeout time.Duration // bound on any single wait
 	logger  *zap.Logger   // workers' logger; nil = none
 }
@@ -167,6 +174,8 @@ func fullSizes() sizes {
 		joinSessions: 10_000, joinWorkers: 4, joinInterval: time.Second,
 		steadySessions: 100_000, steadyWorkers: 10, steadyInterval: 10 * time.Second, steadyWindow: 10 * time.Second,
 		coldSessions: 1_000_000, coldWorkers: 50, coldRuns: 3,
+		addsSessions: 100_000, addsWorkers: 10, addsCount: 200, addsPace: 50 * time.Millisecond,
+		addsInterval: time.Minute, addsTTL: 10 * time.Second,
 		timeout: 150 * time.Second}
 }
 
@@ -179,6 +188,8 @@ func quickSizes() sizes {
 		joinSessions: 2_000, joinWorkers: 4, joinInterval: time.Second,
 		steadySessions: 10_000, steadyWorkers: 10, steadyInterval: time.Second, steadyWindow: 2 * time.Second,
 		coldSessions: 50_000, coldWorkers: 10, coldRuns: 2,
+		addsSessions: 2_000, addsWorkers: 3, addsCount: 100, addsPace: 20 * time.Millisecond,
+		addsInterval: time.Minute, addsTTL: 1500 * time.Millisecond,
 		timeout: 60 * time.Second}
 }
 
@@ -192,6 +203,8 @@ func tinySizes() sizes {
 		joinSessions: 60, joinWorkers: 2, joinInterval: 200 * time.Millisecond,
 		steadySessions: 200, steadyWorkers: 3, steadyInterval: 500 * time.Millisecond, steadyWindow: 500 * time.Millisecond,
 		coldSessions: 300, coldWorkers: 3, coldRuns: 1,
+		addsSessions: 200, addsWorkers: 3, addsCount: 20, addsPace: 20 * time.Millisecond,
+		addsInterval: time.Minute, addsTTL: 1500 * time.Millisecond,
 		timeout: 15 * time.Second}
 }
 
@@ -208,6 +221,7 @@ var scenarios = []scenario{
 	{"join", runJoin},
 	{"steady", runSteady},
 	{"cold", runCold},
+	{"adds", runAdds},
 }
 
 func runBench(ctx context.Context, sz sizes, sel map[string]bool, progress io.Writer) (*Report, error) {
