@@ -48,10 +48,11 @@ build:
 demo:
 	$(GO) run ./cmd/pollworker demo
 
-# The long chaos run (~20 min): 300 seeded fault iterations, then a summary
-# table per fault type. POLLWORKER_CHAOS_SEED reproduces a run.
+# The long chaos run (~45 min): 500 seeded fault iterations over every fault
+# type (the Sentinel failover included), then a summary table per fault
+# type. POLLWORKER_CHAOS_SEED reproduces a run.
 chaos: redis-server
-	POLLWORKER_CHAOS=long $(GO) test -count=1 -timeout 60m -run 'TestChaos$$' -v ./integration/
+	POLLWORKER_CHAOS=long $(GO) test -count=1 -timeout 90m -run 'TestChaos$$' -v ./integration/
 
 # Benchmarks against a real redis-server and the naive baseline (~4 min;
 # add -quick for ~40 s). Writes nothing unless -md/-json are given.

@@ -18,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
 )
 
 // binary is the pollworker executable built once by TestMain.
@@ -230,4 +232,24 @@ func pollworker(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
-func startRedis(t *testing.T) *redistest.Server { return redistest.Start(t) }
+// startRedis starts a test's own redis-server and declares its keyspace
+// fresh (markFresh).
+func startRedis(t *testing.T) *redistest.Server {
+	t.Helper()
+	rds := redistest.Start(t)
+	markFresh(t, rds.Client(t))
+	return rds
+}
+
+// markFresh declares the default keyspace of a new redis-server fresh
+// (lease.MarkFresh): no lease was ever granted there, so workers started on
+// it take leases at once instead of waiting one loss quarantine. Never
+// call it after a fault that lost data: that would lift the quarantine
+// the fault is meant to trigger.
+func markFresh(t *testing.T, c lease.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := lease.MarkFresh(ctx, c, keyspace.Space{})
+	require.NoError(t, err, "mark the keyspace fresh")
+}
