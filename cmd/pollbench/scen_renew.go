@@ -19,6 +19,9 @@ func runRenew(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	ids := bench.SequentialIDs(n)
 	client := e.client("", 0)
 	defer client.Close()
+	if err := e.reset(ctx); err != nil { // a fresh keyspace: no loss quarantine
+		return nil, err
+	}
 	m, err := lease.New(lease.Config{Client: client, Keys: e.keys, Holder: "renewer", TTL: 30 * time.Second})
 	if err != nil {
 		return nil, err
