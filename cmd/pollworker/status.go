@@ -11,9 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -73,6 +75,9 @@ type nodeStatus struct {
 	ExpiresInMs int64 `json:"expires_in_ms"`
 	// HeartbeatAgeMs is the time since its last heartbeat; -1 when unknown.
 	HeartbeatAgeMs int64 `json:"heartbeat_age_ms"`
+	// Planned is the number of sessions the planner places on this
+	// worker (its buckets' sessions, paused ones included).
+	Planned int `json:"planned"`
 	// Leases is the number of active sessions whose lease this incarnation
 	// holds (or a holder with this id whose incarnation is unknown).
 	Leases int `json:"leases"`
@@ -105,6 +110,10 @@ type leaseCounts struct {
 	// NotPolled is the number of active sessions nobody polls now:
 	// ByPrevious + ByOthers + Unowned.
 	NotPolled int `json:"not_polled"`
+	// NotPlanned are held by a live worker that the planner (package
+	// assign, as the workers run it) does not place them on: moving, held
+	// back for a lease TTL after a recent move, or adopted as orphans.
+	NotPlanned int `json:"not_planned"`
 }
 
 // holderCount is a lease holder that is not polling its sessions.
@@ -294,6 +303,20 @@ func buildStatus(m nodes.Membership, infos []nodes.Info, sessions []session.Sess
 		}
 	}
 
+	// The placement the workers compute, from the same planner and inputs
+	// (the sessions per index bucket, malformed entries included).
+	sizes := make([]int, assign.Buckets)
+	for _, s := range sessions {
+		sizes[keyspace.BucketOf(s.ID)]++
+	}
+	for _, p := range problems {
+		sizes[keyspace.BucketOf(p.ID)]++
+	}
+	plan := assign.NewFleetIDs(m.Nodes...).Plan(sizes, poller.DefaultBalanceSlack)
+	for i := range st.Nodes {
+		st.Nodes[i].Planned = plan.Load(st.Nodes[i].ID)
+	}
+
 	st.Sessions.Total = len(sessions)
 	st.Sessions.Malformed = len(problems)
 	for _, s := range sessions {
@@ -321,6 +344,9 @@ func buildStatus(m nodes.Membership, infos []nodes.Info, sessions []session.Sess
 		if live && (o.Incarnation == "" || n.Incarnation == "" || o.Incarnation == n.Incarnation) {
 			n.Leases++
 			st.Leases.ByLive++
+			if plan.OwnerOf(h.Session) != o.Holder {
+				st.Leases.NotPlanned++
+			}
 			continue
 		}
 		if live {

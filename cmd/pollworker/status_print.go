@@ -97,6 +97,9 @@ func printStatus(w io.Writer, st clusterStatus) {
 			shortDuration(time.Duration(h.ExpiresInMs)*time.Millisecond), h.Leases)
 	}
 	fmt.Fprintf(w, "unowned active sessions: %d%s\n", l.Unowned, sample(st.UnownedSample, l.Unowned))
+	if l.NotPlanned > 0 {
+		fmt.Fprintf(w, "held off their planned worker: %d (moving, held back one lease TTL after a move, or adopted orphans)\n", l.NotPlanned)
+	}
 	if n := l.ByPrevious + l.ByOthers; n > 0 {
 		fmt.Fprintf(w, "NOT POLLED: %d active sessions held by a holder that is not polling them%s\n", n, sample(st.NotPolledSample, n))
 	}

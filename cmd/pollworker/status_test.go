@@ -17,9 +17,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -92,7 +94,8 @@ func TestComputeStatus(t *testing.T) {
 	require.Equal(t, sessionCounts{Total: 12, Active: 10, Paused: 2, Malformed: 1}, st.Sessions)
 	require.Len(t, st.Malformed, 1)
 	require.Equal(t, "junk", st.Malformed[0].ID)
-	require.Equal(t, leaseCounts{Held: 8, ByLive: 7, ByOthers: 1, Unowned: 2, NotPolled: 3}, st.Leases)
+	require.LessOrEqual(t, st.Leases.NotPlanned, st.Leases.ByLive)
+	require.Equal(t, leaseCounts{Held: 8, ByLive: 7, ByOthers: 1, Unowned: 2, NotPolled: 3, NotPlanned: st.Leases.NotPlanned}, st.Leases)
 	require.Equal(t, []string{"s09", "s10"}, st.UnownedSample)
 	require.Len(t, st.OtherHolders, 1)
 	require.Equal(t, "ghost", st.OtherHolders[0].ID)
@@ -130,7 +133,7 @@ func TestComputeStatus(t *testing.T) {
 	var decoded map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &decoded))
 	require.Equal(t, map[string]any{"held": 8.0, "by_live_nodes": 7.0, "by_previous_incarnations": 0.0, "by_other_holders": 1.0,
-		"unowned": 2.0, "not_polled": 3.0}, decoded["leases"])
+		"unowned": 2.0, "not_polled": 3.0, "not_planned": float64(st.Leases.NotPlanned)}, decoded["leases"])
 }
 
 func TestComputeStatusUnownedSampleIsBounded(t *testing.T) {
@@ -288,7 +291,8 @@ func TestStatusShowsPreviousIncarnationAndUnknownLeases(t *testing.T) {
 	require.Equal(t, "1a11ve", st.Nodes[0].Incarnation)
 	require.Equal(t, 1, st.Nodes[0].Leases, "only the live incarnation's lease")
 	require.GreaterOrEqual(t, st.Nodes[0].HeartbeatAgeMs, int64(0))
-	require.Equal(t, leaseCounts{Held: 5, ByLive: 2, ByPrevious: 3, Unowned: 1, NotPolled: 4}, st.Leases)
+	require.LessOrEqual(t, st.Leases.NotPlanned, st.Leases.ByLive)
+	require.Equal(t, leaseCounts{Held: 5, ByLive: 2, ByPrevious: 3, Unowned: 1, NotPolled: 4, NotPlanned: st.Leases.NotPlanned}, st.Leases)
 	require.Equal(t, []string{"s01", "s02", "s03"}, st.NotPolledSample)
 	require.Equal(t, []string{"s06"}, st.UnownedSample)
 	require.Len(t, st.OtherHolders, 1)
@@ -344,4 +348,43 @@ func TestStatusShowsPreviousIncarnationAndUnknownLeases(t *testing.T) {
 	require.Contains(t, body, "<td>w1</td><td>0dead</td><td>previous incarnation of a live id</td><td>3</td>")
 	require.Contains(t, body, `<b id="unknown-leases">2</b> gone1 by w1 gone2 by w1`)
 	require.Contains(t, body, "<td>1a11ve</td>")
+}
+
+// TestStatusUsesThePlanner: status places the sessions with the workers'
+// own planner (package assign): each node's planned share, and the leases
+// held by a live worker the planner does not place them on.
+func TestStatusUsesThePlanner(t *testing.T) {
+	m := nodes.Membership{Nodes: []string{"w1", "w2", "w3"}, ExpiryMs: []int64{1, 1, 1}}
+	var sessions []session.Session
+	var ids []string
+	for i := range 30 {
+		id := fmt.Sprintf("p%02d", i)
+		ids = append(ids, id)
+		sessions = append(sessions, session.Session{ID: id, URL: "http://x/", Interval: session.Duration(time.Second)})
+	}
+	planned := assign.Owners(m.Nodes, ids, poller.DefaultBalanceSlack)
+	holdings := make([]lease.Holding, len(ids))
+	for i, id := range ids {
+		holdings[i] = lease.Holding{Session: id, Owner: planned[i] + "#0123456789abcdef", Remaining: time.Second}
+	}
+	st := buildStatus(m, nil, sessions, nil, holdings)
+	total := 0
+	for _, n := range st.Nodes {
+		require.Equal(t, n.Leases, n.Planned, "%s holds its planned share", n.ID)
+		total += n.Planned
+	}
+	require.Equal(t, 30, total)
+	require.Zero(t, st.Leases.NotPlanned)
+
+	// One session held by another live worker than the planned one.
+	other := "w1"
+	if planned[0] == "w1" {
+		other = "w2"
+	}
+	holdings[0].Owner = other + "#0123456789abcdef"
+	st = buildStatus(m, nil, sessions, nil, holdings)
+	require.Equal(t, 1, st.Leases.NotPlanned)
+	var out strings.Builder
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "held off their planned worker: 1")
 }
