@@ -16,11 +16,6 @@ func (l *Lease) HandoffGap() (gap time.Duration, ok bool) {
 // acquisition arrived.
 func (l *Lease) Acquired() time.Time { return l.acquired }
 
-// MarkPolled records that a poll is starting under the lease and reports
-// whether it is the first, so that a measurement of the first poll is made
-// once per lease even if its poll loop is restarted.
-func (l *Lease) MarkPolled() (first bool) { return l.polled.CompareAndSwap(false, true) }
-
 // NextPoll returns when the session's next poll was due on its previous
 // holder's schedule, on this worker's clock, when that holder handed the
 // lease over gracefully (Manager.HandOff) and said so; ok is false

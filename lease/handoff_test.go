@@ -59,9 +59,6 @@ func TestRealHandoffGapAfterRelease(t *testing.T) {
 	require.False(t, next.Acquired().After(time.Now()))
 	require.Zero(t, r.rdb.Exists(ctx, realKeys.Released("s")).Val(), "the mark is consumed")
 
-	require.True(t, next.MarkPolled(), "first poll")
-	require.False(t, next.MarkPolled(), "later polls")
-
 	// The mark is consumed: an acquisition after B's lease expires reports
 	// nothing (see TestRealNoHandoffGapAfterExpiry), nor does B's own
 	// re-acquisition of a lease it still holds.

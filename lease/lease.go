@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -51,7 +50,6 @@ type Lease struct {
 	gap              time.Duration // release -> this acquisition, in Redis; -1 if no graceful release
 	acquired         time.Time     // local: when the acquire reply arrived
 	nextPoll         time.Time     // local: when the previous holder's next poll was due; zero if unknown
-	polled           atomic.Bool   // MarkPolled was called
 
 	mu       sync.Mutex
 	state    State

@@ -578,6 +578,34 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 	return nil
 }
 
+// Abandon gives leases up locally without asking Redis: each Held or
+// Uncertain one becomes Lost ("abandoned") at once, its deadline timer is
+// stopped and OnChange is called before Abandon returns, so that nothing of
+// the manager fires for it afterwards. Its key expires in Redis by its TTL.
+// It is for a holder that stops while a lease cannot be released (its poll
+// has not returned).
+func (m *Manager) Abandon(leases ...*Lease) {
+	var changes []change
+	for _, l := range leases {
+		if l == nil {
+			continue
+		}
+		l.mu.Lock()
+		from := l.state
+		if from != Held && from != Uncertain {
+			l.mu.Unlock()
+			continue
+		}
+		m.forget(l)
+		l.setLocked(Lost, "abandoned")
+		l.mu.Unlock()
+		m.log.Warn("lease abandoned: it expires by its TTL", zap.String("session", l.session),
+			zap.String("event", "lost"), zap.Int64("token", l.token))
+		changes = append(changes, change{l, from, Lost})
+	}
+	m.notify(changes)
+}
+
 // ReleaseAll releases every lease the manager holds.
 func (m *Manager) ReleaseAll(ctx context.Context) error {
 	return m.Release(ctx, m.Held()...)

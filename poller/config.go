@@ -113,8 +113,13 @@ type Config struct {
 	Logger *zap.Logger
 	// Clock drives timers and deadlines; default the real clock.
 	Clock clock.WithTickerAndDelayedExecution
-	// OnEvent, if set, is called for every lease event of this worker. It
-	// must not block.
+	// OnEvent, if set, is called for every lease event of this worker, in
+	// the goroutine that changed the lease: the main loop (acquire,
+	// release, a drain), the renewal loop (lost, uncertain, recovered) or
+	// the timer of a lease's deadline (lost). Calls may therefore run
+	// concurrently, and never after Run has returned. It must not block:
+	// it delays renewals. Observer.LeaseEvent sees the same events, for
+	// metrics.
 	OnEvent func(Event)
 	// Observer receives measurements for metrics; default none.
 	Observer Observer

@@ -445,6 +445,14 @@ func (c *Coordinator) drain() error {
 		}
 	}
 	if n := len(c.workers); n > 0 {
+		// Their polls ignored the cancellation: the leases are left to
+		// expire in Redis, and given up here at once, so that no deadline
+		// timer of theirs fires after Run has returned.
+		stuck := make([]*lease.Lease, 0, n)
+		for _, w := range c.workers {
+			stuck = append(stuck, w.lease)
+		}
+		c.leases.Abandon(stuck...)
 		errs = append(errs, fmt.Errorf("poller: drain timed out waiting for %d polls; their leases are left to expire", n))
 	}
 	if err := c.drainStep(c.registry.Leave); err != nil {

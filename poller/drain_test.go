@@ -2,6 +2,7 @@ package poller
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,8 +38,10 @@ func TestDrainPastItsTimeoutReleasesWhatItCan(t *testing.T) {
 		}
 		return nil
 	})
+	var events atomic.Int64
 	cfg := fastConfig(client, "w", p)
 	cfg.DrainTimeout = 300 * time.Millisecond
+	cfg.OnEvent = func(Event) { events.Add(1) }
 	w := start(t, cfg)
 	require.Eventually(t, func() bool { return len(w.c.Status().Owned) == len(ids) }, 10*time.Second, 10*time.Millisecond)
 	select {
@@ -59,4 +62,11 @@ func TestDrainPastItsTimeoutReleasesWhatItCan(t *testing.T) {
 	members, err := client.ZRange(context.Background(), keyspace.Space{}.NodeIndex(), 0, -1).Result()
 	require.NoError(t, err)
 	require.NotContains(t, members, "w", "the worker left the membership")
+
+	// Nothing of the worker fires after Run returned: the stuck poll's
+	// lease was given up (its deadline timer stopped) during the drain.
+	require.Zero(t, w.c.Leases().Count())
+	after := events.Load()
+	require.Never(t, func() bool { return events.Load() != after }, cfg.LeaseTTL+200*time.Millisecond, 20*time.Millisecond,
+		"a lease event after Run returned")
 }

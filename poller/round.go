@@ -193,7 +193,7 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 		case !held:
 			c.watchOrphans() // lost: others' sessions may be adrift too
 		case w.restartAs != nil && w.lease.State() == lease.Held:
-			c.startWorker(*w.restartAs, w.lease)
+			c.startWorkerAt(*w.restartAs, w.lease, w.polled)
 		default:
 			release = append(release, c.handoff(w))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,6 +30,7 @@ type worker struct {
 	stopping  bool             // stopWorker was called; release when done
 	restartAs *session.Session // start again with this definition when done (unless stopping)
 	members   uint64           // membership version when the loop started
+	polled    *atomic.Bool     // a poll began under this lease (shared by a restarted loop)
 
 	// Guarded by scheduler.mu.
 	phase         phase
@@ -44,9 +46,18 @@ type worker struct {
 // due later: then it keeps that schedule, so a handoff never polls a
 // session early.
 func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
-	w := &worker{sess: s, lease: l, done: make(chan struct{}), members: c.view.members.Version}
+	c.startWorkerAt(s, l, new(atomic.Bool))
+}
+
+// startWorkerAt starts the poll loop of s under l; polled says whether a
+// poll already began under l (a loop restarted for a new definition).
+func (c *Coordinator) startWorkerAt(s session.Session, l *lease.Lease, polled *atomic.Bool) {
+	w := &worker{sess: s, lease: l, done: make(chan struct{}), members: c.view.members.Version, polled: polled}
 	c.workers[s.ID] = w
 	due, _ := l.NextPoll()
+	if polled.Load() {
+		due = time.Time{} // a restart polls with the new definition at once
+	}
 	c.sched.start(w, due)
 }
 
@@ -73,7 +84,7 @@ func (c *Coordinator) runPoll(w *worker) {
 	if w.ctx.Err() != nil || !now.Before(l.Deadline()) {
 		return
 	}
-	if first := l.MarkPolled(); first {
+	if first := w.polled.CompareAndSwap(false, true); first {
 		if gap, ok := l.HandoffGap(); ok {
 			// The time the handoff left the session unpolled beyond its
 			// schedule: from the release, or from the poll's due time
