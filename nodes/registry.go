@@ -69,6 +69,7 @@ type Registry struct {
 	info   Info
 	value  string // info as JSON, the heartbeat key's value; unique to the incarnation
 	log    *zap.Logger
+	reader *Reader // the read side, shared with status pages and tools
 
 	claimed    atomic.Bool  // a heartbeat claimed the id at least once
 	lastExpiry atomic.Int64 // index expiry (server ms) written by the last successful heartbeat
@@ -115,6 +116,7 @@ func New(cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nodes: encode info: %w", err)
 	}
+	log := cfg.Logger.With(zap.String("node", cfg.ID))
 	return &Registry{
 		client: cfg.Client,
 		keys:   cfg.Keys,
@@ -122,7 +124,8 @@ func New(cfg Config) (*Registry, error) {
 		ttl:    cfg.TTL,
 		info:   info,
 		value:  string(value),
-		log:    cfg.Logger.With(zap.String("node", cfg.ID)),
+		log:    log,
+		reader: &Reader{client: cfg.Client, keys: cfg.Keys, log: log},
 	}, nil
 }
 
@@ -167,15 +170,11 @@ func (r *Registry) Heartbeat(ctx context.Context) error {
 }
 
 // Members prunes expired members and returns the live ones, in one script
-// call on the node index.
+// call on the node index (Reader.Members), numbered by Version.
 func (r *Registry) Members(ctx context.Context) (Membership, error) {
-	reply, err := membersScript.Run(ctx, r.client, []string{r.keys.NodeIndex()}).Slice()
+	m, err := r.reader.Members(ctx)
 	if err != nil {
-		return Membership{}, fmt.Errorf("members: %w", err)
-	}
-	m, err := parseMembers(reply)
-	if err != nil {
-		return Membership{}, fmt.Errorf("members: %w", err)
+		return Membership{}, err
 	}
 	m.Version = r.observe(m.Nodes)
 	return m, nil
@@ -303,35 +302,7 @@ func (r *Registry) Leave(ctx context.Context) error {
 	return nil
 }
 
-// Get reads the Info of the given nodes with pipelined GETs, in the order
-// given. Nodes whose Info is missing (expired or never written) or malformed
-// are skipped, not an error.
+// Get reads the Info of the given nodes (Reader.Get).
 func (r *Registry) Get(ctx context.Context, ids ...string) ([]Info, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	cmds := make([]*redis.StringCmd, len(ids))
-	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.Get(ctx, r.keys.Node(id))
-		}
-		return nil
-	})
-	infos := make([]Info, 0, len(ids))
-	for i, cmd := range cmds {
-		value, err := cmd.Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("get node %s: %w", ids[i], err)
-		}
-		var info Info
-		if err := json.Unmarshal([]byte(value), &info); err != nil {
-			r.log.Warn("skipping malformed node info", zap.String("peer", ids[i]), zap.Error(err))
-			continue
-		}
-		infos = append(infos, info)
-	}
-	return infos, nil
+	return r.reader.Get(ctx, ids...)
 }

@@ -273,3 +273,27 @@ func TestDiff(t *testing.T) {
 		})
 	}
 }
+
+func TestReaderReadsWithoutJoining(t *testing.T) {
+	mr, c := newMini(t)
+	ctx := context.Background()
+	reg, err := New(Config{Client: c, ID: "w1"})
+	require.NoError(t, err)
+	require.NoError(t, reg.Heartbeat(ctx))
+	before := mr.Keys()
+
+	r, err := NewReader(c, keyspace.Space{}, nil)
+	require.NoError(t, err)
+	m, err := r.Members(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"w1"}, m.Nodes)
+	require.Zero(t, m.Version, "only a Registry numbers its observations")
+	infos, err := r.Get(ctx, "w1", "gone")
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	require.Equal(t, reg.Incarnation(), infos[0].Incarnation)
+	require.Equal(t, before, mr.Keys(), "a reader writes nothing")
+
+	_, err = NewReader(nil, keyspace.Space{}, nil)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}

@@ -23,10 +23,6 @@ import (
 // not polled, unknown).
 const maxUnownedShown = 10
 
-// statusReaderID is the node id of the registry status reads through; it
-// never heartbeats, so it never appears among the members.
-const statusReaderID = "pollworker-status"
-
 // scanCount is the COUNT of each SCAN step that looks for lease keys.
 const scanCount = 1000
 
@@ -167,7 +163,7 @@ type balance struct {
 // in the store. It prunes expired members from the node index (as every
 // worker does) and writes nothing else.
 func computeStatus(ctx context.Context, client redis.UniversalClient, keys keyspace.Space, scan bool) (clusterStatus, error) {
-	reg, err := nodes.New(nodes.Config{Client: client, Keys: keys, ID: statusReaderID})
+	reg, err := nodes.NewReader(client, keys, nil)
 	if err != nil {
 		return clusterStatus{}, err
 	}

@@ -1,0 +1,85 @@
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// Reader reads the membership without being a member: for status pages,
+// tools and the Registry itself. It writes nothing but the pruning of
+// expired index entries that reading the members does for everyone. It is
+// safe for concurrent use.
+type Reader struct {
+	client redis.Cmdable
+	keys   keyspace.Space
+	log    *zap.Logger
+}
+
+// NewReader returns a Reader of the members in keys; logger may be nil.
+func NewReader(client redis.Cmdable, keys keyspace.Space, logger *zap.Logger) (*Reader, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: Client is required", ErrInvalidConfig)
+	}
+	if err := keys.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: Keys: %w", ErrInvalidConfig, err)
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	return &Reader{client: client, keys: keys, log: logger}, nil
+}
+
+// Members prunes expired members and returns the live ones, in one script
+// call on the node index. Its Version is 0: only a Registry, which reads
+// in one loop, numbers its observations.
+func (r *Reader) Members(ctx context.Context) (Membership, error) {
+	reply, err := membersScript.Run(ctx, r.client, []string{r.keys.NodeIndex()}).Slice()
+	if err != nil {
+		return Membership{}, fmt.Errorf("members: %w", err)
+	}
+	m, err := parseMembers(reply)
+	if err != nil {
+		return Membership{}, fmt.Errorf("members: %w", err)
+	}
+	return m, nil
+}
+
+// Get reads the Info of the given nodes with pipelined GETs, in the order
+// given. Nodes whose Info is missing (expired or never written) or malformed
+// are skipped, not an error.
+func (r *Reader) Get(ctx context.Context, ids ...string) ([]Info, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, r.keys.Node(id))
+		}
+		return nil
+	})
+	infos := make([]Info, 0, len(ids))
+	for i, cmd := range cmds {
+		value, err := cmd.Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get node %s: %w", ids[i], err)
+		}
+		var info Info
+		if err := json.Unmarshal([]byte(value), &info); err != nil {
+			r.log.Warn("skipping malformed node info", zap.String("peer", ids[i]), zap.Error(err))
+			continue
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
