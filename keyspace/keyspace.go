@@ -185,6 +185,10 @@ func (s Space) Node(node string) string { return s.prefix() + ":node:" + node }
 // NodeIndex is the sorted set of live workers, scored by expiry in ms.
 func (s Space) NodeIndex() string { return s.prefix() + ":nodes" }
 
+// Cordoned is the set of cordoned worker ids: live workers that take no
+// sessions and hand off those they hold (pollworker drain).
+func (s Space) Cordoned() string { return s.prefix() + ":cordoned" }
+
 // Events is the Pub/Sub channel on which workers announce changes.
 func (s Space) Events() string { return s.prefix() + ":events" }
 

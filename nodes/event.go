@@ -27,6 +27,9 @@ const (
 	// sessions that changed. Node is optional (a command-line tool may
 	// publish it).
 	EventSessions EventType = "sessions"
+	// EventCordon: Node was cordoned or uncordoned (pollworker drain,
+	// uncordon); every worker plans again.
+	EventCordon EventType = "cordon"
 )
 
 // ErrMalformedEvent is returned (wrapped) by DecodeEvent for a message that
@@ -55,7 +58,7 @@ func (e Event) Encode() string {
 // only valid ids.
 func (e Event) Validate() error {
 	switch e.Type {
-	case EventJoin, EventLeave, EventRelease:
+	case EventJoin, EventLeave, EventRelease, EventCordon:
 		if e.Node == "" {
 			return fmt.Errorf("%w: %s event without node", ErrMalformedEvent, e.Type)
 		}

@@ -20,6 +20,30 @@ type Membership struct {
 	// ServerTimeMs is the Redis server time of the observation, in
 	// milliseconds since the Unix epoch.
 	ServerTimeMs int64
+	// Cordoned are the live nodes that are cordoned (they take no
+	// sessions and hand off what they hold), sorted.
+	Cordoned []string
+}
+
+// Placeable returns the live nodes that are not cordoned: those the
+// planner places sessions on, sorted.
+func (m Membership) Placeable() []string {
+	if len(m.Cordoned) == 0 {
+		return m.Nodes
+	}
+	out := make([]string, 0, len(m.Nodes))
+	for _, id := range m.Nodes {
+		if _, c := slices.BinarySearch(m.Cordoned, id); !c {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// IsCordoned reports whether id is a cordoned live node.
+func (m Membership) IsCordoned(id string) bool {
+	_, ok := slices.BinarySearch(m.Cordoned, id)
+	return ok
 }
 
 // Contains reports whether id is among the live nodes.

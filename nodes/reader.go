@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -40,7 +41,24 @@ func NewReader(client redis.Cmdable, keys keyspace.Space, logger *zap.Logger) (*
 // call on the node index. Its Version is 0: only a Registry, which reads
 // in one loop, numbers its observations.
 func (r *Reader) Members(ctx context.Context) (Membership, error) {
-	reply, err := membersScript.Run(ctx, r.client, []string{r.keys.NodeIndex()}).Slice()
+	var members *redis.Cmd
+	var cordoned *redis.StringSliceCmd
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		members = membersScript.EvalSha(ctx, p, []string{r.keys.NodeIndex()})
+		cordoned = p.SMembers(ctx, r.keys.Cordoned())
+		return nil
+	})
+	if err != nil && redis.HasErrorPrefix(members.Err(), "NOSCRIPT") {
+		members = membersScript.Run(ctx, r.client, []string{r.keys.NodeIndex()})
+		err = members.Err()
+		if err == nil {
+			err = cordoned.Err()
+		}
+	}
+	if err != nil {
+		return Membership{}, fmt.Errorf("members: %w", err)
+	}
+	reply, err := members.Slice()
 	if err != nil {
 		return Membership{}, fmt.Errorf("members: %w", err)
 	}
@@ -48,6 +66,14 @@ func (r *Reader) Members(ctx context.Context) (Membership, error) {
 	if err != nil {
 		return Membership{}, fmt.Errorf("members: %w", err)
 	}
+	// Only live nodes count as cordoned: an entry of a worker that has
+	// gone is ignored (pollworker forget removes it).
+	for _, id := range cordoned.Val() {
+		if m.Contains(id) {
+			m.Cordoned = append(m.Cordoned, id)
+		}
+	}
+	slices.Sort(m.Cordoned)
 	return m, nil
 }
 

@@ -74,9 +74,10 @@ type Registry struct {
 	claimed    atomic.Bool  // a heartbeat claimed the id at least once
 	lastExpiry atomic.Int64 // index expiry (server ms) written by the last successful heartbeat
 
-	mu      sync.Mutex
-	version uint64   // guarded by mu
-	last    []string // guarded by mu; sorted ids of the last observation
+	mu           sync.Mutex
+	version      uint64   // guarded by mu
+	last         []string // guarded by mu; sorted ids of the last observation
+	lastCordoned []string // guarded by mu; sorted cordoned ids of the last observation
 }
 
 // New validates cfg, fills in its defaults and returns a Registry. It does
@@ -176,26 +177,29 @@ func (r *Registry) Members(ctx context.Context) (Membership, error) {
 	if err != nil {
 		return Membership{}, err
 	}
-	m.Version = r.observe(m.Nodes)
+	m.Version = r.observe(m.Nodes, m.Cordoned)
 	return m, nil
 }
 
 // observe records ids as the latest observation and returns its version,
-// bumping it when ids differ from the previous observation.
-func (r *Registry) observe(ids []string) uint64 {
+// bumping it when ids or the cordoned among them differ from the previous
+// observation.
+func (r *Registry) observe(ids, cordoned []string) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.version > 0 && slices.Equal(ids, r.last) {
+	if r.version > 0 && slices.Equal(ids, r.last) && slices.Equal(cordoned, r.lastCordoned) {
 		return r.version
 	}
 	joined, left := diff(r.last, ids)
 	r.version++
 	r.last = slices.Clone(ids)
+	r.lastCordoned = slices.Clone(cordoned)
 	r.log.Info("membership changed",
 		zap.Uint64("version", r.version),
 		zap.Int("members", len(ids)),
 		zap.Strings("joined", joined),
-		zap.Strings("left", left))
+		zap.Strings("left", left),
+		zap.Strings("cordoned", cordoned))
 	return r.version
 }
 

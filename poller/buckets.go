@@ -61,7 +61,7 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 	c.view.members = m
 	if membersChanged {
 		c.watchOrphans()
-		c.view.fleet = assign.NewFleetIDs(m.Nodes...)
+		c.view.fleet = assign.NewFleetIDs(m.Placeable()...) // cordoned workers take nothing
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
 	if d, ok := m.NextExpiry(); ok {

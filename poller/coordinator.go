@@ -366,10 +366,10 @@ func (c *Coordinator) subscribeLoop(ctx context.Context) {
 					c.log.Debug("ignoring event", zap.Error(err))
 					continue
 				}
-				if ev.Node == c.cfg.ID {
-					continue
+				if ev.Node == c.cfg.ID && ev.Type != nodes.EventCordon {
+					continue // its own announcement (a cordon of this worker is news)
 				}
-				if ev.Type == nodes.EventJoin || ev.Type == nodes.EventLeave {
+				if ev.Type == nodes.EventJoin || ev.Type == nodes.EventLeave || ev.Type == nodes.EventCordon {
 					c.news.peerNews.Store(true)
 				}
 				if ev.Type == nodes.EventRelease || ev.Type == nodes.EventLeave {

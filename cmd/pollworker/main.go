@@ -126,6 +126,9 @@ func newApp(stdout, stderr io.Writer, setRedisLogger func(*zap.Logger)) *cli.Com
 			statusCommand(),
 			demoCommand(),
 			versionCommand(),
+			drainCommand(),
+			uncordonCommand(),
+			forgetCommand(),
 		},
 	}
 	setUsageErrors(app)

@@ -74,6 +74,9 @@ type nodeStatus struct {
 	// Planned is the number of sessions the planner places on this
 	// worker (its buckets' sessions, paused ones included).
 	Planned int `json:"planned"`
+	// Cordoned is set for a worker cordoned by pollworker drain: it takes
+	// no sessions and hands off those it holds.
+	Cordoned bool `json:"cordoned"`
 	// Leases is the number of active sessions whose lease this incarnation
 	// holds (or a holder with this id whose incarnation is unknown).
 	Leases int `json:"leases"`
@@ -287,7 +290,7 @@ func buildStatus(m nodes.Membership, infos []nodes.Info, sessions []session.Sess
 	}
 	byID := make(map[string]*nodeStatus, len(m.Nodes))
 	for i, id := range m.Nodes {
-		st.Nodes[i] = nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1}
+		st.Nodes[i] = nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1, Cordoned: m.IsCordoned(id)}
 		byID[id] = &st.Nodes[i]
 	}
 	for _, info := range infos {
@@ -308,7 +311,7 @@ func buildStatus(m nodes.Membership, infos []nodes.Info, sessions []session.Sess
 	for _, p := range problems {
 		sizes[keyspace.BucketOf(p.ID)]++
 	}
-	plan := assign.NewFleetIDs(m.Nodes...).Plan(sizes, poller.DefaultBalanceSlack)
+	plan := assign.NewFleetIDs(m.Placeable()...).Plan(sizes, poller.DefaultBalanceSlack)
 	for i := range st.Nodes {
 		st.Nodes[i].Planned = plan.Load(st.Nodes[i].ID)
 	}

@@ -97,6 +97,15 @@ func printStatus(w io.Writer, st clusterStatus) {
 			shortDuration(time.Duration(h.ExpiresInMs)*time.Millisecond), h.Leases)
 	}
 	fmt.Fprintf(w, "unowned active sessions: %d%s\n", l.Unowned, sample(st.UnownedSample, l.Unowned))
+	var cordoned []string
+	for _, n := range st.Nodes {
+		if n.Cordoned {
+			cordoned = append(cordoned, n.ID)
+		}
+	}
+	if len(cordoned) > 0 {
+		fmt.Fprintf(w, "cordoned (take no sessions; pollworker uncordon ID): %s\n", strings.Join(cordoned, ", "))
+	}
 	if l.NotPlanned > 0 {
 		fmt.Fprintf(w, "held off their planned worker: %d (moving, held back one lease TTL after a move, or adopted orphans)\n", l.NotPlanned)
 	}

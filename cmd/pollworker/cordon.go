@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
+)
+
+// oneID returns the single worker id argument of cmd, or a usage error.
+func oneID(cmd *cli.Command) (string, error) {
+	if cmd.Args().Len() != 1 {
+		return "", usageError(fmt.Errorf("%s takes one worker id, got %d arguments", cmd.Name, cmd.Args().Len()))
+	}
+	id := cmd.Args().First()
+	if err := keyspace.ValidateID(id); err != nil {
+		return "", usageError(fmt.Errorf("invalid worker id %q: %s", id, idProblem(err)))
+	}
+	return id, nil
+}
+
+func drainCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "drain",
+		Aliases:   []string{"cordon"},
+		Usage:     "hand off every session of a live worker and let it take nothing new, without stopping it",
+		ArgsUsage: "ID",
+		Description: "Cordons the live worker ID: the workers plan without it, so it hands off what it holds\n" +
+			"as on SIGTERM (each poll in flight finishes first, then the lease is released with its\n" +
+			"schedule and the successor polls when the session is due) and takes nothing new. It stays a\n" +
+			"member, heartbeats, stays ready and serves its HTTP endpoints. The cordon lasts, across\n" +
+			"restarts of that worker, until `pollworker uncordon ID` (or `forget ID`). With --wait, waits\n" +
+			"until it holds no lease (at most --timeout) and says how long that took.",
+		Flags: append(adminFlags(), &cli.BoolFlag{Name: "wait", Usage: "wait until the worker holds no lease"}),
+		Action: action(func(ctx context.Context, cmd *cli.Command) error {
+			id, err := oneID(cmd)
+			if err != nil {
+				return err
+			}
+			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+				if err := nodes.Cordon(ctx, a.client, a.keys, id); err != nil {
+					if errors.Is(err, nodes.ErrNotLive) {
+						return usageError(err)
+					}
+					return err
+				}
+				w := cmd.Root().Writer
+				fmt.Fprintf(w, "cordoned %s: it hands off its sessions and takes none (pollworker uncordon %s to undo)\n", id, id)
+				if !cmd.Bool("wait") {
+					return nil
+				}
+				start := time.Now()
+				for {
+					st, err := computeStatus(ctx, a.client, a.keys, false)
+					if err != nil {
+						return err
+					}
+					held := -1
+					for _, n := range st.Nodes {
+						if n.ID == id {
+							held = n.Leases
+						}
+					}
+					if held <= 0 {
+						fmt.Fprintf(w, "%s holds no lease, %v after the cordon\n", id, time.Since(start).Round(time.Millisecond))
+						return nil
+					}
+					select {
+					case <-ctx.Done():
+						return fmt.Errorf("%s still holds %d leases after %v: %w", id, held, time.Since(start).Round(time.Millisecond), ctx.Err())
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			})
+		}),
+	}
+}
+
+func uncordonCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "uncordon",
+		Usage:     "let a cordoned worker take its share again",
+		ArgsUsage: "ID",
+		Flags:     adminFlags(),
+		Action: action(func(ctx context.Context, cmd *cli.Command) error {
+			id, err := oneID(cmd)
+			if err != nil {
+				return err
+			}
+			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+				was, err := nodes.Uncordon(ctx, a.client, a.keys, id)
+				if err != nil {
+					return err
+				}
+				if !was {
+					fmt.Fprintf(cmd.Root().Writer, "%s was not cordoned\n", id)
+					return nil
+				}
+				fmt.Fprintf(cmd.Root().Writer, "uncordoned %s: it takes its share again\n", id)
+				return nil
+			})
+		}),
+	}
+}
+
+func forgetCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "forget",
+		Usage:     "remove the membership entry of a worker that crashed, before it expires",
+		ArgsUsage: "ID",
+		Description: "Removes ID from the membership (and its cordon) so that the others plan without it at\n" +
+			"once, instead of when its heartbeat entry expires (3 heartbeat intervals). Refused (exit 2)\n" +
+			"while ID heartbeats: its last heartbeat must be older than two heartbeat intervals. Its\n" +
+			"leases are not touched: they expire by their TTL.",
+		Flags: adminFlags(),
+		Action: action(func(ctx context.Context, cmd *cli.Command) error {
+			id, err := oneID(cmd)
+			if err != nil {
+				return err
+			}
+			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+				if err := nodes.Forget(ctx, a.client, a.keys, id); err != nil {
+					if errors.Is(err, nodes.ErrLive) {
+						return usageError(err)
+					}
+					return err
+				}
+				fmt.Fprintf(cmd.Root().Writer, "forgot %s\n", id)
+				return nil
+			})
+		}),
+	}
+}
