@@ -135,6 +135,7 @@ func New(cfg Config) (*Coordinator, error) {
 		workers: make(map[string]*worker),
 	}
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
+	c.sched.align = spreadStep
 	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize, LossQuarantine: cfg.LossQuarantine,
 		WaitReplicas: cfg.WaitReplicas,

@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/pollworker/pollworker/hrw"
+
 	"github.com/pollworker/pollworker/lease"
 )
 
@@ -26,8 +28,12 @@ type scheduler struct {
 	clock clock.WithTickerAndDelayedExecution
 	poll  func(w *worker) // runs one poll of w; called in a new goroutine
 	wake  func()          // tells the main loop that a worker exited
-	mu    sync.Mutex      // guards everything below and the scheduling fields of every worker
-	queue dueQueue        // queued workers by next poll time
+	// align, if set, returns how much later than one interval after its
+	// previous poll w's next poll should be, to move it toward its phase
+	// (spreadStep); set before the first start.
+	align func(id string, interval time.Duration, next time.Time) time.Duration
+	mu    sync.Mutex // guards everything below and the scheduling fields of every worker
+	queue dueQueue   // queued workers by next poll time
 	owner map[*lease.Lease]*worker
 	timer clock.Timer
 	armed time.Time // when timer fires; zero when it is not armed
@@ -133,14 +139,19 @@ func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
 	}
 }
 
-// polled settles w after a poll that began at its due time: next on the
-// interval grid, or at once if the poll overran it.
+// polled settles w after a poll that began at its due time: next one
+// interval later (plus the align step, if any), or at once if the poll
+// overran it.
 func (s *scheduler) polled(w *worker) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	w.cancel()
 	w.ctx, w.cancel = nil, nil
-	next := w.next.Add(w.sess.Interval.D())
+	iv := w.sess.Interval.D()
+	next := w.next.Add(iv)
+	if s.align != nil {
+		next = next.Add(s.align(w.sess.ID, iv, next))
+	}
 	if next.Before(now) {
 		next = now
 	}
@@ -276,4 +287,26 @@ func (q *dueQueue) Pop() any {
 	*q = old[:len(old)-1]
 	w.index = -1
 	return w
+}
+
+// maxSpreadStep bounds how much one interval is lengthened to move a
+// session toward its phase (spreadStep).
+const maxSpreadStep = 200 * time.Millisecond
+
+// spreadStep spreads the polls of sessions with the same interval evenly
+// over it, as Prometheus spreads scrapes: each session's phase within its
+// interval is a hash of its id (the same on every worker, so a handoff
+// keeps it), and a poll due at next that is off its phase is moved later
+// by at most min(interval/10, maxSpreadStep). Polls are never moved
+// earlier, so no interval is shortened; sessions acquired together (a
+// start, a crash takeover) drift apart over about ten polls, and a
+// graceful handoff's gap stays within its interval + maxSpreadStep.
+func spreadStep(id string, interval time.Duration, next time.Time) time.Duration {
+	if interval <= 0 {
+		return 0
+	}
+	iv := int64(interval)
+	phase := int64(hrw.Bucket(id, int(iv)))
+	late := ((phase-next.UnixNano())%iv + iv) % iv // until the next instant on its phase
+	return time.Duration(min(late, int64(min(interval/10, maxSpreadStep))))
 }
