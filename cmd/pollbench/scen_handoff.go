@@ -55,16 +55,21 @@ func (e *env) startFleet(ctx context.Context, sz sizes, sessions, workers int, i
 
 func (f *fleetRun) stop() { stopAll(f.members) }
 
+// handoffInterval is the sessions' interval in the handoff scenario.
+const handoffInterval = 10 * time.Second
+
 // runHandoff cancels one of handoffWorkers coordinators and measures, for
-// each of its sessions, the time from the cancel to the first poll by the
-// successor; then the same with the baseline, whose handoff is by expiry.
+// each of its sessions, how late the successor's first poll comes against
+// the schedule it keeps (the old owner's last poll + the interval); then,
+// for reference, the baseline's time from the cancel to its successor's
+// first poll (a handoff by expiry).
 func runHandoff(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	var ours gapRuns
 	var drains []float64
 	t := defaultTimings()
 	t.ttl = sz.handoffTTL
 	for r := 0; r < sz.runs; r++ {
-		f, err := e.startFleet(ctx, sz, sz.handoffSessions, sz.handoffWorkers, 10*time.Second, t, nil)
+		f, err := e.startFleet(ctx, sz, sz.handoffSessions, sz.handoffWorkers, handoffInterval, t, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -84,12 +89,18 @@ func runHandoff(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		}()
 		err = waitChan(ctx, done, sz.timeout, "successors polled every handed-off session")
 		drains = append(drains, float64((<-drained).Sub(mark))/float64(time.Millisecond))
-		gaps, _, missing := f.rec.Gaps()
+		_, holes, missing := f.rec.Gaps()
 		f.stop()
 		if err != nil {
 			return nil, fmt.Errorf("%w (%d of %d missing)", err, missing, len(from))
 		}
-		ours.add(bench.Millis(gaps))
+		// The successor keeps the schedule: its first poll is due one
+		// interval after the last one; what counts is how late it comes.
+		late := make([]time.Duration, len(holes))
+		for i, h := range holes {
+			late[i] = h - handoffInterval
+		}
+		ours.add(bench.Millis(late))
 	}
 	// Baseline: one run (its gap is the TTL plus up to one round).
 	var base gapRuns
@@ -97,7 +108,7 @@ func runHandoff(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	if err := e.reset(ctx); err != nil {
 		return nil, err
 	}
-	if err := bench.Seed(ctx, e.admin, e.keys, bench.SequentialIDs(sz.handoffSessions), 10*time.Second); err != nil {
+	if err := bench.Seed(ctx, e.admin, e.keys, bench.SequentialIDs(sz.handoffSessions), handoffInterval); err != nil {
 		return nil, err
 	}
 	rec := bench.NewRecorder()
@@ -127,8 +138,18 @@ func runHandoff(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	base.add(bench.Millis(gaps))
 
 	label := fmt.Sprintf("naive, TTL %v", bt.ttl)
-	fig := fmt.Sprintf("graceful handoff gap, %d sessions over %d workers, TTL %v", sz.handoffSessions, sz.handoffWorkers, t.ttl)
-	rows := gapRows(fig, ours, base, label, 250)
+	fig := fmt.Sprintf("graceful handoff: successor's first poll late against the schedule (last poll + interval %v), %d sessions over %d workers, TTL %v",
+		handoffInterval, sz.handoffSessions, sz.handoffWorkers, t.ttl)
+	o50, o99, omax := bench.Summarize(ours.p50), bench.Summarize(ours.p99), bench.Summarize(ours.max)
+	rows := []Row{
+		{Figure: fig + ", p50", Unit: "ms", Ours: o50},
+		{Figure: fig + ", p99", Target: "p99 < 250 ms", Unit: "ms", Ours: o99, Met: met(o99.Median < 250),
+			Note: "includes the spread step (at most min(interval/10, 200 ms)) by which a session polled off its phase is moved later; a fleet that just started has every session still drifting to its phase"},
+		{Figure: fig + ", max", Unit: "ms", Ours: omax},
+	}
+	b99 := bench.Summarize(base.p99)
+	rows = append(rows, Row{Figure: fmt.Sprintf("naive handoff by expiry: cancel → successor's first poll (%s), p99", label), Target: "reported", Unit: "ms",
+		Ours: b99, Note: "the naive successor polls when the lease expires, whatever the session's schedule: early for a session whose interval is longer than the TTL"})
 	rows = append(rows, Row{Figure: "graceful drain of the leaving worker (cancel → Run returned)", Target: "reported", Unit: "ms",
 		Ours: bench.Summarize(drains)})
 	return rows, nil
