@@ -46,7 +46,7 @@ func TestSmoke(t *testing.T) {
 	rep.WriteText(&text)
 	rep.WriteMarkdown(&md)
 	require.NoError(t, rep.WriteJSON(&js))
-	require.Contains(t, text.String(), "graceful handoff gap")
+	require.Contains(t, text.String(), "graceful handoff: successor's first poll late against the schedule")
 	require.Contains(t, text.String(), "sessions moved per session added")
 	require.True(t, strings.HasPrefix(md.String(), "Run: "))
 	require.Contains(t, js.String(), `"rows"`)
