@@ -2,7 +2,15 @@
 //
 // Prometheus implements poller.Observer. Every name has the pollworker_
 // prefix; label values are drawn from small fixed sets (no session ids), so
-// the number of series does not grow with the number of sessions.
+// the number of series does not grow with the number of sessions. Counters
+// whose label values are known in advance (lease events, Redis errors by
+// operation, polls by outcome) are exported at 0 from the start, so that
+// rate() and alerts see a series before the first event.
+//
+// Every metric is this worker's view: summing pollworker_sessions or
+// pollworker_leases_held over the workers counts each session once only
+// when the fleet is settled; `pollworker status` reads the fleet's view
+// from Redis.
 package metrics
 
 import (
@@ -14,8 +22,46 @@ import (
 	"github.com/pollworker/pollworker/poller"
 )
 
+// Label values exported at 0 from the start.
+var (
+	// RedisOps are the operations poller.Observer.RedisError names.
+	RedisOps = []string{"acquire", "heartbeat", "members", "publish", "release", "renew", "sessions"}
+	// PollOutcomes are the outcomes poller.Observer.PollDone reports.
+	PollOutcomes = []string{"ok", "error", "cancelled", "panic"}
+	// SessionStates are the values of pollworker_sessions' state label.
+	SessionStates = []string{"owned", "pending", "malformed"}
+)
+
+// leaseEventLabels are the event and reason pairs a worker reports (see
+// ReasonCategory): a lease is acquired, recovered and released for one
+// reason each, made uncertain by a failed renewal, and lost at its
+// deadline, to another owner, or by a reply that came too late.
+var leaseEventLabels = [][2]string{
+	{string(poller.EventAcquired), "none"},
+	{string(poller.EventRecovered), "none"},
+	{string(poller.EventReleased), "released"},
+	{string(poller.EventUncertain), "renew_error"},
+	{string(poller.EventLost), "deadline"},
+	{string(poller.EventLost), "not_owner"},
+	{string(poller.EventLost), "late_reply"},
+}
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	version, commit string
+}
+
+// WithBuildInfo sets the labels of pollworker_build_info; without it both
+// are "unknown".
+func WithBuildInfo(version, commit string) Option {
+	return func(o *options) { o.version, o.commit = version, commit }
+}
+
 // Prometheus holds the collectors of one worker.
 type Prometheus struct {
+	buildInfo      *prometheus.GaugeVec
 	leasesHeld     prometheus.Gauge
 	leaseEvents    *prometheus.CounterVec
 	renewed        prometheus.Counter
@@ -32,8 +78,15 @@ type Prometheus struct {
 var _ poller.Observer = (*Prometheus)(nil)
 
 // New creates the collectors and registers them with reg.
-func New(reg prometheus.Registerer) (*Prometheus, error) {
+func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
+	o := options{version: "unknown", commit: "unknown"}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	p := &Prometheus{
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pollworker_build_info", Help: "Always 1; the labels say which build this worker runs."},
+			[]string{"version", "commit"}),
 		leasesHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pollworker_leases_held", Help: "Leases this worker holds with a running poll loop."}),
 		leaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -46,7 +99,10 @@ func New(reg prometheus.Registerer) (*Prometheus, error) {
 			Name: "pollworker_renew_round_trip_seconds", Help: "Round trip of one renewal cycle (all leases, one pipeline).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "pollworker_sessions", Help: "Sessions seen by this worker: state is active, owned or malformed."},
+			Name: "pollworker_sessions",
+			Help: "Sessions in this worker's view (its planned buckets and the sessions it polls), by state; the states do not overlap: " +
+				"owned (it holds the lease and polls), pending (active and planned here, lease not held yet), malformed (entries it cannot decode). " +
+				"Each worker counts its own view."},
 			[]string{"state"}),
 		liveNodes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pollworker_live_nodes", Help: "Live workers in the last membership view."}),
@@ -68,11 +124,24 @@ func New(reg prometheus.Registerer) (*Prometheus, error) {
 			// event waits for the next round (seconds).
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
-	for _, c := range []prometheus.Collector{p.leasesHeld, p.leaseEvents, p.renewed, p.renewRoundTrip,
+	for _, c := range []prometheus.Collector{p.buildInfo, p.leasesHeld, p.leaseEvents, p.renewed, p.renewRoundTrip,
 		p.sessions, p.liveNodes, p.memberChanges, p.polls, p.pollDuration, p.redisErrors, p.handoffGap} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	p.buildInfo.WithLabelValues(o.version, o.commit).Set(1)
+	for _, l := range leaseEventLabels {
+		p.leaseEvents.WithLabelValues(l[0], l[1])
+	}
+	for _, op := range RedisOps {
+		p.redisErrors.WithLabelValues(op)
+	}
+	for _, out := range PollOutcomes {
+		p.polls.WithLabelValues(out)
+	}
+	for _, st := range SessionStates {
+		p.sessions.WithLabelValues(st)
 	}
 	return p, nil
 }
@@ -97,8 +166,9 @@ func (p *Prometheus) PollDone(d time.Duration, outcome string) {
 // Round implements poller.Observer.
 func (p *Prometheus) Round(members, sessions, owned, malformed int, membershipChanged bool) {
 	p.liveNodes.Set(float64(members))
-	p.sessions.WithLabelValues("active").Set(float64(sessions))
+	// sessions (active, in this worker's view) includes the owned ones.
 	p.sessions.WithLabelValues("owned").Set(float64(owned))
+	p.sessions.WithLabelValues("pending").Set(float64(max(sessions-owned, 0)))
 	p.sessions.WithLabelValues("malformed").Set(float64(malformed))
 	p.leasesHeld.Set(float64(owned))
 	if membershipChanged {

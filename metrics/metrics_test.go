@@ -48,11 +48,61 @@ func TestPrometheusRecords(t *testing.T) {
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP pollworker_polls_total Polls by outcome: ok, error, cancelled or panic.
 # TYPE pollworker_polls_total counter
+pollworker_polls_total{outcome="cancelled"} 0
+pollworker_polls_total{outcome="error"} 0
 pollworker_polls_total{outcome="ok"} 1
 pollworker_polls_total{outcome="panic"} 1
 `), "pollworker_polls_total"))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP pollworker_sessions Sessions in this worker's view (its planned buckets and the sessions it polls), by state; the states do not overlap: owned (it holds the lease and polls), pending (active and planned here, lease not held yet), malformed (entries it cannot decode). Each worker counts its own view.
+# TYPE pollworker_sessions gauge
+pollworker_sessions{state="malformed"} 2
+pollworker_sessions{state="owned"} 33
+pollworker_sessions{state="pending"} 67
+`), "pollworker_sessions"))
 	_, err = New(reg)
 	require.Error(t, err, "registering twice is refused")
+}
+
+// TestSeriesFromTheStart: build info is 1 with its labels, and every
+// counter whose labels are known in advance is exported at 0 before the
+// first event.
+func TestSeriesFromTheStart(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	_, err := New(reg, WithBuildInfo("v1.2.3", "abc123"))
+	require.NoError(t, err)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP pollworker_build_info Always 1; the labels say which build this worker runs.
+# TYPE pollworker_build_info gauge
+pollworker_build_info{commit="abc123",version="v1.2.3"} 1
+# HELP pollworker_lease_events_total Lease state changes: event is acquired, released, lost, uncertain or recovered; reason is a fixed category.
+# TYPE pollworker_lease_events_total counter
+pollworker_lease_events_total{event="acquired",reason="none"} 0
+pollworker_lease_events_total{event="lost",reason="deadline"} 0
+pollworker_lease_events_total{event="lost",reason="late_reply"} 0
+pollworker_lease_events_total{event="lost",reason="not_owner"} 0
+pollworker_lease_events_total{event="recovered",reason="none"} 0
+pollworker_lease_events_total{event="released",reason="released"} 0
+pollworker_lease_events_total{event="uncertain",reason="renew_error"} 0
+# HELP pollworker_redis_errors_total Failed Redis operations by operation.
+# TYPE pollworker_redis_errors_total counter
+pollworker_redis_errors_total{op="acquire"} 0
+pollworker_redis_errors_total{op="heartbeat"} 0
+pollworker_redis_errors_total{op="members"} 0
+pollworker_redis_errors_total{op="publish"} 0
+pollworker_redis_errors_total{op="release"} 0
+pollworker_redis_errors_total{op="renew"} 0
+pollworker_redis_errors_total{op="sessions"} 0
+`), "pollworker_build_info", "pollworker_lease_events_total", "pollworker_redis_errors_total"))
+
+	reg = prometheus.NewPedanticRegistry()
+	_, err = New(reg)
+	require.NoError(t, err)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP pollworker_build_info Always 1; the labels say which build this worker runs.
+# TYPE pollworker_build_info gauge
+pollworker_build_info{commit="unknown",version="unknown"} 1
+`), "pollworker_build_info"))
 }
 
 func TestHandoffGapHistogram(t *testing.T) {

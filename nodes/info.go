@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/pollworker/pollworker/keyspace"
@@ -62,23 +61,26 @@ func ValidateIncarnation(s string) error {
 // package initialises and never changes.
 var processStart = time.Now().Round(0).UTC()
 
-// maxHostLen bounds the hostname part of DefaultID, keeping the id far below
-// keyspace.MaxIDLen.
+// maxHostLen bounds the hostname part of DefaultID, keeping the id (and a
+// SuffixedID of it) far below keyspace.MaxIDLen.
 const maxHostLen = 100
 
-// DefaultID returns a node id unique to this process:
-// "<hostname>-<process start, unix ns>-<8 random hex digits>". Bytes of the
-// hostname that keyspace.ValidateID does not allow become '-'; an empty
-// hostname becomes "node".
-func DefaultID() string {
-	host, _ := os.Hostname()
-	var b [4]byte
-	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read crashes the program instead
-	return defaultID(host, processStart, hex.EncodeToString(b[:]))
-}
+// DefaultID returns a node id people can read: this machine's hostname
+// (the pod name under Kubernetes, where every replica has its own),
+// mapped to the bytes keyspace.ValidateID allows (others become '-';
+// an empty hostname becomes "node"; at most 100 bytes). It is the same
+// for every process on one host: two workers on one host need their own
+// ids (--id), or the second is refused at start while the first is live
+// (Registry.WaitForID, ErrDuplicateID). Restarts need no new id: the
+// Incarnation tells them apart.
+func DefaultID() string { return sanitizeHost(hostname()) }
 
-func defaultID(host string, start time.Time, random string) string {
-	return sanitizeHost(host) + "-" + strconv.FormatInt(start.UnixNano(), 10) + "-" + random
+// SuffixedID returns base followed by "-" and 4 random hex digits: an id
+// for a second process on a host whose DefaultID a live worker holds.
+func SuffixedID(base string) string {
+	var b [2]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read crashes the program instead
+	return base + "-" + hex.EncodeToString(b[:])
 }
 
 // sanitizeHost maps host to the bytes keyspace.ValidateID allows.

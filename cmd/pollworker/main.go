@@ -3,6 +3,8 @@
 //	pollworker run        run a worker (many identical replicas share the sessions)
 //	pollworker sessions   add, list, pause, resume and remove sessions
 //	pollworker status     show live workers, sessions, leases and balance
+//	pollworker explain    say who polls a session, who should, and why
+//	pollworker check      verify the fleet's invariants (exit 3 when one is broken)
 //	pollworker demo       watch 3 in-process workers share 30 sessions (no Redis needed)
 //	pollworker version    print the build version
 //
@@ -124,6 +126,8 @@ func newApp(stdout, stderr io.Writer, setRedisLogger func(*zap.Logger)) *cli.Com
 			runCommand(setRedisLogger),
 			sessionsCommand(),
 			statusCommand(),
+			explainCommand(),
+			checkCommand(),
 			demoCommand(),
 			versionCommand(),
 			drainCommand(),
