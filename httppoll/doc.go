@@ -1,6 +1,6 @@
 // Package httppoll is the built-in poller.Poller of pollworker: it polls a
-// session by sending an HTTP GET to the session's URL and records every
-// result in a capped Redis stream.
+// session by sending an HTTP GET to the session's URL and records the
+// results in capped Redis streams, which a Reader reads back merged.
 //
 // Each request carries three headers, so that the target can tell who polls
 // and reject stale pollers:
@@ -17,20 +17,38 @@
 //     interval or its lease by more than the time the transport takes to
 //     notice the cancellation.
 //   - At most 64 KiB of a response body are read; the body is always closed.
-//   - Every poll, successful or not, adds one entry to the stream
-//     keyspace.Space.Results, trimmed with XADD MAXLEN ~ Config.StreamMaxLen,
-//     with the fields session, worker, token, status (0 when no response
-//     arrived), latency_ms, error ("" on success) and at (start of the poll,
-//     Unix milliseconds).
+//   - With Config.Record RecordAll (the default) every poll, successful or
+//     not, adds one entry to a results stream, with the fields session,
+//     worker, token, status (0 when no response arrived), latency_ms, error
+//     ("" on success) and at (start of the poll, Unix milliseconds). With
+//     RecordChanges, only a poll whose status, class of error or lease
+//     differs from the session's last recorded one on this worker; with
+//     RecordNone, none.
+//   - With a Recorder (what pollworker run uses), Poll never waits for
+//     Redis: results are queued (at most RecorderConfig.QueueSize; when
+//     full the oldest is dropped and counted) and written by the
+//     Recorder's goroutine in one pipeline per flush, every FlushInterval
+//     (100ms) or as soon as BatchSize (500) wait. Without one, Poll writes
+//     its result with one XADD bounded by Config.RecordTimeout.
+//   - Layout: one stream, keyspace.Space.Results, or with
+//     RecorderConfig.Sharded (Redis Cluster) keyspace.ResultStreams streams
+//     chosen by the session's bucket range, whose hash tags spread over the
+//     hash slots. Each stream is trimmed with XADD MAXLEN ~ (the total cap
+//     divided by the number of streams).
 //   - Neither the stream nor the returned errors contain the session URL,
 //     which may hold credentials or API keys in its query.
 //
 // # Non-guarantees
 //
-//   - Recording is best effort: a failed XADD is logged (once until
-//     recording works again) and never turns a poll into a failure. The
-//     stream is capped approximately, so it may hold slightly more than
-//     StreamMaxLen entries.
+//   - Recording is best effort: a failed write is logged (once until
+//     recording works again) and counted, never retried, and never turns a
+//     poll into a failure; results dropped from a full queue are counted
+//     (RecorderStats). The streams are capped approximately, so they may
+//     hold slightly more than their cap. Retention is a number of entries,
+//     not a time: cap / results per second.
+//   - Order: entries of one stream are in the order of their flush, not of
+//     their poll; the Reader sorts by poll start, and a slow poll may be
+//     recorded after faster ones that started later.
 //   - The fencing token is only useful if the target checks it: a request
 //     sent just before the lease was lost may still arrive after the next
 //     holder's first request. A target that rejects tokens lower than the

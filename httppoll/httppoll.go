@@ -32,8 +32,10 @@ const (
 const (
 	// DefaultTimeout caps one request when the session interval is longer.
 	DefaultTimeout = 10 * time.Second
-	// DefaultStreamMaxLen is the approximate length of the results stream.
-	DefaultStreamMaxLen = 10000
+	// DefaultStreamMaxLen is the approximate number of entries kept in the
+	// results streams, all together: about 6 MB of Redis memory (~60 bytes
+	// an entry), 100 s of results at 1,000 polls/s.
+	DefaultStreamMaxLen = 100_000
 	// DefaultRecordTimeout bounds the XADD of one result.
 	DefaultRecordTimeout = time.Second
 	// DefaultUserAgent is the User-Agent header of every request.
@@ -59,9 +61,21 @@ func (e *StatusError) Error() string {
 
 // Config configures a Poller.
 type Config struct {
-	// Client receives the results stream (XADD); any redis.Cmdable.
-	// Required.
+	// Recorder, when set, receives the results to record: Poll hands each
+	// one over without waiting for Redis, and the Recorder writes them in
+	// batches. Client, StreamMaxLen and RecordTimeout are then unused.
+	Recorder *Recorder
+	// Client receives each result synchronously (one XADD per poll, to
+	// keyspace.Space.Results) when Recorder is nil: simple, but a round
+	// trip per poll. Required unless Recorder is set or Record is
+	// RecordNone.
 	Client redis.Cmdable
+	// Record says which results are recorded: RecordAll (the default),
+	// RecordChanges or RecordNone.
+	Record RecordMode
+	// ChangesMemory bounds the sessions whose last outcome RecordChanges
+	// remembers (see RecordChanges). Default DefaultChangesMemory.
+	ChangesMemory int
 	// Keys names the results stream; the zero value uses the default
 	// prefixes.
 	Keys keyspace.Space
@@ -76,7 +90,7 @@ type Config struct {
 	// min(session interval, Timeout). Default DefaultTimeout (10s).
 	Timeout time.Duration
 	// StreamMaxLen is the approximate cap of the results stream (XADD
-	// MAXLEN ~). Default DefaultStreamMaxLen (10000).
+	// MAXLEN ~), without a Recorder. Default DefaultStreamMaxLen.
 	StreamMaxLen int64
 	// RecordTimeout bounds recording one result, which runs even when the
 	// poll's context was cancelled. Default DefaultRecordTimeout (1s).
@@ -93,10 +107,11 @@ type Config struct {
 // HTTP transport keeps idle connections, see CloseIdleConnections) and is
 // safe for concurrent use.
 type Poller struct {
-	cfg Config
-	log *zap.Logger
+	cfg     Config
+	log     *zap.Logger
+	changes *changes // RecordChanges only
 
-	recordFailing atomic.Bool // the last XADD failed
+	recordFailing atomic.Bool // the last synchronous XADD failed
 }
 
 var _ poller.Poller = (*Poller)(nil)
@@ -104,8 +119,17 @@ var _ poller.Poller = (*Poller)(nil)
 // New validates cfg, fills in its defaults and returns a Poller. It does not
 // touch Redis or the network.
 func New(cfg Config) (*Poller, error) {
-	if cfg.Client == nil {
-		return nil, fmt.Errorf("%w: Client is required", ErrConfig)
+	if cfg.Record < RecordAll || cfg.Record > RecordNone {
+		return nil, fmt.Errorf("%w: Record must be RecordAll, RecordChanges or RecordNone, got %d", ErrConfig, int(cfg.Record))
+	}
+	if cfg.Client == nil && cfg.Recorder == nil && cfg.Record != RecordNone {
+		return nil, fmt.Errorf("%w: Client is required (or a Recorder, or Record: RecordNone)", ErrConfig)
+	}
+	switch {
+	case cfg.ChangesMemory == 0:
+		cfg.ChangesMemory = DefaultChangesMemory
+	case cfg.ChangesMemory < 0:
+		return nil, fmt.Errorf("%w: ChangesMemory must be positive, got %d", ErrConfig, cfg.ChangesMemory)
 	}
 	if err := cfg.Keys.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: Keys: %w", ErrConfig, err)
@@ -149,7 +173,11 @@ func New(cfg Config) (*Poller, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker))}, nil
+	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker))}
+	if cfg.Record == RecordChanges {
+		p.changes = newChanges(cfg.ChangesMemory)
+	}
+	return p, nil
 }
 
 // Poll sends one GET to s.URL under ctx and records the result. It returns
@@ -163,7 +191,15 @@ func (p *Poller) Poll(ctx context.Context, s session.Session, l *lease.Lease) er
 	if err == nil && status >= http.StatusInternalServerError {
 		err = &StatusError{Code: status}
 	}
-	p.record(ctx, s, l, start, status, latency, err)
+	var token int64
+	if l != nil {
+		token = l.Token()
+	}
+	res := Result{Session: s.ID, Worker: p.cfg.Worker, Token: token, Status: status, Latency: latency, At: start}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	p.record(ctx, res, classify(err))
 	if err != nil {
 		return fmt.Errorf("poll %s: %w", s.ID, err)
 	}
@@ -206,41 +242,32 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease) (in
 	return resp.StatusCode, nil
 }
 
-// record adds the result of one poll to the results stream. It runs under a
-// context that keeps ctx's values but not its cancellation, bounded by
-// RecordTimeout, so that the result of a poll cut short by a lost lease is
-// recorded too.
-func (p *Poller) record(ctx context.Context, s session.Session, l *lease.Lease, start time.Time, status int, latency time.Duration, perr error) {
+// record hands res to the Recorder, or writes it at once without one, as
+// the record mode says. A synchronous write runs under a context that
+// keeps ctx's values but not its cancellation, bounded by RecordTimeout, so
+// that the result of a poll cut short by a lost lease is recorded too.
+func (p *Poller) record(ctx context.Context, res Result, class errClass) {
+	switch {
+	case p.cfg.Record == RecordNone:
+		return
+	case p.changes != nil && !p.changes.changed(res.Session, outcome{token: res.Token, status: res.Status, class: class}):
+		if p.cfg.Recorder != nil {
+			p.cfg.Recorder.unchanged.Add(1)
+		}
+		return
+	case p.cfg.Recorder != nil:
+		p.cfg.Recorder.Add(res)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RecordTimeout)
 	defer cancel()
-	var token int64
-	if l != nil {
-		token = l.Token()
-	}
-	msg := ""
-	if perr != nil {
-		msg = perr.Error()
-	}
-	err := p.cfg.Client.XAdd(ctx, &redis.XAddArgs{
-		Stream: p.cfg.Keys.Results(),
-		MaxLen: p.cfg.StreamMaxLen,
-		Approx: true,
-		Values: []any{
-			"session", s.ID,
-			"worker", p.cfg.Worker,
-			"token", token,
-			"status", status,
-			"latency_ms", strconv.FormatFloat(float64(latency)/float64(time.Millisecond), 'f', 3, 64),
-			"error", msg,
-			"at", start.UnixMilli(),
-		},
-	}).Err()
+	_, err := writeResults(ctx, p.cfg.Client, p.cfg.Keys, false, p.cfg.StreamMaxLen, []Result{res})
 	switch {
 	case err != nil && !p.recordFailing.Swap(true):
 		p.log.Warn("recording poll results failed; further failures are logged at debug level",
-			zap.String("session", s.ID), zap.Error(err))
+			zap.String("session", res.Session), zap.Error(err))
 	case err != nil:
-		p.log.Debug("recording poll result failed", zap.String("session", s.ID), zap.Error(err))
+		p.log.Debug("recording poll result failed", zap.String("session", res.Session), zap.Error(err))
 	case p.recordFailing.Swap(false):
 		p.log.Info("recording poll results again")
 	}

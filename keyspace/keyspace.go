@@ -15,7 +15,8 @@
 //	<prefix>:{sessions}:changes   sorted set: bucket -> revision of its last change
 //	<prefix>:{sessions}:sizes     hash: bucket -> number of ids in it
 //	<prefix>:epoch:{<tag>}        loss marker of one hash slot (never expires)
-//	<prefix>:results              capped stream of poll results
+//	<prefix>:results              capped stream of poll results (one server, Sentinel)
+//	<prefix>:results:<i>:{<tag>}  result stream i of 16, by bucket range (Cluster)
 //	<prefix>:candidates:{<s>}     election: hash of the candidates of a role
 //	<prefix>:candidate:{<s>}:<id> election: liveness of one candidate (PX TTL)
 //	<prefix>:successor:{<s>}      election: preferred successor (PX TTL)
@@ -220,8 +221,30 @@ func (s Space) SessionChanges() string { return s.prefix() + ":{sessions}:change
 // writers; it shares SessionRev's slot.
 func (s Space) SessionSizes() string { return s.prefix() + ":{sessions}:sizes" }
 
-// Results is the capped stream of poll results.
+// Results is the capped stream of poll results (the single-stream layout,
+// outside Redis Cluster).
 func (s Space) Results() string { return s.prefix() + ":results" }
+
+// ResultStreams is the number of result streams of the sharded layout (in
+// Redis Cluster). It is fixed: writers and readers must agree on it.
+const ResultStreams = 16
+
+// ResultStream is result stream i (0 to ResultStreams-1) of the sharded
+// layout. It holds the results of the sessions of index buckets
+// [i, i+1) × SessionBuckets/ResultStreams, and its hash tag puts it in the
+// middle of the i-th sixteenth of the hash slots, so that the streams
+// spread over the masters of a Cluster whose slots are split in ranges.
+func (s Space) ResultStream(i int) string {
+	const span = 16384 / ResultStreams
+	i = ((i % ResultStreams) + ResultStreams) % ResultStreams
+	return s.prefix() + ":results:" + strconv.Itoa(i) + ":{" + slotTags()[i*span+span/2] + "}"
+}
+
+// ResultStreamOf is the sharded result stream of a session: that of its
+// bucket range.
+func (s Space) ResultStreamOf(session string) string {
+	return s.ResultStream(BucketOf(session) * ResultStreams / SessionBuckets)
+}
 
 // Candidates is the hash of the candidates of an election whose lease is
 // that of session (id -> priority); it shares the lease's slot.

@@ -126,6 +126,7 @@ func newApp(stdout, stderr io.Writer, setRedisLogger func(*zap.Logger)) *cli.Com
 			runCommand(setRedisLogger),
 			sessionsCommand(),
 			statusCommand(),
+			resultsCommand(),
 			explainCommand(),
 			checkCommand(),
 			demoCommand(),

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,11 +52,14 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		str("log-format", "json", "json or console"),
 		&cli.BoolFlag{Name: "dry-run", Usage: "validate the configuration, print it and exit without connecting"},
 	)
+	flags = append(flags, recordFlags()...)
 	return &cli.Command{
 		Name:  "run",
 		Usage: "run a worker until SIGTERM or SIGINT",
 		Description: "Joins the workers sharing --redis-url and polls its share of the sessions with HTTP GET,\n" +
-			"recording each result in the stream <key-prefix>:results. Redis may be down at start:\n" +
+			"recording the results (--record) in the stream <key-prefix>:results, or in 16 streams\n" +
+			"under --redis-cluster, written in batches on a connection of their own (see\n" +
+			"`pollworker results`). Redis may be down at start:\n" +
 			"the worker reports not ready (/readyz 503) and polls nothing until Redis is reachable.\n" +
 			"SIGTERM or SIGINT drains (stops polls, releases leases, leaves) and exits 0; a second\n" +
 			"signal kills the process.\n\n" +
@@ -82,11 +86,15 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 			if err != nil {
 				return configError(err)
 			}
+			rc, err := parseRecording(cmd)
+			if err != nil {
+				return configError(err)
+			}
 			if cmd.Bool("dry-run") {
 				printConfig(cmd.Root().Writer, cfg)
 				return nil
 			}
-			return runWorker(ctx, cfg, cmd.Root().ErrWriter, setRedisLogger)
+			return runWorker(ctx, cfg, rc, cmd.Root().ErrWriter, setRedisLogger)
 		}),
 	}
 }
@@ -122,7 +130,7 @@ func printConfig(w io.Writer, cfg workerConfig) {
 // setRedisLogger is set. The health server starts first; the coordinator
 // starts once preflight has found Redis answering and the id free, and
 // until then the worker reports not ready.
-func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLogger func(*zap.Logger)) error {
+func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writer, setRedisLogger func(*zap.Logger)) error {
 	// The coordinator and the poller name the worker in their own fields.
 	base := newLogger(logw, cfg.LogLevel, cfg.LogFormat)
 	defer func() { _ = base.Sync() }()
@@ -133,16 +141,11 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 
 	client := cfg.newClient()
 	defer func() { _ = client.Close() }()
-	hp, err := httppoll.New(httppoll.Config{
-		Client:    client,
-		Keys:      cfg.Keys,
-		Worker:    cfg.Poller.ID,
-		UserAgent: "pollworker/" + version,
-		Logger:    base,
-	})
+	hp, stopRecorder, err := newHTTPPoller(cfg, rc, base)
 	if err != nil {
 		return configError(err)
 	}
+	defer stopRecorder()
 	defer hp.CloseIdleConnections()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -213,6 +216,7 @@ func runWorker(ctx context.Context, cfg workerConfig, logw io.Writer, setRedisLo
 		zap.Duration("discovery_interval", pc.DiscoveryInterval),
 		zap.Duration("drain_timeout", pc.DrainTimeout))
 	runErr := coord.Run(ctx)
+	stopRecorder() // after the drain: the last polls' results are flushed
 
 	shutdownHTTP(srv)
 	if err := <-srvErr; err != nil {
@@ -415,4 +419,139 @@ func quarantineText(c poller.Config) string {
 		return c.LeaseTTL.String() + " (the lease TTL)"
 	}
 	return c.LossQuarantine.String()
+}
+
+// Defaults and bounds of the recording flags.
+const (
+	minRecordFlush = time.Millisecond
+	maxRecordFlush = time.Minute
+	maxRecordQueue = 10_000_000
+	maxRecordLen   = 100_000_000
+	// recordPoolSize is the connection pool of the recording client (per
+	// master in Cluster): one flush at a time, plus one for a redial.
+	recordPoolSize = 2
+)
+
+// recordFlags are the run command's flags for recording results.
+func recordFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "record", Value: "all", Sources: fromEnv("record"),
+			Usage: "which poll results to record: all, changes (only when a session's status, error class or lease changes) or none"},
+		&cli.IntFlag{Name: "record-maxlen", Value: httppoll.DefaultStreamMaxLen, Sources: fromEnv("record-maxlen"),
+			Usage: "about how many results the streams keep in all (XADD MAXLEN ~; in Cluster split over 16 streams): retention = this / results per second"},
+		&cli.DurationFlag{Name: "record-flush", Value: httppoll.DefaultFlushInterval, Sources: fromEnv("record-flush"),
+			Usage: "longest a result waits before it is written; results are written in one pipeline per flush"},
+		&cli.IntFlag{Name: "record-queue", Value: httppoll.DefaultQueueSize, Sources: fromEnv("record-queue"),
+			Usage: "results waiting for a flush at most; when Redis is slower, the oldest are dropped (and counted), polls never wait"},
+	}
+}
+
+// recording is the validated recording configuration of the run command.
+type recording struct {
+	Mode   httppoll.RecordMode
+	MaxLen int64
+	Flush  time.Duration
+	Queue  int
+}
+
+// parseRecording validates the recording flags of cmd. Each error names
+// the flag and its rule.
+func parseRecording(cmd *cli.Command) (recording, error) {
+	mode, err := httppoll.ParseRecordMode(cmd.String("record"))
+	if err != nil {
+		return recording{}, fmt.Errorf("%w: --record %q must be all, changes or none", errInvalidConfig, cmd.String("record"))
+	}
+	rc := recording{Mode: mode, MaxLen: int64(cmd.Int("record-maxlen")), Flush: cmd.Duration("record-flush"), Queue: int(cmd.Int("record-queue"))}
+	switch {
+	case rc.MaxLen < 1 || rc.MaxLen > maxRecordLen:
+		return recording{}, fmt.Errorf("%w: --record-maxlen (%d) must be from 1 to %d", errInvalidConfig, rc.MaxLen, maxRecordLen)
+	case rc.Flush < minRecordFlush || rc.Flush > maxRecordFlush:
+		return recording{}, fmt.Errorf("%w: --record-flush (%v) must be from %v to %v", errInvalidConfig, rc.Flush, minRecordFlush, maxRecordFlush)
+	case rc.Queue < 1 || rc.Queue > maxRecordQueue:
+		return recording{}, fmt.Errorf("%w: --record-queue (%d) must be from 1 to %d", errInvalidConfig, rc.Queue, maxRecordQueue)
+	}
+	return rc, nil
+}
+
+// newHTTPPoller builds the HTTP poller and, unless --record none, its
+// Recorder on a Redis client of its own, and starts the Recorder. stop
+// stops the Recorder, flushing what is left (within twice its flush
+// timeout), and closes its client; call it after the coordinator's drain.
+// It may be called more than once.
+//
+// The recording client has its own small pool (recordPoolSize connections
+// per master), so that result writes never hold a connection the
+// coordinator's heartbeat, renewals and rounds wait for.
+func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.Poller, func(), error) {
+	hc := httppoll.Config{
+		Keys:      cfg.Keys,
+		Worker:    cfg.Poller.ID,
+		UserAgent: "pollworker/" + version,
+		Logger:    log,
+		Record:    rc.Mode,
+	}
+	if rc.Mode == httppoll.RecordNone {
+		hp, err := httppoll.New(hc)
+		return hp, func() {}, err
+	}
+	client := newRecordClient(cfg.connConfig, cfg.Redis.ClientName+":results")
+	rec, err := httppoll.NewRecorder(httppoll.RecorderConfig{
+		Client:        client,
+		Keys:          cfg.Keys,
+		Sharded:       cfg.Cluster,
+		MaxLen:        rc.MaxLen,
+		QueueSize:     rc.Queue,
+		FlushInterval: rc.Flush,
+		Logger:        log.With(zap.String("worker", cfg.Poller.ID)),
+	})
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	hc.Recorder = rec
+	hp, err := httppoll.New(hc)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = rec.Run(ctx) // the only error is a second Run
+	}()
+	stop := sync.OnceFunc(func() {
+		cancel()
+		<-done
+		st := rec.Stats()
+		log.Info("results recorder stopped", zap.String("worker", cfg.Poller.ID),
+			zap.Uint64("written", st.Written), zap.Uint64("dropped", st.Dropped), zap.Uint64("failed", st.Failed),
+			zap.Uint64("unchanged", st.Unchanged), zap.Uint64("flushes", st.Flushes))
+		_ = client.Close()
+	})
+	return hp, stop, nil
+}
+
+// newRecordClient is connConfig.newClient with a pool of recordPoolSize
+// connections (per master) and its own client name.
+func newRecordClient(c connConfig, name string) redis.UniversalClient {
+	o := c.Redis
+	switch {
+	case c.Sentinel != "":
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: c.Sentinel, SentinelAddrs: c.Addrs,
+			Username: o.Username, Password: o.Password, DB: o.DB,
+			ClientName: name, TLSConfig: o.TLSConfig,
+			ContextTimeoutEnabled: true, PoolSize: recordPoolSize,
+		})
+	case c.Cluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: c.Addrs, Username: o.Username, Password: o.Password,
+			ClientName: name, TLSConfig: o.TLSConfig,
+			ContextTimeoutEnabled: true, PoolSize: recordPoolSize,
+		})
+	}
+	ro := *o
+	ro.ClientName, ro.PoolSize = name, recordPoolSize
+	return redis.NewClient(&ro)
 }

@@ -1,0 +1,164 @@
+package httppoll
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// Result is the outcome of one poll, as recorded in a results stream.
+type Result struct {
+	// Session and Worker are the session polled and the worker that polled.
+	Session string
+	Worker  string
+	// Token is the lease's fencing token; 0 without a lease.
+	Token int64
+	// Status is the HTTP status code; 0 when no response arrived.
+	Status int
+	// Latency is the time the request took.
+	Latency time.Duration
+	// Error is the poll's error ("" on success), without the session URL.
+	Error string
+	// At is when the poll started.
+	At time.Time
+}
+
+// values are r's stream fields, in the order of the package comment.
+func (r Result) values() []any {
+	return []any{
+		"session", r.Session,
+		"worker", r.Worker,
+		"token", r.Token,
+		"status", r.Status,
+		"latency_ms", strconv.FormatFloat(float64(r.Latency)/float64(time.Millisecond), 'f', 3, 64),
+		"error", r.Error,
+		"at", r.At.UnixMilli(),
+	}
+}
+
+// parseResult reads the fields of a stream entry. Missing or malformed
+// fields are left at their zero value: the stream is written by workers of
+// any version, and a reader shows what it can.
+func parseResult(v map[string]any) Result {
+	str := func(k string) string { s, _ := v[k].(string); return s }
+	num := func(k string) int64 { n, _ := strconv.ParseInt(str(k), 10, 64); return n }
+	r := Result{Session: str("session"), Worker: str("worker"), Token: num("token"),
+		Status: int(num("status")), Error: str("error")}
+	if ms, err := strconv.ParseFloat(str("latency_ms"), 64); err == nil {
+		r.Latency = time.Duration(ms * float64(time.Millisecond))
+	}
+	if at := num("at"); at != 0 {
+		r.At = time.UnixMilli(at)
+	}
+	return r
+}
+
+// streamOf is the stream that receives the results of session: the
+// session's bucket range's stream in the sharded layout, else the single
+// stream.
+func streamOf(keys keyspace.Space, sharded bool, session string) string {
+	if sharded {
+		return keys.ResultStreamOf(session)
+	}
+	return keys.Results()
+}
+
+// allStreams are every result stream of both layouts: the single stream
+// first, then the sharded ones in order.
+func allStreams(keys keyspace.Space) []string {
+	out := make([]string, 0, 1+keyspace.ResultStreams)
+	out = append(out, keys.Results())
+	for i := range keyspace.ResultStreams {
+		out = append(out, keys.ResultStream(i))
+	}
+	return out
+}
+
+// writeResults adds batch to its streams in one pipeline (which a Cluster
+// client splits into one pipeline per master, sent concurrently). Each
+// stream is trimmed to about maxLen entries. It returns how many entries
+// were not written and the first error.
+func writeResults(ctx context.Context, c redis.Cmdable, keys keyspace.Space, sharded bool, maxLen int64, batch []Result) (int, error) {
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	pipe := c.Pipeline()
+	for _, r := range batch {
+		pipe.XAdd(ctx, &redis.XAddArgs{
+			Stream: streamOf(keys, sharded, r.Session),
+			MaxLen: maxLen,
+			Approx: true,
+			Values: r.values(),
+		})
+	}
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return 0, nil
+	}
+	failed := 0
+	for _, cmd := range cmds {
+		if cmd.Err() != nil {
+			failed++
+		}
+	}
+	if failed == 0 { // the pipeline failed before any command ran
+		failed = len(batch)
+	}
+	return failed, err
+}
+
+// errClass is the kind of a poll's failure, for RecordChanges: two results
+// of a session with the same status and class are the same outcome.
+type errClass uint8
+
+// Classes of failures.
+const (
+	classOK errClass = iota
+	classServer
+	classTimeout
+	classCanceled
+	classRefused
+	classReset
+	classDNS
+	classTLS
+	classOther
+)
+
+// classify returns the class of a poll's error.
+func classify(err error) errClass {
+	var se *StatusError
+	var ne net.Error
+	var dns *net.DNSError
+	var rh tls.RecordHeaderError
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	switch {
+	case err == nil:
+		return classOK
+	case errors.As(err, &se):
+		return classServer
+	case errors.Is(err, context.Canceled):
+		return classCanceled
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return classTimeout
+	case errors.As(err, &dns):
+		return classDNS
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return classRefused
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return classReset
+	case errors.As(err, &rh), errors.As(err, &cv), errors.As(err, &ua), errors.As(err, &hn):
+		return classTLS
+	}
+	return classOther
+}
