@@ -22,6 +22,8 @@ const (
 	DefaultHeartbeatInterval = 10 * time.Second
 	DefaultDiscoveryInterval = 10 * time.Second
 	DefaultDrainTimeout      = 10 * time.Second
+	DefaultMaxPolls          = 1024
+	DefaultMaxErrorBackoff   = 15 * time.Minute
 	DefaultBalanceSlack      = 0.05
 )
 
@@ -99,6 +101,19 @@ type Config struct {
 	// caught-up replica then loses no lease); default 0. See
 	// lease.Config.WaitReplicas.
 	WaitReplicas int
+	// MaxPolls bounds the polls this worker runs at once; a poll due while
+	// all run waits for one to return, oldest first, and is counted
+	// (Status.PollsDeferred, and PollsLate when it starts later than a
+	// tenth of its interval after it was due). The leases, heartbeats and
+	// rounds never wait for it. Default DefaultMaxPolls; negative means
+	// no bound.
+	MaxPolls int
+	// MaxErrorBackoff bounds how much longer than its interval a session
+	// whose polls keep failing waits between polls: after k consecutive
+	// failures its interval grows by (2^min(k,5) - 1) × interval, at most
+	// this, with jitter; a success resets it. Default
+	// DefaultMaxErrorBackoff; negative turns the backoff off.
+	MaxErrorBackoff time.Duration
 	// BatchSize is the number of sessions per lease script call; default 500.
 	BatchSize int
 	// BalanceSlack bounds each worker's share of the sessions to
@@ -171,6 +186,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BalanceSlack == 0 {
 		c.BalanceSlack = DefaultBalanceSlack
+	}
+	if c.MaxPolls == 0 {
+		c.MaxPolls = DefaultMaxPolls
+	}
+	if c.MaxErrorBackoff == 0 {
+		c.MaxErrorBackoff = DefaultMaxErrorBackoff
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

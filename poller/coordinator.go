@@ -136,6 +136,7 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
 	c.sched.align = spreadStep
+	c.sched.limit, c.sched.maxBackoff = cfg.MaxPolls, cfg.MaxErrorBackoff
 	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize, LossQuarantine: cfg.LossQuarantine,
 		WaitReplicas: cfg.WaitReplicas,
@@ -178,6 +179,16 @@ type Status struct {
 	Owned []string
 	// Polls, PollErrors and PollPanics count polls since start.
 	Polls, PollErrors, PollPanics int64
+	// PollsRunning and PollsWaiting are the polls running now and those
+	// due but waiting for a slot (Config.MaxPolls).
+	PollsRunning, PollsWaiting int
+	// PollsDeferred counts the polls that waited for a slot since start,
+	// PollsLate those that started later than a tenth of their interval
+	// after they were due: a worker that cannot keep up with its share.
+	PollsDeferred, PollsLate int64
+	// Backoff is the number of sessions whose last poll failed and that
+	// are polled less often for it (Config.MaxErrorBackoff).
+	Backoff int
 	// Malformed is the number of malformed session entries in the buckets
 	// assigned to this worker.
 	Malformed int
@@ -199,6 +210,9 @@ func (c *Coordinator) Status() Status {
 		}
 	}
 	s.Polls, s.PollErrors, s.PollPanics = c.health.polls.Load(), c.health.pollErrors.Load(), c.health.pollPanics.Load()
+	var st schedStats
+	st, s.PollsRunning, s.PollsWaiting = c.sched.snapshot()
+	s.PollsDeferred, s.PollsLate, s.Backoff = st.Deferred, st.Late, st.Backoff
 	s.EvictionRisk = c.health.evictionWarning.Load()
 	return s
 }

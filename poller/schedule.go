@@ -3,6 +3,8 @@ package poller
 import (
 	"container/heap"
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,24 +34,41 @@ type scheduler struct {
 	// previous poll w's next poll should be, to move it toward its phase
 	// (spreadStep); set before the first start.
 	align func(id string, interval time.Duration, next time.Time) time.Duration
-	mu    sync.Mutex // guards everything below and the scheduling fields of every worker
-	queue dueQueue   // queued workers by next poll time
-	owner map[*lease.Lease]*worker
-	timer clock.Timer
-	armed time.Time // when timer fires; zero when it is not armed
-	ended []*worker // exited workers the main loop has not collected
-	done  bool      // close was called: the timer is not armed again
+	// limit, if positive, bounds the polls running at once; due polls
+	// beyond it wait in admit, oldest first (set before the first start).
+	limit int
+	// maxBackoff, if positive, lets a session whose polls fail wait
+	// longer between polls (backoff); set before the first start.
+	maxBackoff time.Duration
+	mu         sync.Mutex // guards everything below and the scheduling fields of every worker
+	active     int        // polls running
+	admit      []*worker  // due polls waiting for a slot (phase admitting), oldest first
+	stats      schedStats
+	queue      dueQueue // queued workers by next poll time
+	owner      map[*lease.Lease]*worker
+	timer      clock.Timer
+	armed      time.Time // when timer fires; zero when it is not armed
+	ended      []*worker // exited workers the main loop has not collected
+	done       bool      // close was called: the timer is not armed again
 }
 
 // phase is where a worker stands in the scheduler.
 type phase uint8
 
 const (
-	queued  phase = iota // in the heap, waiting for its next poll time
-	waiting              // lease Uncertain (or Held past its deadline): a lease change wakes it
-	polling              // a poll runs
-	exited               // done is closed
+	queued    phase = iota // in the heap, waiting for its next poll time
+	waiting                // lease Uncertain (or Held past its deadline): a lease change wakes it
+	admitting              // due, waiting for one of the limit's slots
+	polling                // a poll runs
+	exited                 // done is closed
 )
+
+// schedStats counts what the scheduler did since start.
+type schedStats struct {
+	Deferred int64 // polls that waited for a slot (the limit was reached)
+	Late     int64 // polls that started later than a tenth of their interval after they were due
+	Backoff  int   // sessions whose last poll failed, now polled less often
+}
 
 func newScheduler(clk clock.WithTickerAndDelayedExecution, poll func(*worker), wake func()) *scheduler {
 	return &scheduler{clock: clk, poll: poll, wake: wake, owner: make(map[*lease.Lease]*worker)}
@@ -75,6 +94,9 @@ func (s *scheduler) stop(w *worker) {
 	switch w.phase {
 	case queued:
 		heap.Remove(&s.queue, w.index)
+		s.exitLocked(w)
+	case admitting:
+		s.unadmitLocked(w)
 		s.exitLocked(w)
 	case waiting:
 		s.exitLocked(w)
@@ -123,8 +145,11 @@ func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
 	launch := false
 	switch to {
 	case lease.Lost, lease.Released:
-		if w.phase == queued {
+		switch w.phase {
+		case queued:
 			heap.Remove(&s.queue, w.index)
+		case admitting:
+			s.unadmitLocked(w)
 		}
 		s.exitLocked(w)
 	case lease.Held:
@@ -140,26 +165,93 @@ func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
 }
 
 // polled settles w after a poll that began at its due time: next one
-// interval later (plus the align step, if any), or at once if the poll
-// overran it.
-func (s *scheduler) polled(w *worker) {
+// interval later (plus the align step, if any; longer after failures, with
+// maxBackoff), or at once if the poll overran it. failed says whether the
+// poll failed (not cancelled). A slot freed by the poll goes to the oldest
+// due poll waiting for one.
+func (s *scheduler) polled(w *worker, failed bool) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	w.cancel()
 	w.ctx, w.cancel = nil, nil
+	s.active--
 	iv := w.sess.Interval.D()
 	next := w.next.Add(iv)
 	if s.align != nil {
 		next = next.Add(s.align(w.sess.ID, iv, next))
 	}
+	next = next.Add(s.backoffLocked(w, failed))
 	if next.Before(now) {
 		next = now
 	}
-	launch := s.settleLocked(w, now, next)
+	launch := []*worker(nil)
+	if s.settleLocked(w, now, next) {
+		launch = append(launch, w)
+	}
+	launch = append(launch, s.admitLocked(now)...)
 	s.mu.Unlock()
-	if launch {
+	for _, w := range launch {
 		go s.poll(w)
 	}
+}
+
+// backoffLocked records the outcome of w's poll and returns how much
+// longer than its interval w waits before its next poll: after k
+// consecutive failures, (2^min(k,5) - 1) × interval, at most maxBackoff,
+// with a jitter of up to a tenth of it (a hash of the session and k, so
+// sessions failing together do not retry together); 0 after a success.
+func (s *scheduler) backoffLocked(w *worker, failed bool) time.Duration {
+	if s.maxBackoff <= 0 {
+		return 0
+	}
+	if !failed {
+		if w.failures > 0 {
+			s.stats.Backoff--
+		}
+		w.failures = 0
+		return 0
+	}
+	if w.failures == 0 {
+		s.stats.Backoff++
+	}
+	w.failures++
+	iv := w.sess.Interval.D()
+	extra := min(time.Duration((1<<min(w.failures, 5))-1)*iv, s.maxBackoff)
+	if extra <= 0 {
+		return 0
+	}
+	jitter := time.Duration(hrw.Bucket(fmt.Sprintf("%s#%d", w.sess.ID, w.failures), 1000)) * extra / 10000
+	return extra - extra/10 + 2*jitter
+}
+
+// admitLocked settles the due polls waiting for a slot while slots are
+// free, and returns those to launch.
+func (s *scheduler) admitLocked(now time.Time) []*worker {
+	var launch []*worker
+	for len(s.admit) > 0 && (s.limit <= 0 || s.active < s.limit) {
+		w := s.admit[0]
+		s.admit[0] = nil
+		s.admit = s.admit[1:]
+		if s.settleLocked(w, now, w.next) {
+			launch = append(launch, w)
+		}
+	}
+	return launch
+}
+
+// unadmitLocked takes w out of the admission queue.
+func (s *scheduler) unadmitLocked(w *worker) {
+	if i := slices.Index(s.admit, w); i >= 0 {
+		s.admit = slices.Delete(s.admit, i, i+1)
+	}
+}
+
+// snapshot returns the scheduler's counters and how many polls run and
+// wait for a slot now.
+func (s *scheduler) snapshot() (st schedStats, running, waiting int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats, s.active, len(s.admit)
 }
 
 // fire launches the polls that are due and re-arms the timer.
@@ -214,6 +306,18 @@ func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 		return false
 	}
 	w.next = at
+	if s.limit > 0 && s.active >= s.limit {
+		// Every slot is taken: wait for one, in order of arrival, rather
+		// than start a poll the worker cannot sustain.
+		w.phase = admitting
+		s.admit = append(s.admit, w)
+		s.stats.Deferred++
+		return false
+	}
+	if late := now.Sub(at); late > max(w.sess.Interval.D()/10, 10*time.Millisecond) {
+		s.stats.Late++
+	}
+	s.active++
 	w.phase = polling
 	w.ctx, w.cancel = context.WithCancel(term)
 	return true

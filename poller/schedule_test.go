@@ -2,6 +2,7 @@ package poller
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ type pollCall struct {
 	ctx    context.Context
 	at     time.Time
 	finish chan struct{}
+	fail   *atomic.Bool // set before finish: the poll failed
 }
 
 const (
@@ -47,10 +49,10 @@ func newSchedFixture(t *testing.T) *schedFixture {
 	t.Cleanup(func() { _ = rdb.Close() })
 	f := &schedFixture{t: t, mr: mr, clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), polls: make(chan pollCall, 16)}
 	f.sched = newScheduler(f.clock, func(w *worker) {
-		call := pollCall{w: w, ctx: w.ctx, at: f.clock.Now(), finish: make(chan struct{})}
+		call := pollCall{w: w, ctx: w.ctx, at: f.clock.Now(), finish: make(chan struct{}), fail: new(atomic.Bool)}
 		f.polls <- call
 		<-call.finish
-		f.sched.polled(w)
+		f.sched.polled(w, call.fail.Load())
 	}, func() {})
 	var err error
 	f.leases, err = lease.New(lease.Config{Client: rdb, Holder: "me", TTL: schedTTL, Clock: f.clock, LossQuarantine: -1,
@@ -81,6 +83,22 @@ func (f *schedFixture) nextPoll() pollCall {
 		f.t.Fatal("no poll started")
 		return pollCall{}
 	}
+}
+
+// stepTimer moves the clock by d, after emptying the channel of the
+// scheduler's timer: the fake clock sends on an AfterFunc timer's channel
+// (of capacity 1) at every firing and would block at the second one, while
+// a real AfterFunc timer has no channel.
+func (f *schedFixture) stepTimer(d time.Duration) {
+	f.sched.mu.Lock()
+	if f.sched.timer != nil {
+		select {
+		case <-f.sched.timer.C():
+		default:
+		}
+	}
+	f.sched.mu.Unlock()
+	f.clock.Step(d)
 }
 
 // phaseOf reads w's phase and next poll time under the scheduler's lock.
@@ -256,4 +274,74 @@ func TestSchedulerStopAndAbort(t *testing.T) {
 	f.clock.Step(2 * schedInterval)
 	requireNoPoll(t, f)
 	require.Equal(t, lease.Held, busy.lease.State(), "the scheduler never releases; the main loop does")
+}
+
+// TestSchedulerLimitsPollsAtOnce: with a limit of 2, a third due poll
+// waits for a slot (counted as deferred, then late) and starts the moment
+// one returns; a stopped waiting worker exits at once.
+func TestSchedulerLimitsPollsAtOnce(t *testing.T) {
+	f := newSchedFixture(t)
+	f.sched.limit = 2
+	a, b := f.start("a"), f.start("b")
+	pa, pb := f.nextPoll(), f.nextPoll()
+	c := f.start("c")
+	f.waitPhase(c, admitting)
+	requireNoPoll(t, f)
+	d := f.start("d")
+	f.waitPhase(d, admitting)
+	st, running, waiting := f.sched.snapshot()
+	require.Equal(t, 2, running)
+	require.Equal(t, 2, waiting)
+	require.EqualValues(t, 2, st.Deferred)
+
+	f.sched.stop(d)
+	requireDone(t, d)
+	f.clock.Step(200 * time.Millisecond) // c is late now
+	close(pa.finish)
+	pc := f.nextPoll()
+	require.Equal(t, c, pc.w, "the waiting poll takes the freed slot")
+	st, _, waiting = f.sched.snapshot()
+	require.Zero(t, waiting)
+	require.EqualValues(t, 1, st.Late, "it started later than a tenth of its interval after it was due")
+	close(pb.finish)
+	close(pc.finish)
+	f.waitPhase(a, queued)
+	f.waitPhase(b, queued)
+	f.waitPhase(c, queued)
+}
+
+// TestSchedulerBacksOffFailingSessions: consecutive failures lengthen the
+// wait before the next poll (1, 3, 7 intervals more, with a jitter of up
+// to a tenth), capped by maxBackoff; a success resets it.
+func TestSchedulerBacksOffFailingSessions(t *testing.T) {
+	f := newSchedFixture(t)
+	f.sched.maxBackoff = 5 * schedInterval
+	w := f.start("s")
+	fail := func(want time.Duration) {
+		t.Helper()
+		p := f.nextPoll()
+		p.fail.Store(true)
+		close(p.finish)
+		f.waitPhase(w, queued)
+		_, next := f.phaseOf(w)
+		got := next.Sub(p.at)
+		require.GreaterOrEqual(t, got, schedInterval+want-want/10)
+		require.LessOrEqual(t, got, schedInterval+want+want/10)
+		for left := got; left > 0; left -= time.Second { // renewing: the waits outlast the TTL
+			require.NoError(t, f.leases.RenewAll(context.Background()).Err)
+			f.stepTimer(min(left, time.Second))
+		}
+	}
+	fail(schedInterval)
+	st, _, _ := f.sched.snapshot()
+	require.Equal(t, 1, st.Backoff)
+	fail(3 * schedInterval)
+	fail(5 * schedInterval) // 7 intervals, capped at maxBackoff
+	p := f.nextPoll()
+	close(p.finish) // a success
+	f.waitPhase(w, queued)
+	_, next := f.phaseOf(w)
+	require.Equal(t, p.at.Add(schedInterval), next, "a success resets the backoff")
+	st, _, _ = f.sched.snapshot()
+	require.Zero(t, st.Backoff)
 }

@@ -37,6 +37,7 @@ type worker struct {
 	index         int       // position in the scheduler's queue while queued
 	next          time.Time // when the next (or running) poll is due
 	stopRequested bool
+	failures      int                // consecutive failed polls (backoff)
 	ctx           context.Context    // of the running poll: a child of the lease term
 	cancel        context.CancelFunc // cancels ctx
 }
@@ -78,7 +79,8 @@ func (c *Coordinator) stopWorker(w *worker) {
 // runPoll runs one poll of w, under the context the scheduler made for it
 // (a child of the lease term), and hands w back to the scheduler.
 func (c *Coordinator) runPoll(w *worker) {
-	defer c.sched.polled(w)
+	failed := false
+	defer func() { c.sched.polled(w, failed) }()
 	l := w.lease
 	now := c.cfg.Clock.Now()
 	if w.ctx.Err() != nil || !now.Before(l.Deadline()) {
@@ -96,12 +98,14 @@ func (c *Coordinator) runPoll(w *worker) {
 			c.cfg.Observer.HandoffGap(gap + now.Sub(from))
 		}
 	}
-	c.pollOnce(w.ctx, w.sess, l)
+	failed = c.pollOnce(w.ctx, w.sess, l)
 }
 
 // pollOnce runs one poll under ctx, which ends when the lease term ends or
-// the poll is aborted, and records its outcome; a panic is recovered.
-func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.Lease) {
+// the poll is aborted, and records its outcome; a panic is recovered. It
+// reports whether the poll failed (an error or a panic, not a
+// cancellation).
+func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.Lease) (failed bool) {
 	c.health.polls.Add(1)
 	started := c.cfg.Clock.Now()
 	outcome := "ok"
@@ -111,6 +115,7 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 			c.health.pollPanics.Add(1)
 			c.log.Error("poll panicked", zap.String("session", s.ID), zap.Any("panic", r),
 				zap.ByteString("stack", debug.Stack()))
+			failed = true
 		}
 		c.cfg.Observer.PollDone(c.cfg.Clock.Since(started), outcome)
 	}()
@@ -121,7 +126,9 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 		}
 		c.health.pollErrors.Add(1)
 		c.log.Debug("poll failed", zap.String("session", s.ID), zap.Int64("token", l.Token()), zap.Error(err))
+		return outcome == "error"
 	}
+	return false
 }
 
 // stopAll stops every poll loop and waits for them until ctx is done; then

@@ -225,6 +225,8 @@ type workerOptions struct {
 	DiscoveryInterval time.Duration
 	DrainTimeout      time.Duration
 	LossQuarantine    time.Duration // < 0: the lease TTL; 0: off
+	MaxPolls          int           // 0: no bound
+	ErrorBackoff      time.Duration // 0: off
 	WaitReplicas      int
 	HTTPAddr          string
 	LogLevel          string
@@ -286,6 +288,12 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 	if o.WaitReplicas > 0 && o.Cluster {
 		return workerConfig{}, fmt.Errorf("%w: --wait-replicas needs a single master or Sentinel, not --redis-cluster (WAIT reaches one shard)", errInvalidConfig)
 	}
+	if o.MaxPolls < 0 {
+		return workerConfig{}, fmt.Errorf("%w: --max-polls (%d) must not be negative (0 = no bound)", errInvalidConfig, o.MaxPolls)
+	}
+	if o.ErrorBackoff < 0 || o.ErrorBackoff > maxDuration {
+		return workerConfig{}, fmt.Errorf("%w: --error-backoff (%v) must be from 0 (off) to %v", errInvalidConfig, o.ErrorBackoff, maxDuration)
+	}
 	if o.LossQuarantine > maxDuration {
 		return workerConfig{}, fmt.Errorf("%w: --loss-quarantine (%v) must be at most %v", errInvalidConfig, o.LossQuarantine, maxDuration)
 	}
@@ -320,6 +328,8 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 			DiscoveryInterval: o.DiscoveryInterval,
 			DrainTimeout:      o.DrainTimeout,
 			LossQuarantine:    lossQuarantine(o.LossQuarantine),
+			MaxPolls:          zeroMeansOff(o.MaxPolls),
+			MaxErrorBackoff:   time.Duration(zeroMeansOff(int64(o.ErrorBackoff))),
 			WaitReplicas:      o.WaitReplicas,
 		},
 		HTTPAddr:  o.HTTPAddr,
@@ -354,4 +364,13 @@ func lossQuarantine(flag time.Duration) time.Duration {
 		return -1
 	}
 	return flag
+}
+
+// zeroMeansOff maps a flag where 0 turns a feature off to the poller's
+// convention, where 0 is the default and a negative value turns it off.
+func zeroMeansOff[T int | int64](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }

@@ -248,10 +248,14 @@ func TestExplainOnRedis(t *testing.T) {
 		f.take(t, "s1", other, "inc"+other)
 		e = f.explain(t, "s1")
 		require.Equal(t, reasonSettling, e.Reason, e.Why)
-		res := runApp(t, "explain", "--redis-url", f.url, "--json", "--lease-ttl", "10ms", "s1")
-		require.Equal(t, exitOK, res.code, res.stderr)
-		require.NoError(t, json.Unmarshal([]byte(res.stdout), &e))
-		require.Equal(t, reasonContended, e.Reason, e.Why)
+		// Once the lease is older than the (here 10 ms) lease TTL, the
+		// hold-back is over: the holder should hand it off.
+		require.Eventually(t, func() bool {
+			res := runApp(t, "explain", "--redis-url", f.url, "--json", "--lease-ttl", "10ms", "s1")
+			require.Equal(t, exitOK, res.code, res.stderr)
+			require.NoError(t, json.Unmarshal([]byte(res.stdout), &e))
+			return e.Reason == reasonContended
+		}, 5*time.Second, 5*time.Millisecond, "reason %s: %s", e.Reason, e.Why)
 	})
 	t.Run("paused and not found", func(t *testing.T) {
 		f := newExplainFixture(t)

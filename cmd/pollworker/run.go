@@ -37,7 +37,7 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		return &cli.StringFlag{Name: name, Value: def, Usage: usage, Sources: fromEnv(name)}
 	}
 	flags := append(connFlags(),
-		&cli.StringFlag{Name: "id", Usage: "this worker's id, unique among live workers", DefaultText: "<hostname>-<start time ns>-<random>", Sources: fromEnv("id")},
+		&cli.StringFlag{Name: "id", Usage: "this worker's id, unique among live workers", DefaultText: "<hostname>", Sources: fromEnv("id")},
 		dur("lease-ttl", poller.DefaultLeaseTTL, "lease time to live: how long a crashed worker's sessions wait for a new poller; at least 3 × --renew-interval"),
 		dur("renew-interval", poller.DefaultRenewInterval, "time between lease renewals"),
 		dur("heartbeat-interval", poller.DefaultHeartbeatInterval, "time between heartbeats; a worker is live for 3 heartbeat intervals"),
@@ -45,6 +45,10 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		dur("drain-timeout", poller.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long to wait for polls to stop and leases to be released"),
 		&cli.IntFlag{Name: "wait-replicas", Sources: fromEnv("wait-replicas"),
 			Usage: "count an acquisition or renewal only once WAIT confirms this many replicas have it (a Sentinel failover to a caught-up replica then loses no lease; a WAIT that falls short stops the polls of those leases); 0 = no WAIT"},
+		&cli.IntFlag{Name: "max-polls", Value: poller.DefaultMaxPolls, Sources: fromEnv("max-polls"),
+			Usage: "polls run at once at most; a poll due while all run waits for one to end (counted as deferred, and late when it starts later than a tenth of its interval); the leases and heartbeats never wait; 0 = no bound"},
+		&cli.DurationFlag{Name: "error-backoff", Value: poller.DefaultMaxErrorBackoff, Sources: fromEnv("error-backoff"),
+			Usage: "a session whose polls keep failing waits longer between polls: (2^min(k,5) - 1) × its interval more after k failures in a row, at most this, with jitter; a success resets it; 0 = off"},
 		&cli.DurationFlag{Name: "loss-quarantine", Value: -1, DefaultText: "the lease TTL", Sources: fromEnv("loss-quarantine"),
 			Usage: "after Redis lost data (restart without persistence, FLUSHALL, failover, eviction), take no free lease for this long, so that every earlier lease has ended at its holder first; 0 turns it off. A brand-new keyspace looks the same and waits once"},
 		str("http-addr", ":9090", "address of the HTTP server (/healthz, /readyz, /metrics, status page at /); empty disables it"),
@@ -78,6 +82,8 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 				DiscoveryInterval: cmd.Duration("discovery-interval"),
 				DrainTimeout:      cmd.Duration("drain-timeout"),
 				LossQuarantine:    cmd.Duration("loss-quarantine"),
+				MaxPolls:          int(cmd.Int("max-polls")),
+				ErrorBackoff:      cmd.Duration("error-backoff"),
 				WaitReplicas:      int(cmd.Int("wait-replicas")),
 				HTTPAddr:          cmd.String("http-addr"),
 				LogLevel:          cmd.String("log-level"),
@@ -149,7 +155,8 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	defer hp.CloseIdleConnections()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	obs, err := metrics.New(reg)
+	builtFrom, _ := buildInfo()
+	obs, err := metrics.New(reg, metrics.WithBuildInfo(version, builtFrom))
 	if err != nil {
 		return err
 	}
