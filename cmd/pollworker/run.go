@@ -147,7 +147,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 
 	client := cfg.newClient()
 	defer func() { _ = client.Close() }()
-	hp, stopRecorder, err := newHTTPPoller(cfg, rc, base)
+	hp, rec, stopRecorder, err := newHTTPPoller(cfg, rc, base)
 	if err != nil {
 		return configError(err)
 	}
@@ -156,6 +156,9 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	builtFrom, _ := buildInfo()
+	if rec != nil {
+		reg.MustRegister(recorderMetrics(rec)...)
+	}
 	obs, err := metrics.New(reg, metrics.WithBuildInfo(version, builtFrom))
 	if err != nil {
 		return err
@@ -489,7 +492,7 @@ func parseRecording(cmd *cli.Command) (recording, error) {
 // The recording client has its own small pool (recordPoolSize connections
 // per master), so that result writes never hold a connection the
 // coordinator's heartbeat, renewals and rounds wait for.
-func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.Poller, func(), error) {
+func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.Poller, *httppoll.Recorder, func(), error) {
 	hc := httppoll.Config{
 		Keys:      cfg.Keys,
 		Worker:    cfg.Poller.ID,
@@ -499,7 +502,7 @@ func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.P
 	}
 	if rc.Mode == httppoll.RecordNone {
 		hp, err := httppoll.New(hc)
-		return hp, func() {}, err
+		return hp, nil, func() {}, err
 	}
 	client := newRecordClient(cfg.connConfig, cfg.Redis.ClientName+":results")
 	rec, err := httppoll.NewRecorder(httppoll.RecorderConfig{
@@ -513,13 +516,13 @@ func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.P
 	})
 	if err != nil {
 		_ = client.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	hc.Recorder = rec
 	hp, err := httppoll.New(hc)
 	if err != nil {
 		_ = client.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -536,7 +539,27 @@ func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.P
 			zap.Uint64("unchanged", st.Unchanged), zap.Uint64("flushes", st.Flushes))
 		_ = client.Close()
 	})
-	return hp, stop, nil
+	return hp, rec, stop, nil
+}
+
+// recorderMetrics exports the result recorder's counters.
+func recorderMetrics(rec *httppoll.Recorder) []prometheus.Collector {
+	counter := func(name, help string, v func(httppoll.RecorderStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v(rec.Stats())) })
+	}
+	return []prometheus.Collector{
+		counter("pollworker_results_written_total", "Poll results written to the result streams.",
+			func(s httppoll.RecorderStats) uint64 { return s.Written }),
+		counter("pollworker_results_dropped_total", "Poll results dropped, oldest first, from a full queue because Redis was slower than the polls.",
+			func(s httppoll.RecorderStats) uint64 { return s.Dropped }),
+		counter("pollworker_results_failed_total", "Poll results in a flush Redis did not take (not retried).",
+			func(s httppoll.RecorderStats) uint64 { return s.Failed }),
+		counter("pollworker_results_unchanged_total", "Poll results not recorded because they repeated the session's last one (--record changes).",
+			func(s httppoll.RecorderStats) uint64 { return s.Unchanged }),
+		counter("pollworker_results_flushes_total", "Pipelined writes of queued poll results.",
+			func(s httppoll.RecorderStats) uint64 { return s.Flushes }),
+	}
 }
 
 // newRecordClient is connConfig.newClient with a pool of recordPoolSize
