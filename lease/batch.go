@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,10 +47,29 @@ func (c *call) ints(n int) ([]int64, error) {
 	return vals, nil
 }
 
+// transport sends batched script calls over pipelines: the part of the
+// manager that both the writer (Manager) and the read-only Reader use. It
+// holds configuration only; it is safe for concurrent use.
+type transport struct {
+	client       Client
+	keys         keyspace.Space
+	batchSize    int
+	cluster      bool
+	maxPipelines int
+	clock        clock.PassiveClock
+	waitReplicas int           // > 0: WAIT after the scripts that ask for it
+	waitTimeout  time.Duration // of each WAIT
+}
+
+func newTransport(client Client, keys keyspace.Space, batchSize int, clk clock.PassiveClock) transport {
+	_, cluster := client.(*redis.ClusterClient)
+	return transport{client: client, keys: keys, batchSize: batchSize, cluster: cluster, maxPipelines: maxPipelines, clock: clk}
+}
+
 // batches groups the indexes of items into script calls of at most
-// BatchSize sessions; under Redis Cluster each call holds one hash slot.
-func (m *Manager) batches(idx []int, sessions []string) [][]int {
-	return batchBySlot(idx, sessions, m.cfg.BatchSize, m.cluster, m.cfg.Keys)
+// batchSize sessions; under Redis Cluster each call holds one hash slot.
+func (m *transport) batches(idx []int, sessions []string) [][]int {
+	return batchBySlot(idx, sessions, m.batchSize, m.cluster, m.keys)
 }
 
 func batchBySlot(idx []int, sessions []string, size int, cluster bool, keys keyspace.Space) [][]int {
@@ -99,7 +119,7 @@ const (
 )
 
 // pipelines is how many pipelines n calls are split into.
-func (m *Manager) pipelines(n int) int {
+func (m *transport) pipelines(n int) int {
 	p := min(m.maxPipelines, n/minCallsPerPipeline)
 	return max(p, 1)
 }
@@ -110,19 +130,20 @@ func (m *Manager) pipelines(n int) int {
 // called, from the goroutine that ran them, with each group of finished
 // calls (never a call twice) and the time the replies had all arrived;
 // calls of different groups may be handled concurrently. send returns after
-// every done has returned.
-func (m *Manager) send(ctx context.Context, script *redis.Script, calls []*call, parts int,
+// every done has returned. With wait (and waitReplicas set), every
+// pipeline ends with a WAIT (exec).
+func (m *transport) send(ctx context.Context, script *redis.Script, calls []*call, parts int, wait bool,
 	done func(calls []*call, now time.Time)) {
 	parts = max(1, min(parts, len(calls)))
 	missing := make([][]*call, parts) // NOSCRIPT, per part
-	wait := m.cfg.WaitReplicas > 0 && (script == m.acquire || script == m.renew)
+	wait = wait && m.waitReplicas > 0
 	var wg sync.WaitGroup
 	for p := 0; p < parts; p++ {
 		part := calls[p*len(calls)/parts : (p+1)*len(calls)/parts]
 		run := func() {
 			var ok []*call
 			ok, missing[p] = m.exec(ctx, part, wait)
-			done(ok, m.cfg.Clock.Now())
+			done(ok, m.clock.Now())
 		}
 		if p == parts-1 {
 			run() // the last part in this goroutine
@@ -142,23 +163,23 @@ func (m *Manager) send(ctx context.Context, script *redis.Script, calls []*call,
 	if len(again) == 0 {
 		return
 	}
-	if err := script.Load(ctx, m.cfg.Client).Err(); err != nil {
+	if err := script.Load(ctx, m.client).Err(); err != nil {
 		for _, c := range again {
 			c.err = fmt.Errorf("load script: %w", err)
 		}
-		done(again, m.cfg.Clock.Now())
+		done(again, m.clock.Now())
 		return
 	}
 	ok, still := m.exec(ctx, again, wait)
-	done(append(ok, still...), m.cfg.Clock.Now())
+	done(append(ok, still...), m.clock.Now())
 }
 
 // exec sends calls in one pipeline and returns them split into those that
 // finished (replied, or failed) and those that met NOSCRIPT. With wait, the
 // pipeline ends with WAIT WaitReplicas WaitTimeout, and every call fails
 // with ErrNotReplicated unless enough replicas acknowledged its writes.
-func (m *Manager) exec(ctx context.Context, calls []*call, wait bool) (finished, noscript []*call) {
-	pipe := m.cfg.Client.Pipeline()
+func (m *transport) exec(ctx context.Context, calls []*call, wait bool) (finished, noscript []*call) {
+	pipe := m.client.Pipeline()
 	for _, c := range calls {
 		c.cmd = redis.NewCmd(ctx, c.args...)
 		c.cmd.SetFirstKeyPos(3) // for cluster routing; every script call has keys
@@ -166,17 +187,17 @@ func (m *Manager) exec(ctx context.Context, calls []*call, wait bool) (finished,
 	}
 	var acked *redis.IntCmd
 	if wait {
-		acked = redis.NewIntCmd(ctx, "wait", m.cfg.WaitReplicas, m.cfg.WaitTimeout.Milliseconds())
+		acked = redis.NewIntCmd(ctx, "wait", m.waitReplicas, m.waitTimeout.Milliseconds())
 		_ = pipe.Process(ctx, acked)
 	}
-	sent := m.cfg.Clock.Now()
+	sent := m.clock.Now()
 	_, _ = pipe.Exec(ctx)
 	var replicated error
 	if acked != nil {
 		if n, err := acked.Result(); err != nil {
 			replicated = fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
-		} else if n < int64(m.cfg.WaitReplicas) {
-			replicated = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, m.cfg.WaitReplicas, m.cfg.WaitTimeout)
+		} else if n < int64(m.waitReplicas) {
+			replicated = fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, m.waitReplicas, m.waitTimeout)
 		}
 	}
 	finished = calls[:0:0]
@@ -197,25 +218,38 @@ func (m *Manager) exec(ctx context.Context, calls []*call, wait bool) (finished,
 
 // Inspect reads the owner value and TTL of the leases of sessions with a
 // read-only script, batched and pipelined like the manager's calls (one
-// round trip per shard). It is for readers that hold no leases (status).
+// round trip per shard): NewReader(...).Inspect. It is for readers that
+// hold no leases (status, explain, check).
 func Inspect(ctx context.Context, client Client, keys keyspace.Space, sessions []string, batchSize int) ([]Holding, error) {
+	return NewReader(client, keys, batchSize).Inspect(ctx, sessions)
+}
+
+// Reader reads leases without holding any: who holds them, and which are
+// free, with read-only scripts batched and pipelined as the Manager sends
+// its own (one round trip per shard). A Manager reads through one too. It
+// is safe for concurrent use.
+type Reader struct {
+	transport
+	inspect, unheld *redis.Script
+}
+
+// NewReader returns a Reader of the leases in keys; batchSize <= 0 means
+// DefaultBatchSize.
+func NewReader(client Client, keys keyspace.Space, batchSize int) *Reader {
 	if batchSize <= 0 {
 		batchSize = DefaultBatchSize
 	}
-	_, cluster := client.(*redis.ClusterClient)
-	m := &Manager{
-		cfg:          Config{Client: client, Keys: keys, BatchSize: batchSize, Clock: clock.RealClock{}},
-		inspect:      redis.NewScript(lua.Inspect),
-		cluster:      cluster,
-		maxPipelines: maxPipelines,
-	}
-	return m.Inspect(ctx, sessions)
+	return newReader(newTransport(client, keys, batchSize, clock.RealClock{}))
+}
+
+func newReader(t transport) *Reader {
+	return &Reader{transport: t, inspect: redis.NewScript(lua.Inspect), unheld: redis.NewScript(lua.Unheld)}
 }
 
 // readLeases runs a read-only script whose keys are the lease keys of
 // sessions, batched and pipelined; each call's idx maps its keys back to
 // positions in sessions.
-func (m *Manager) readLeases(ctx context.Context, script *redis.Script, sessions []string) []*call {
+func (m *Reader) readLeases(ctx context.Context, script *redis.Script, sessions []string) []*call {
 	idx := make([]int, len(sessions))
 	for i := range idx {
 		idx[i] = i
@@ -224,16 +258,16 @@ func (m *Manager) readLeases(ctx context.Context, script *redis.Script, sessions
 	for _, b := range m.batches(idx, sessions) {
 		args := evalsha(script, len(b), len(b))
 		for _, i := range b {
-			args = append(args, m.cfg.Keys.Lease(sessions[i]))
+			args = append(args, m.keys.Lease(sessions[i]))
 		}
 		calls = append(calls, &call{idx: b, args: args})
 	}
-	m.send(ctx, script, calls, 1, func([]*call, time.Time) {})
+	m.send(ctx, script, calls, 1, false, func([]*call, time.Time) {})
 	return calls
 }
 
-// inspectAll runs the inspect script over sessions in one pipeline.
-func (m *Manager) inspectAll(ctx context.Context, sessions []string) ([]Holding, error) {
+// Inspect reads who holds the leases of sessions, read-only.
+func (m *Reader) Inspect(ctx context.Context, sessions []string) ([]Holding, error) {
 	calls := m.readLeases(ctx, m.inspect, sessions)
 	out := make([]Holding, len(sessions))
 	for _, c := range calls {
@@ -255,6 +289,39 @@ func (m *Manager) inspectAll(ctx context.Context, sessions []string) ([]Holding,
 				out[i].Remaining = -1
 			}
 		}
+	}
+	return out, nil
+}
+
+// Unheld returns, read-only, those of sessions whose lease nobody holds, in
+// their order. It asks Redis only whether each key exists and gets back
+// only the free ones: several times cheaper than Inspect for watching many
+// sessions of which few are free.
+func (m *Reader) Unheld(ctx context.Context, sessions []string) ([]string, error) {
+	calls := m.readLeases(ctx, m.unheld, sessions)
+	var free []int
+	for _, c := range calls {
+		if c.err != nil {
+			return nil, fmt.Errorf("unheld: %w", c.err)
+		}
+		pos, err := c.cmd.Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("unheld: %w", err)
+		}
+		for _, p := range pos {
+			if p < 1 || int(p) > len(c.idx) {
+				return nil, fmt.Errorf("unheld: position %d out of a batch of %d", p, len(c.idx))
+			}
+			free = append(free, c.idx[p-1])
+		}
+	}
+	if len(free) == 0 {
+		return nil, nil
+	}
+	slices.Sort(free)
+	out := make([]string, len(free))
+	for i, f := range free {
+		out[i] = sessions[f]
 	}
 	return out, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -93,15 +92,13 @@ type Config struct {
 // It starts no goroutines of its own (deadline timers aside); the caller
 // drives renewal by calling RenewAll on a ticker.
 type Manager struct {
+	transport               // batching and pipelining, shared with reader
+	reader                  *Reader
 	cfg                     Config
 	acquire, renew, release *redis.Script
-	inspect, unheld         *redis.Script
 	notHeld                 context.Context // already cancelled: the term of a lease not Held yet, shared
-	cluster                 bool
 	log                     *zap.Logger
 
-	// maxPipelines bounds the concurrent pipelines of a renewal cycle.
-	maxPipelines  int
 	ttlArg        any       // TTL in ms, boxed once
 	quarantineArg any       // LossQuarantine in ms (0 when off), boxed once
 	argsPool      sync.Pool // of *[]any: renew command lines, reused across cycles
@@ -121,19 +118,18 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, cluster := cfg.Client.(*redis.ClusterClient)
 	notHeld, cancel := context.WithCancel(context.Background())
 	cancel()
+	t := newTransport(cfg.Client, cfg.Keys, cfg.BatchSize, cfg.Clock)
+	t.waitReplicas, t.waitTimeout = cfg.WaitReplicas, cfg.WaitTimeout
 	return &Manager{
+		transport:     t,
+		reader:        newReader(t),
 		notHeld:       notHeld,
 		cfg:           cfg,
 		acquire:       redis.NewScript(lua.Acquire),
 		renew:         redis.NewScript(lua.Renew),
 		release:       redis.NewScript(lua.Release),
-		inspect:       redis.NewScript(lua.Inspect),
-		unheld:        redis.NewScript(lua.Unheld),
-		cluster:       cluster,
-		maxPipelines:  maxPipelines,
 		ttlArg:        cfg.TTL.Milliseconds(),
 		quarantineArg: max(cfg.LossQuarantine.Milliseconds(), 0),
 		log:           cfg.Logger.With(zap.String("instance", cfg.Holder)),
@@ -305,7 +301,7 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 
 	var mu sync.Mutex // guards changes
 	var changes []change
-	m.send(ctx, m.acquire, calls, 1, func(done []*call, now time.Time) {
+	m.send(ctx, m.acquire, calls, 1, true, func(done []*call, now time.Time) {
 		for _, c := range done {
 			ch := m.acquired(c, sessions, owners, results, now)
 			mu.Lock()
@@ -560,7 +556,7 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 		}
 		calls = append(calls, &call{idx: b, args: args})
 	}
-	m.send(ctx, m.release, calls, 1, func([]*call, time.Time) {})
+	m.send(ctx, m.release, calls, 1, false, func([]*call, time.Time) {})
 	var errs []error
 	for _, c := range calls {
 		if c.err != nil {
@@ -622,42 +618,16 @@ type Holding struct {
 	Remaining time.Duration
 }
 
-// Inspect reads who holds the leases of sessions, read-only.
+// Inspect reads who holds the leases of sessions, read-only
+// (Reader.Inspect).
 func (m *Manager) Inspect(ctx context.Context, sessions []string) ([]Holding, error) {
-	return m.inspectAll(ctx, sessions)
+	return m.reader.Inspect(ctx, sessions)
 }
 
-// Unheld returns, read-only, those of sessions whose lease nobody holds, in
-// their order. It asks Redis only whether each key exists and gets back
-// only the free ones: several times cheaper than Inspect for watching many
-// sessions of which few are free.
+// Unheld returns, read-only, those of sessions whose lease nobody holds
+// (Reader.Unheld).
 func (m *Manager) Unheld(ctx context.Context, sessions []string) ([]string, error) {
-	calls := m.readLeases(ctx, m.unheld, sessions)
-	var free []int
-	for _, c := range calls {
-		if c.err != nil {
-			return nil, fmt.Errorf("unheld: %w", c.err)
-		}
-		pos, err := c.cmd.Int64Slice()
-		if err != nil {
-			return nil, fmt.Errorf("unheld: %w", err)
-		}
-		for _, p := range pos {
-			if p < 1 || int(p) > len(c.idx) {
-				return nil, fmt.Errorf("unheld: position %d out of a batch of %d", p, len(c.idx))
-			}
-			free = append(free, c.idx[p-1])
-		}
-	}
-	if len(free) == 0 {
-		return nil, nil
-	}
-	slices.Sort(free)
-	out := make([]string, len(free))
-	for i, f := range free {
-		out[i] = sessions[f]
-	}
-	return out, nil
+	return m.reader.Unheld(ctx, sessions)
 }
 
 type change struct {

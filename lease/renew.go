@@ -64,7 +64,7 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 	var rep RenewReport
 	var changes []change
 	last := start
-	m.send(ctx, m.renew, calls, m.pipelines(len(calls)), func(done []*call, now time.Time) {
+	m.send(ctx, m.renew, calls, m.pipelines(len(calls)), true, func(done []*call, now time.Time) {
 		for _, c := range done {
 			r, ch := m.renewed(c, now)
 			mu.Lock()
