@@ -97,8 +97,10 @@ type fault struct {
 	// sessions are put back: a holder from before the loss polls on until
 	// its next renewal finds the lease gone, so recovery counts only polls
 	// under tokens not polled before the fault's end (new acquisitions).
-	// Not set for the Sentinel failover: it outlasts the lease TTL, so every
-	// holder from before it has stopped by its end.
+	// Not set for the Sentinel failover: it ends when the sentinel names
+	// the new master, ~2.3 s after the kill, past every old holder's
+	// deadline (TTL 2 s), so any poll after it is under a lease of the new
+	// master (a new one, or one the replica had and its holder renewed).
 	leasesLost bool
 	// sentinel runs the iteration on a master, a replica and a sentinel,
 	// the workers connecting through Sentinel (no fault proxy).
