@@ -59,6 +59,7 @@ type health struct {
 	redisOK         atomic.Bool
 	heartbeatAt     atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
 	evictionWarning atomic.Bool  // Redis runs an evicting maxmemory-policy
+	shareTaken      atomic.Bool // held its planned share once since start (or readyBound passed)
 	pollPanics      atomic.Int64
 	pollErrors      atomic.Int64
 	polls           atomic.Int64
@@ -80,6 +81,7 @@ type view struct {
 	touched        map[string]struct{}        // sessions whose standing may have changed since the last round
 	sweepAll       bool                       // the next round looks at every session (assignment changed)
 	wasMember      bool                       // member at the last round
+	memberSince    time.Time                  // first round as a member (readiness bound)
 }
 
 // claims is the main loop's bookkeeping of sessions it could not simply
@@ -151,9 +153,19 @@ func New(cfg Config) (*Coordinator, error) {
 // ID is this worker's id.
 func (c *Coordinator) ID() string { return c.cfg.ID }
 
-// Ready reports whether the worker holds a fresh heartbeat and reached
-// Redis on its last attempt. A worker that is not ready acquires nothing.
+// Ready reports whether the worker holds a fresh heartbeat, reached Redis
+// on its last attempt, and has held its planned share of the sessions once
+// since it started (or waited readyBound, LeaseTTL + 2 × DiscoveryInterval,
+// for it): what a rolling update should wait for before it replaces the
+// next worker. A worker without a fresh heartbeat or Redis acquires
+// nothing.
 func (c *Coordinator) Ready() bool {
+	return c.live() && c.health.shareTaken.Load()
+}
+
+// live reports whether the worker holds a fresh heartbeat and reached Redis
+// on its last attempt: what it needs to take sessions.
+func (c *Coordinator) live() bool {
 	if !c.health.redisOK.Load() {
 		return false
 	}
@@ -439,13 +451,18 @@ func (c *Coordinator) stopTimers() {
 	}
 }
 
-// drain stops every poll, releases the leases whose polls have returned,
-// leaves the membership and tells the peers. Stopping the polls is bounded
+// drain leaves the membership and tells the peers, stops every poll, and
+// releases the leases whose polls have returned. Stopping the polls is bounded
 // by DrainTimeout; each step after it has its own bounded time, so that a
 // poll that outlives the drain costs only its own lease (left to expire),
 // never the release of the others or the leave.
 func (c *Coordinator) drain() error {
 	owned := len(c.workers)
+	// Leave first: the peers plan without this worker at once, so that
+	// no session released by another worker meanwhile is planned onto one
+	// that is going away; they take this worker's sessions as it releases
+	// them (its leases are renewed until then).
+	left := c.drainStep(c.leave)
 	stopCtx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
 	stopped := c.stopAll(stopCtx)
 	cancel()
@@ -470,13 +487,10 @@ func (c *Coordinator) drain() error {
 		c.leases.Abandon(stuck...)
 		errs = append(errs, fmt.Errorf("poller: drain timed out waiting for %d polls; their leases are left to expire", n))
 	}
-	if err := c.drainStep(c.registry.Leave); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.drainStep(func(ctx context.Context) error {
-		return nodes.Publish(ctx, c.cfg.Client, c.cfg.Keys, nodes.Event{Type: nodes.EventLeave, Node: c.cfg.ID})
-	}); err != nil {
-		errs = append(errs, err)
+	if left != nil { // try once more
+		if err := c.drainStep(c.leave); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	log := c.log.Info
 	if len(errs) > 0 {
@@ -485,6 +499,14 @@ func (c *Coordinator) drain() error {
 	log("drained", zap.Int("sessions", owned), zap.Int("released", released),
 		zap.Int("left to expire", owned-released), zap.Errors("errors", errs))
 	return errors.Join(errs...)
+}
+
+// leave removes this worker from the membership and announces it.
+func (c *Coordinator) leave(ctx context.Context) error {
+	if err := c.registry.Leave(ctx); err != nil {
+		return err
+	}
+	return nodes.Publish(ctx, c.cfg.Client, c.cfg.Keys, nodes.Event{Type: nodes.EventLeave, Node: c.cfg.ID})
 }
 
 // drainStep runs one step of the drain with a fresh context bounded by

@@ -31,8 +31,8 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 	if !c.refresh(ctx) {
 		return
 	}
-	// Only a ready worker that its peers count as live takes sessions.
-	member := c.Ready() && c.view.members.Contains(c.cfg.ID)
+	// Only a live worker that its peers count as live takes sessions.
+	member := c.live() && c.view.members.Contains(c.cfg.ID)
 	full = full || c.view.sweepAll || member != c.view.wasMember
 	c.view.sweepAll, c.view.wasMember = false, member
 	touched := c.view.touched
@@ -48,8 +48,45 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 			c.acquire(ctx, acquire, false)
 		}
 		c.adoptOrphans(ctx)
+		c.checkShare()
 	}
 	c.publishStatus()
+}
+
+// checkShare makes the worker ready (Ready) once it holds every session
+// the plan gives it, those other workers still hand over included, or once
+// readyBound has passed since its first round as a member, so that a
+// rolling update that waits for readiness replaces the next worker only
+// after this one took its share. Readiness stays once reached.
+func (c *Coordinator) checkShare() {
+	if c.health.shareTaken.Load() {
+		return
+	}
+	now := c.cfg.Clock.Now()
+	if c.view.memberSince.IsZero() {
+		c.view.memberSince = now
+	}
+	missing := 0
+	for id := range c.view.sessions {
+		if _, running := c.workers[id]; !running && c.ownerOf(id) == c.cfg.ID {
+			missing++
+		}
+	}
+	if missing == 0 {
+		c.health.shareTaken.Store(true)
+		return
+	}
+	if bound := c.readyBound(); now.Sub(c.view.memberSince) >= bound {
+		c.log.Warn("ready without its whole share", zap.Int("missing", missing), zap.Duration("after", bound))
+		c.health.shareTaken.Store(true)
+	}
+}
+
+// readyBound is how long a worker may stay unready waiting for its share:
+// one lease TTL (a holder that does not hand off loses its lease by then)
+// plus two discovery intervals.
+func (c *Coordinator) readyBound() time.Duration {
+	return c.cfg.LeaseTTL + 2*c.cfg.DiscoveryInterval
 }
 
 // startRound sets the times a round starts from: the orphan watch begins
