@@ -171,8 +171,8 @@ func TestPlanAddingSessionsMovesFew(t *testing.T) {
 		workers, base, adds int
 		maxMoves            int
 	}{
-		{10, 100_000, 100, 0},
-		{50, 100_000, 50, 60}, // a bucket holds ~6 sessions here: a shed moves ~6
+		{10, 100_000, 50, 0},
+		{50, 100_000, 30, 60}, // a bucket holds ~6 sessions here: a shed moves ~6
 	} {
 		t.Run(fmt.Sprintf("%dx%d", tc.base, tc.workers), func(t *testing.T) {
 			ws := workers(tc.workers)
