@@ -59,7 +59,7 @@ type health struct {
 	redisOK         atomic.Bool
 	heartbeatAt     atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
 	evictionWarning atomic.Bool  // Redis runs an evicting maxmemory-policy
-	shareTaken      atomic.Bool // held its planned share once since start (or readyBound passed)
+	shareTaken      atomic.Bool  // held its planned share once since start (or readyBound passed)
 	pollPanics      atomic.Int64
 	pollErrors      atomic.Int64
 	polls           atomic.Int64
