@@ -267,7 +267,7 @@ func lossDisagreement(t *testing.T, admin *redis.Client, redisURL string, ws []l
 			diffs = append(diffs, fmt.Sprintf("%s /metrics: %v", w.id, err))
 			continue
 		}
-		for _, name := range []string{`pollworker_leases_held`, `pollworker_sessions{state="owned"}`, `pollworker_sessions{state="active"}`} {
+		for _, name := range []string{`pollworker_leases_held`, `pollworker_sessions{state="owned"}`, `pollworker_sessions{state="pending"}`} {
 			if v := m[name]; v != 0 {
 				diffs = append(diffs, fmt.Sprintf("%s: %s %v", w.id, name, v))
 			}

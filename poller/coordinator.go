@@ -229,6 +229,26 @@ func (c *Coordinator) Status() Status {
 	return s
 }
 
+// PollStats is what the poll scheduler reports: cheap to read (no lease
+// list), for metrics.
+type PollStats struct {
+	// Running and Waiting are the polls running now and those due but
+	// waiting for a slot (Config.MaxPolls).
+	Running, Waiting int
+	// Deferred and Late count, since start, the polls that waited for a
+	// slot and those that started later than a tenth of their interval
+	// after they were due.
+	Deferred, Late int64
+	// Backoff is the number of sessions backing off after failed polls.
+	Backoff int
+}
+
+// PollStats returns the scheduler's figures now.
+func (c *Coordinator) PollStats() PollStats {
+	st, running, waiting := c.sched.snapshot()
+	return PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late, Backoff: st.Backoff}
+}
+
 // Leases is the lease manager, for embedders that want to inspect leases.
 func (c *Coordinator) Leases() *lease.Manager { return c.leases }
 

@@ -171,6 +171,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	if err != nil {
 		return configError(err)
 	}
+	reg.MustRegister(pollMetrics(coord)...)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -584,4 +585,27 @@ func newRecordClient(c connConfig, name string) redis.UniversalClient {
 	ro := *o
 	ro.ClientName, ro.PoolSize = name, recordPoolSize
 	return redis.NewClient(&ro)
+}
+
+// pollMetrics exports the poll scheduler's figures: a worker whose late
+// polls keep growing cannot keep up with its share.
+func pollMetrics(c *poller.Coordinator) []prometheus.Collector {
+	gauge := func(name, help string, v func(poller.PollStats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(c.PollStats()) })
+	}
+	counter := func(name, help string, v func(poller.PollStats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return v(c.PollStats()) })
+	}
+	return []prometheus.Collector{
+		gauge("pollworker_polls_running", "Polls running now (at most --max-polls).",
+			func(s poller.PollStats) float64 { return float64(s.Running) }),
+		gauge("pollworker_polls_waiting", "Due polls waiting for a slot (all --max-polls run).",
+			func(s poller.PollStats) float64 { return float64(s.Waiting) }),
+		counter("pollworker_polls_deferred_total", "Polls that waited for a slot.",
+			func(s poller.PollStats) float64 { return float64(s.Deferred) }),
+		counter("pollworker_polls_late_total", "Polls that started later than a tenth of their interval after they were due.",
+			func(s poller.PollStats) float64 { return float64(s.Late) }),
+		gauge("pollworker_sessions_backoff", "Sessions polled less often after failed polls (--error-backoff).",
+			func(s poller.PollStats) float64 { return float64(s.Backoff) }),
+	}
 }

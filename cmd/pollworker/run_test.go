@@ -119,7 +119,11 @@ func TestRunRedisDownAtStart(t *testing.T) {
 			strings.Contains(body, `pollworker_polls_total{outcome="ok"}`) &&
 			strings.Contains(body, "pollworker_leases_renewed_total ") &&
 			!strings.Contains(body, "pollworker_leases_renewed_total 0\n") &&
-			strings.Contains(body, "pollworker_live_nodes 1\n")
+			strings.Contains(body, "pollworker_live_nodes 1\n") &&
+			strings.Contains(body, "pollworker_polls_late_total ") &&
+			strings.Contains(body, "pollworker_polls_waiting 0\n") &&
+			strings.Contains(body, "pollworker_sessions_backoff 0\n") &&
+			strings.Contains(body, "pollworker_results_written_total ")
 	}, 10*time.Second, 20*time.Millisecond)
 
 	cancel()
