@@ -1,17 +1,15 @@
 package assign
 
 import (
-	"cmp"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/hrw"
+	"github.com/pollworker/pollworker/internal/greedyplan"
 	"github.com/pollworker/pollworker/keyspace"
 )
 
@@ -207,53 +205,14 @@ func TestPlanAddingSessionsMovesFew(t *testing.T) {
 	}
 }
 
-// greedyOwners is the policy before package assign existed (bounded loads
-// greedy in hash order: a bucket whose owner is full goes to its best
-// ranked worker with room), kept here as the reference the new one is
-// measured against.
+// greedyOwners is the placement before package assign
+// (internal/greedyplan), over the index buckets.
 func greedyOwners(ws []string, sizes []int) []string {
-	t := hrw.NewIDs(ws...)
-	keys := make([]string, Buckets)
-	hashes := make([]uint64, Buckets)
-	order := make([]int, 0, Buckets)
-	total := 0
+	keys := make([]string, len(sizes))
 	for b := range keys {
 		keys[b] = BucketKey(b)
-		hashes[b] = hrw.HashKey(keys[b])
-		total += sizes[b]
-		if sizes[b] > 0 {
-			order = append(order, b)
-		}
 	}
-	owner := t.Assign(keys, nil)
-	limit := int(math.Ceil(float64(total) / float64(len(ws)) * 1.05))
-	slices.SortFunc(order, func(a, b int) int {
-		return cmp.Or(cmp.Compare(hashes[a], hashes[b]), strings.Compare(keys[a], keys[b]))
-	})
-	load := make([]int, t.Len())
-	for _, b := range order {
-		w := sizes[b]
-		if load[owner[b]]+w <= limit {
-			load[owner[b]] += w
-			continue
-		}
-		best, bestScore := -1, 0.0
-		for j := range t.Len() {
-			if s := t.WeightedScore(hashes[b], j); load[j]+w <= limit && (best < 0 || s > bestScore) {
-				best, bestScore = j, s
-			}
-		}
-		if best < 0 {
-			best = owner[b]
-		}
-		owner[b] = best
-		load[best] += w
-	}
-	out := make([]string, Buckets)
-	for b := range out {
-		out[b] = t.ID(owner[b])
-	}
-	return out
+	return greedyplan.Owners(ws, keys, sizes, 0.05)
 }
 
 func TestPlanWatcherIsBestAfterOwner(t *testing.T) {

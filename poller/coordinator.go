@@ -222,9 +222,8 @@ func (c *Coordinator) Status() Status {
 		}
 	}
 	s.Polls, s.PollErrors, s.PollPanics = c.health.polls.Load(), c.health.pollErrors.Load(), c.health.pollPanics.Load()
-	var st schedStats
-	st, s.PollsRunning, s.PollsWaiting = c.sched.snapshot()
-	s.PollsDeferred, s.PollsLate, s.Backoff = st.Deferred, st.Late, st.Backoff
+	ps := c.PollStats()
+	s.PollsRunning, s.PollsWaiting, s.PollsDeferred, s.PollsLate, s.Backoff = ps.Running, ps.Waiting, ps.Deferred, ps.Late, ps.Backoff
 	s.EvictionRisk = c.health.evictionWarning.Load()
 	return s
 }

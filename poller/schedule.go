@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -42,7 +41,8 @@ type scheduler struct {
 	maxBackoff time.Duration
 	mu         sync.Mutex // guards everything below and the scheduling fields of every worker
 	active     int        // polls running
-	admit      []*worker  // due polls waiting for a slot (phase admitting), oldest first
+	admit      []*worker  // due polls waiting for a slot, oldest first; entries no longer admitting are skipped
+	waiting    int        // workers in phase admitting
 	stats      schedStats
 	queue      dueQueue // queued workers by next poll time
 	owner      map[*lease.Lease]*worker
@@ -96,8 +96,8 @@ func (s *scheduler) stop(w *worker) {
 		heap.Remove(&s.queue, w.index)
 		s.exitLocked(w)
 	case admitting:
-		s.unadmitLocked(w)
-		s.exitLocked(w)
+		s.waiting--
+		s.exitLocked(w) // its entry in admit is skipped
 	case waiting:
 		s.exitLocked(w)
 	}
@@ -149,7 +149,7 @@ func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
 		case queued:
 			heap.Remove(&s.queue, w.index)
 		case admitting:
-			s.unadmitLocked(w)
+			s.waiting-- // its entry in admit is skipped
 		}
 		s.exitLocked(w)
 	case lease.Held:
@@ -232,6 +232,10 @@ func (s *scheduler) admitLocked(now time.Time) []*worker {
 		w := s.admit[0]
 		s.admit[0] = nil
 		s.admit = s.admit[1:]
+		if w.phase != admitting {
+			continue // stopped or lost while it waited
+		}
+		s.waiting--
 		if s.settleLocked(w, now, w.next) {
 			launch = append(launch, w)
 		}
@@ -239,19 +243,12 @@ func (s *scheduler) admitLocked(now time.Time) []*worker {
 	return launch
 }
 
-// unadmitLocked takes w out of the admission queue.
-func (s *scheduler) unadmitLocked(w *worker) {
-	if i := slices.Index(s.admit, w); i >= 0 {
-		s.admit = slices.Delete(s.admit, i, i+1)
-	}
-}
-
 // snapshot returns the scheduler's counters and how many polls run and
 // wait for a slot now.
 func (s *scheduler) snapshot() (st schedStats, running, waiting int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats, s.active, len(s.admit)
+	return s.stats, s.active, s.waiting
 }
 
 // fire launches the polls that are due and re-arms the timer.
@@ -311,6 +308,7 @@ func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 		// than start a poll the worker cannot sustain.
 		w.phase = admitting
 		s.admit = append(s.admit, w)
+		s.waiting++
 		s.stats.Deferred++
 		return false
 	}

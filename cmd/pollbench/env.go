@@ -126,11 +126,14 @@ func scaled(ttl time.Duration) timings {
 
 // startOurs starts a pollworker coordinator named id whose client connects
 // to addr ("" = the server directly); its polls go to rec.
-func (e *env) startOurs(id, addr string, t timings, rec *bench.Recorder) (*member, error) {
+func (e *env) startOurs(id, addr string, t timings, rec *bench.Recorder, hooks ...ourHooks) (*member, error) {
 	client := e.client(addr, 0)
 	c, err := poller.New(poller.Config{
 		Client: client, Keys: e.keys, ID: id,
 		Poller: poller.PollFunc(func(_ context.Context, s session.Session, _ *lease.Lease) error {
+			for _, h := range hooks {
+				h.poll(s.ID, id)
+			}
 			rec.Poll(s.ID, id)
 			return nil
 		}),
@@ -139,6 +142,9 @@ func (e *env) startOurs(id, addr string, t timings, rec *bench.Recorder) (*membe
 		OnEvent: func(ev poller.Event) {
 			if ev.Type == poller.EventAcquired {
 				e.acquired.Add(1)
+				for _, h := range hooks {
+					h.acquired(ev.Session, id, ev.At)
+				}
 			}
 		},
 	})
@@ -150,6 +156,14 @@ func (e *env) startOurs(id, addr string, t timings, rec *bench.Recorder) (*membe
 	m := &member{id: id, coord: c, client: client, cancel: cancel, done: make(chan error, 1)}
 	go func() { m.done <- c.Run(ctx) }()
 	return m, nil
+}
+
+// ourHooks are further observers of a worker started by startOurs: every
+// poll and every acquisition (session, worker, and for an acquisition its
+// time).
+type ourHooks interface {
+	poll(session, worker string)
+	acquired(session, worker string, at time.Time)
 }
 
 // startBaseline starts a baseline worker named id.

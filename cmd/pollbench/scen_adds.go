@@ -1,20 +1,16 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/bench"
-	"github.com/pollworker/pollworker/hrw"
+	"github.com/pollworker/pollworker/internal/greedyplan"
 	"github.com/pollworker/pollworker/keyspace"
-	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
@@ -88,7 +84,7 @@ func runAdds(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	for i, c := range cases {
 		note := ""
 		if i == 0 {
-			note = "pure placement, no fleet: per add, the sessions already placed whose bucket changed owner between the plans before and after it (assign.Plan, slack 0.05); the previous policy is the greedy bounded-load planner kept as greedyOwners in assign/plan_test.go, copied here; the first row uses the fleet's ids and workers, the uuid row random ids (new ones each run of pollbench), the last rows the issue's reproduction (3 workers, sessions added from none)"
+			note = "pure placement, no fleet: per add, the sessions already placed whose bucket changed owner between the plans before and after it (assign.Plan, slack 0.05); the previous policy is the greedy bounded-load planner kept in internal/greedyplan; the first row uses the fleet's ids and workers, the uuid row random ids (new ones each run of pollbench), the last rows the issue's reproduction (3 workers, sessions added from none)"
 		}
 		ours, prev := plannerMovesPerAdd(c.ids, c.from, c.workers, poller.DefaultBalanceSlack)
 		so, sp := bench.Summarize([]float64{ours}), bench.Summarize([]float64{prev})
@@ -154,35 +150,6 @@ func (l *addsLog) lastAcquire() time.Time {
 	return l.acquires[len(l.acquires)-1].at
 }
 
-// startLogged is startOurs with every poll and acquisition also logged.
-func (e *env) startLogged(id string, t timings, rec *bench.Recorder, log *addsLog) (*member, error) {
-	client := e.client("", 0)
-	c, err := poller.New(poller.Config{
-		Client: client, Keys: e.keys, ID: id,
-		Poller: poller.PollFunc(func(_ context.Context, s session.Session, _ *lease.Lease) error {
-			log.poll(s.ID, id)
-			rec.Poll(s.ID, id)
-			return nil
-		}),
-		LeaseTTL: t.ttl, RenewInterval: t.renew, HeartbeatInterval: t.heartbeat,
-		DiscoveryInterval: t.discovery, DrainTimeout: t.drain, Logger: e.logger,
-		OnEvent: func(ev poller.Event) {
-			if ev.Type == poller.EventAcquired {
-				e.acquired.Add(1)
-				log.acquired(ev.Session, id, ev.At)
-			}
-		},
-	})
-	if err != nil {
-		_ = client.Close()
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &member{id: id, coord: c, client: client, cancel: cancel, done: make(chan error, 1)}
-	go func() { m.done <- c.Run(ctx) }()
-	return m, nil
-}
-
 // addsOnce runs one fleet: seed, settle, stay quiet, add, observe.
 func addsOnce(ctx context.Context, e *env, sz sizes, t timings) (addsResult, error) {
 	var res addsResult
@@ -198,7 +165,7 @@ func addsOnce(ctx context.Context, e *env, sz sizes, t timings) (addsResult, err
 	var ms []*member
 	defer func() { stopAll(ms) }()
 	for _, id := range workerIDs("w", sz.addsWorkers) {
-		m, err := e.startLogged(id, t, rec, log)
+		m, err := e.startOurs(id, "", t, rec, log)
 		if err != nil {
 			return res, err
 		}
@@ -340,52 +307,12 @@ func plannerMovesPerAdd(ids []string, n, workers int, slack float64) (ours, prev
 	return float64(movedOurs) / float64(adds), float64(movedPrev) / float64(adds)
 }
 
-// greedyOwners is the placement policy before package assign (bounded
-// loads, greedy in hash order: a bucket whose owner is full goes to its
-// best ranked worker with room), copied from assign/plan_test.go, where it
-// is the reference the planner is tested against. Only the comparison row
-// of runAdds uses it.
+// greedyOwners is the placement before package assign
+// (internal/greedyplan), over the index buckets.
 func greedyOwners(ws []string, sizes []int) []string {
-	t := hrw.NewIDs(ws...)
-	keys := make([]string, assign.Buckets)
-	hashes := make([]uint64, assign.Buckets)
-	order := make([]int, 0, assign.Buckets)
-	total := 0
+	keys := make([]string, len(sizes))
 	for b := range keys {
 		keys[b] = assign.BucketKey(b)
-		hashes[b] = hrw.HashKey(keys[b])
-		total += sizes[b]
-		if sizes[b] > 0 {
-			order = append(order, b)
-		}
 	}
-	owner := t.Assign(keys, nil)
-	limit := int(math.Ceil(float64(total) / float64(len(ws)) * 1.05))
-	slices.SortFunc(order, func(a, b int) int {
-		return cmp.Or(cmp.Compare(hashes[a], hashes[b]), strings.Compare(keys[a], keys[b]))
-	})
-	load := make([]int, t.Len())
-	for _, b := range order {
-		w := sizes[b]
-		if load[owner[b]]+w <= limit {
-			load[owner[b]] += w
-			continue
-		}
-		best, bestScore := -1, 0.0
-		for j := range t.Len() {
-			if s := t.WeightedScore(hashes[b], j); load[j]+w <= limit && (best < 0 || s > bestScore) {
-				best, bestScore = j, s
-			}
-		}
-		if best < 0 {
-			best = owner[b]
-		}
-		owner[b] = best
-		load[best] += w
-	}
-	out := make([]string, assign.Buckets)
-	for b := range out {
-		out[b] = t.ID(owner[b])
-	}
-	return out
+	return greedyplan.Owners(ws, keys, sizes, 0.05)
 }

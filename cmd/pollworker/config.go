@@ -133,23 +133,35 @@ func applyTLS(opts *redis.Options, o connOptions) error {
 // newClient connects (lazily) as the flags say: a Sentinel-managed master,
 // a Cluster, or one server. Every kind is a redis.UniversalClient.
 func (c connConfig) newClient() redis.UniversalClient {
+	return c.newClientNamed(c.Redis.ClientName, 0)
+}
+
+// newClientNamed is newClient with another client name and, if positive,
+// a pool of poolSize connections (per master) instead of go-redis's
+// default.
+func (c connConfig) newClientNamed(name string, poolSize int) redis.UniversalClient {
 	o := c.Redis
 	switch {
 	case c.Sentinel != "":
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: c.Sentinel, SentinelAddrs: c.Addrs,
 			Username: o.Username, Password: o.Password, DB: o.DB,
-			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
-			ContextTimeoutEnabled: true,
+			ClientName: name, TLSConfig: o.TLSConfig,
+			ContextTimeoutEnabled: true, PoolSize: poolSize,
 		})
 	case c.Cluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: c.Addrs, Username: o.Username, Password: o.Password,
-			ClientName: o.ClientName, TLSConfig: o.TLSConfig,
-			ContextTimeoutEnabled: true,
+			ClientName: name, TLSConfig: o.TLSConfig,
+			ContextTimeoutEnabled: true, PoolSize: poolSize,
 		})
 	}
-	return redis.NewClient(o)
+	ro := *o
+	ro.ClientName = name
+	if poolSize > 0 {
+		ro.PoolSize = poolSize
+	}
+	return redis.NewClient(&ro)
 }
 
 // parseRedisURL parses a redis:// or rediss:// URL. Neither the returned

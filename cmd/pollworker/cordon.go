@@ -24,6 +24,25 @@ func oneID(cmd *cli.Command) (string, error) {
 	return id, nil
 }
 
+// withWorkerID runs fn, connected as withAdmin does, with the single worker
+// id argument of cmd. An error of fn that is one of refusals is a usage
+// error (exit 2).
+func withWorkerID(ctx context.Context, cmd *cli.Command, fn func(ctx context.Context, a admin, id string) error, refusals ...error) error {
+	id, err := oneID(cmd)
+	if err != nil {
+		return err
+	}
+	return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+		err := fn(ctx, a, id)
+		for _, r := range refusals {
+			if errors.Is(err, r) {
+				return usageError(err)
+			}
+		}
+		return err
+	})
+}
+
 func drainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "drain",
@@ -38,15 +57,8 @@ func drainCommand() *cli.Command {
 			"until it holds no lease (at most --timeout) and says how long that took.",
 		Flags: append(adminFlags(), &cli.BoolFlag{Name: "wait", Usage: "wait until the worker holds no lease"}),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
-			id, err := oneID(cmd)
-			if err != nil {
-				return err
-			}
-			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+			return withWorkerID(ctx, cmd, func(ctx context.Context, a admin, id string) error {
 				if err := nodes.Cordon(ctx, a.client, a.keys, id); err != nil {
-					if errors.Is(err, nodes.ErrNotLive) {
-						return usageError(err)
-					}
 					return err
 				}
 				w := cmd.Root().Writer
@@ -76,7 +88,7 @@ func drainCommand() *cli.Command {
 					case <-time.After(100 * time.Millisecond):
 					}
 				}
-			})
+			}, nodes.ErrNotLive)
 		}),
 	}
 }
@@ -88,11 +100,7 @@ func uncordonCommand() *cli.Command {
 		ArgsUsage: "ID",
 		Flags:     adminFlags(),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
-			id, err := oneID(cmd)
-			if err != nil {
-				return err
-			}
-			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+			return withWorkerID(ctx, cmd, func(ctx context.Context, a admin, id string) error {
 				was, err := nodes.Uncordon(ctx, a.client, a.keys, id)
 				if err != nil {
 					return err
@@ -119,20 +127,13 @@ func forgetCommand() *cli.Command {
 			"leases are not touched: they expire by their TTL.",
 		Flags: adminFlags(),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
-			id, err := oneID(cmd)
-			if err != nil {
-				return err
-			}
-			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+			return withWorkerID(ctx, cmd, func(ctx context.Context, a admin, id string) error {
 				if err := nodes.Forget(ctx, a.client, a.keys, id); err != nil {
-					if errors.Is(err, nodes.ErrLive) {
-						return usageError(err)
-					}
 					return err
 				}
 				fmt.Fprintf(cmd.Root().Writer, "forgot %s\n", id)
 				return nil
-			})
+			}, nodes.ErrLive)
 		}),
 	}
 }

@@ -505,7 +505,7 @@ func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.P
 		hp, err := httppoll.New(hc)
 		return hp, nil, func() {}, err
 	}
-	client := newRecordClient(cfg.connConfig, cfg.Redis.ClientName+":results")
+	client := cfg.newClientNamed(cfg.Redis.ClientName+":results", recordPoolSize)
 	rec, err := httppoll.NewRecorder(httppoll.RecorderConfig{
 		Client:        client,
 		Keys:          cfg.Keys,
@@ -561,30 +561,6 @@ func recorderMetrics(rec *httppoll.Recorder) []prometheus.Collector {
 		counter("pollworker_results_flushes_total", "Pipelined writes of queued poll results.",
 			func(s httppoll.RecorderStats) uint64 { return s.Flushes }),
 	}
-}
-
-// newRecordClient is connConfig.newClient with a pool of recordPoolSize
-// connections (per master) and its own client name.
-func newRecordClient(c connConfig, name string) redis.UniversalClient {
-	o := c.Redis
-	switch {
-	case c.Sentinel != "":
-		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: c.Sentinel, SentinelAddrs: c.Addrs,
-			Username: o.Username, Password: o.Password, DB: o.DB,
-			ClientName: name, TLSConfig: o.TLSConfig,
-			ContextTimeoutEnabled: true, PoolSize: recordPoolSize,
-		})
-	case c.Cluster:
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: c.Addrs, Username: o.Username, Password: o.Password,
-			ClientName: name, TLSConfig: o.TLSConfig,
-			ContextTimeoutEnabled: true, PoolSize: recordPoolSize,
-		})
-	}
-	ro := *o
-	ro.ClientName, ro.PoolSize = name, recordPoolSize
-	return redis.NewClient(&ro)
 }
 
 // pollMetrics exports the poll scheduler's figures: a worker whose late

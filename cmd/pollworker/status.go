@@ -11,11 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
-	"github.com/pollworker/pollworker/nodes"
-	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -166,19 +163,11 @@ type balance struct {
 // in the store. It prunes expired members from the node index (as every
 // worker does) and writes nothing else.
 func computeStatus(ctx context.Context, client redis.UniversalClient, keys keyspace.Space, scan bool) (clusterStatus, error) {
-	reg, err := nodes.NewReader(client, keys, nil)
-	if err != nil {
-		return clusterStatus{}, err
-	}
-	m, err := reg.Members(ctx)
-	if err != nil {
-		return clusterStatus{}, err
-	}
-	infos, err := reg.Get(ctx, m.Nodes...)
-	if err != nil {
-		return clusterStatus{}, err
-	}
 	store, err := session.NewStore(client, keys)
+	if err != nil {
+		return clusterStatus{}, err
+	}
+	pl, err := readPlacement(ctx, client, keys, store)
 	if err != nil {
 		return clusterStatus{}, err
 	}
@@ -198,7 +187,7 @@ func computeStatus(ctx context.Context, client redis.UniversalClient, keys keysp
 			return clusterStatus{}, err
 		}
 	}
-	st := buildStatus(m, infos, sessions, problems, holdings)
+	st := buildStatus(pl, sessions, problems, holdings)
 	if scan {
 		known := make(map[string]struct{}, len(sessions)+len(problems))
 		for _, s := range sessions {
@@ -278,7 +267,8 @@ func findUnknownLeases(ctx context.Context, client redis.UniversalClient, keys k
 }
 
 // buildStatus combines what computeStatus read.
-func buildStatus(m nodes.Membership, infos []nodes.Info, sessions []session.Session, problems []session.Problem, holdings []lease.Holding) clusterStatus {
+func buildStatus(pl placement, sessions []session.Session, problems []session.Problem, holdings []lease.Holding) clusterStatus {
+	m, plan := pl.Members, pl.Plan
 	st := clusterStatus{
 		ServerTime:      time.UnixMilli(m.ServerTimeMs).UTC(),
 		Nodes:           make([]nodeStatus, len(m.Nodes)),
@@ -293,7 +283,7 @@ func buildStatus(m nodes.Membership, infos []nodes.Info, sessions []session.Sess
 		st.Nodes[i] = nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1, Cordoned: m.IsCordoned(id)}
 		byID[id] = &st.Nodes[i]
 	}
-	for _, info := range infos {
+	for _, info := range pl.Infos {
 		if n, ok := byID[info.ID]; ok {
 			n.Host, n.PID, n.Version, n.Started, n.Incarnation = info.Host, info.PID, info.Version, info.Started, info.Incarnation
 			if info.TTLMs > 0 {
@@ -302,16 +292,8 @@ func buildStatus(m nodes.Membership, infos []nodes.Info, sessions []session.Sess
 		}
 	}
 
-	// The placement the workers compute, from the same planner and inputs
-	// (the sessions per index bucket, malformed entries included).
-	sizes := make([]int, assign.Buckets)
-	for _, s := range sessions {
-		sizes[keyspace.BucketOf(s.ID)]++
-	}
-	for _, p := range problems {
-		sizes[keyspace.BucketOf(p.ID)]++
-	}
-	plan := assign.NewFleetIDs(m.Placeable()...).Plan(sizes, poller.DefaultBalanceSlack)
+	// The placement the workers compute (readPlacement: the same planner,
+	// from the index's bucket sizes the workers read).
 	for i := range st.Nodes {
 		st.Nodes[i].Planned = plan.Load(st.Nodes[i].ID)
 	}

@@ -367,7 +367,7 @@ func TestStatusUsesThePlanner(t *testing.T) {
 	for i, id := range ids {
 		holdings[i] = lease.Holding{Session: id, Owner: planned[i] + "#0123456789abcdef", Remaining: time.Second}
 	}
-	st := buildStatus(m, nil, sessions, nil, holdings)
+	st := buildStatus(placementOf(m, sessions), sessions, nil, holdings)
 	total := 0
 	for _, n := range st.Nodes {
 		require.Equal(t, n.Leases, n.Planned, "%s holds its planned share", n.ID)
@@ -382,9 +382,19 @@ func TestStatusUsesThePlanner(t *testing.T) {
 		other = "w2"
 	}
 	holdings[0].Owner = other + "#0123456789abcdef"
-	st = buildStatus(m, nil, sessions, nil, holdings)
+	st = buildStatus(placementOf(m, sessions), sessions, nil, holdings)
 	require.Equal(t, 1, st.Leases.NotPlanned)
 	var out strings.Builder
 	printStatus(&out, st)
 	require.Contains(t, out.String(), "held off their planned worker: 1")
+}
+
+// placementOf is what readPlacement would read for membership m and an
+// index holding sessions.
+func placementOf(m nodes.Membership, sessions []session.Session) placement {
+	sizes := make([]int, assign.Buckets)
+	for _, s := range sessions {
+		sizes[keyspace.BucketOf(s.ID)]++
+	}
+	return placement{Members: m, Sizes: sizes, Plan: planFor(m, sizes)}
 }
