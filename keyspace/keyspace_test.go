@@ -12,6 +12,8 @@ func TestKeys(t *testing.T) {
 	s := Space{}
 	require.Equal(t, "poll:lease:{s1}", s.Lease("s1"))
 	require.Equal(t, "poll:fence:{s1}", s.Fence("s1"))
+	require.Equal(t, "poll:state:{s1}", s.State("s1"))
+	require.Equal(t, Slot(s.Lease("s1")), Slot(s.State("s1")))
 	require.Equal(t, "poll:node:n1", s.Node("n1"))
 	require.Equal(t, "session:s1", s.Session("s1"))
 	c := Space{Prefix: "p", SessionPrefix: "q"}

@@ -1,0 +1,175 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// Load reads the saved state of session; a session never saved (or whose
+// state was deleted or lost) reads as a Record with Token 0 and nil Data.
+func (s *Store) Load(ctx context.Context, session string) (Record, error) {
+	recs, err := s.LoadMany(ctx, []string{session})
+	if err != nil {
+		return Record{}, err
+	}
+	return recs[session], nil
+}
+
+// LoadMany reads the saved states of sessions with a read-only script, in
+// one pipeline (one round trip per Redis shard): up to 500 sessions per
+// call, and under Redis Cluster one call per hash slot. Every session asked
+// for is in the map (never-saved ones with Token 0). An error from any call
+// fails the whole load: no record is guessed.
+func (s *Store) LoadMany(ctx context.Context, sessions []string) (map[string]Record, error) {
+	for _, id := range sessions {
+		if err := keyspace.ValidateID(id); err != nil {
+			return nil, err
+		}
+	}
+	calls := s.loadCalls(sessions)
+	if len(calls) == 0 {
+		return map[string]Record{}, nil
+	}
+	missing, err := s.exec(ctx, calls)
+	if err == nil && len(missing) > 0 {
+		// NOSCRIPT: load the script (on every master) and send those again.
+		if err = s.load.Load(ctx, s.client).Err(); err != nil {
+			return nil, fmt.Errorf("load states: load script: %w", err)
+		}
+		if missing, err = s.exec(ctx, missing); err == nil && len(missing) > 0 {
+			err = fmt.Errorf("script still missing after SCRIPT LOAD")
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load states: %w", err)
+	}
+	out := make(map[string]Record, len(sessions))
+	for _, c := range calls {
+		if err := c.records(out); err != nil {
+			return nil, fmt.Errorf("load states: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// loadCall is one script call reading some sessions' states.
+type loadCall struct {
+	ids []string
+	cmd *redis.Cmd
+}
+
+// loadCalls groups sessions into script calls: batchSize per call, and one
+// hash slot per call under Redis Cluster.
+func (s *Store) loadCalls(sessions []string) []*loadCall {
+	var groups [][]string
+	if !s.cluster {
+		for lo := 0; lo < len(sessions); lo += s.batchSize {
+			groups = append(groups, sessions[lo:min(lo+s.batchSize, len(sessions))])
+		}
+	} else {
+		bySlot := make(map[uint16]int) // slot -> index in groups of its open group
+		for _, id := range sessions {
+			sl := keyspace.Slot(s.keys.State(id))
+			g, ok := bySlot[sl]
+			if !ok || len(groups[g]) >= s.batchSize {
+				g = len(groups)
+				groups = append(groups, nil)
+				bySlot[sl] = g
+			}
+			groups[g] = append(groups[g], id)
+		}
+	}
+	calls := make([]*loadCall, len(groups))
+	for i, g := range groups {
+		calls[i] = &loadCall{ids: g}
+	}
+	return calls
+}
+
+// exec sends calls in one pipeline and returns those that met NOSCRIPT;
+// any other error fails it.
+func (s *Store) exec(ctx context.Context, calls []*loadCall) (noscript []*loadCall, err error) {
+	pipe := s.client.Pipeline()
+	for _, c := range calls {
+		args := make([]any, 0, 3+len(c.ids))
+		args = append(args, "evalsha", s.load.Hash(), len(c.ids))
+		for _, id := range c.ids {
+			args = append(args, s.keys.State(id))
+		}
+		c.cmd = redis.NewCmd(ctx, args...)
+		c.cmd.SetFirstKeyPos(3) // for Cluster routing
+		_ = pipe.Process(ctx, c.cmd)
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, c := range calls {
+		switch err := c.cmd.Err(); {
+		case err == nil:
+		case redis.HasErrorPrefix(err, "NOSCRIPT"):
+			noscript = append(noscript, c)
+		default:
+			return nil, err
+		}
+	}
+	return noscript, nil
+}
+
+// records parses c's reply into out.
+func (c *loadCall) records(out map[string]Record) error {
+	vals, err := c.cmd.Slice()
+	if err != nil {
+		return err
+	}
+	if len(vals) != 1+4*len(c.ids) {
+		return fmt.Errorf("script reply has %d values, want %d", len(vals), 1+4*len(c.ids))
+	}
+	now, ok := vals[0].(int64)
+	if !ok {
+		return fmt.Errorf("script reply: server time %v", vals[0])
+	}
+	for i, id := range c.ids {
+		v := vals[1+4*i : 5+4*i]
+		r := Record{Read: msTime(now)}
+		if !absent(v[1]) {
+			data, ok := v[0].(string)
+			if !ok {
+				return fmt.Errorf("state of %s: data %T", id, v[0])
+			}
+			r.Data = []byte(data)
+			if r.Token, err = parseUint(v[1]); err != nil {
+				return fmt.Errorf("state of %s: token: %w", id, err)
+			}
+			saved, err := parseUint(v[2])
+			if err != nil {
+				return fmt.Errorf("state of %s: saved: %w", id, err)
+			}
+			polled, err := parseUint(v[3])
+			if err != nil {
+				return fmt.Errorf("state of %s: polled: %w", id, err)
+			}
+			r.Saved, r.PolledAt = msTime(int64(saved)), msTime(int64(polled))
+		}
+		out[id] = r
+	}
+	return nil
+}
+
+// absent reports a field the session's hash lacks: Lua's false arrives as
+// a nil (RESP2) or as false (RESP3).
+func absent(v any) bool {
+	b, isBool := v.(bool)
+	return v == nil || isBool && !b
+}
+
+// parseUint reads a decimal field of the state hash.
+func parseUint(v any) (uint64, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("value %v (%T), want a decimal", v, v)
+	}
+	return strconv.ParseUint(s, 10, 64)
+}
