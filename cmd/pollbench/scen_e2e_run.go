@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os/exec"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/pollworker/pollworker/bench"
+)
+
+// The stages of the e2e scenario and the rows they report.
+
+func (x *e2e) run(ctx context.Context) ([]Row, error) {
+	var rows []Row
+	var errs []error
+	oursAt := map[int]e2eRun{}
+	for _, n := range x.sz.perWorker {
+		o, err := x.ours(ctx, n, "all")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ours at %d: %w", n, err))
+			continue
+		}
+		l, err := x.limit(ctx, n, false)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("limit at %d: %w", n, err))
+			continue
+		}
+		lx, err := x.limit(ctx, n, true)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("limit+XADD at %d: %w", n, err))
+			continue
+		}
+		oursAt[n] = o
+		rows = append(rows, x.compareRows(n, o, l, lx)...)
+	}
+	if ctx.Err() != nil {
+		return rows, ctx.Err()
+	}
+
+	// The sustainable sessions per worker: the most it kept up with.
+	sustained, failed := 0, 0
+	for _, n := range x.sz.perWorker {
+		o, ok := oursAt[n]
+		switch {
+		case !ok || failed > 0:
+		case o.keptUp():
+			sustained = n
+		default:
+			failed = n
+		}
+	}
+	tried := fmt.Sprint(x.sz.perWorker)
+	if x.sz.refine && sustained > 0 && failed > 0 && failed-sustained > 1000 {
+		mid := (sustained + failed) / 2 / 1000 * 1000
+		if o, err := x.ours(ctx, mid, "all"); err != nil {
+			errs = append(errs, fmt.Errorf("ours at %d: %w", mid, err))
+		} else {
+			tried += fmt.Sprintf(", then %d (polls/s / sessions/s %.3f)", mid, o.st.perSec/float64(mid))
+			if o.keptUp() {
+				sustained = mid
+			}
+		}
+	}
+	if sustained > 0 {
+		rows = append(rows, Row{Figure: "sustainable sessions per worker here (most kept up: polls/s ≥ 0.98 × sessions/s)",
+			Target: "reported", Ours: one(float64(sustained)), Unit: "sessions",
+			Note: "sizes tried: " + tried})
+	}
+	if x.sz.overload && sustained > 0 {
+		for _, f := range []float64{1.5, 2} {
+			n := int(f * float64(sustained))
+			o, err := x.ours(ctx, n, "all")
+			if err != nil {
+				errs = append(errs, fmt.Errorf("overload at %d: %w", n, err))
+				continue
+			}
+			rows = append(rows, overloadRows(f, n, sustained, o)...)
+		}
+	}
+	if n := x.sz.changesAt; n > 0 {
+		o, err := x.ours(ctx, n, "changes")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--record changes at %d: %w", n, err))
+		} else {
+			rows = append(rows,
+				Row{Figure: fmt.Sprintf("--record changes, %d sessions: Redis writes (XADD) per unchanged poll", n), Target: "0",
+					Ours: one(o.xaddPerPoll), Met: met(o.xaddPerPoll == 0),
+					Note: fmt.Sprintf("every poll answers 200, so every poll after a session's first is unchanged; pollworker_results_unchanged_total %.0f, pollworker_results_written_total %.0f",
+						sumMetric(o.metrics, "pollworker_results_unchanged_total"), sumMetric(o.metrics, "pollworker_results_written_total"))},
+				Row{Figure: fmt.Sprintf("--record changes, %d sessions: Redis round trips per poll", n), Target: "≤ 0.05",
+					Ours: one(o.rtPerPoll), Met: met(o.rtPerPoll <= 0.05)})
+		}
+	}
+	if x.sz.fleetWorkers > 0 {
+		fr, err := x.fleet(ctx)
+		rows = append(rows, fr...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("fleet: %w", err))
+		}
+	}
+	return rows, errors.Join(errs...)
+}
+
+func one(v float64) bench.Summary { return bench.Summarize([]float64{v}) }
+
+// compareRows are the figures of ours and the limit at n sessions.
+func (x *e2e) compareRows(n int, o, l, lx e2eRun) []Row {
+	at := fmt.Sprintf("%d sessions, 1 worker", n)
+	row := func(fig, target, unit string, ours, base float64, ok *bool, note string) Row {
+		b := one(base)
+		r := Row{Figure: fig + ", " + at, Target: target, Unit: unit, Ours: one(ours), Base: &b, BaseName: "limit+XADD",
+			Ratio: base / ours, Note: note}
+		if ok != nil {
+			r.Met = met(*ok)
+		}
+		return r
+	}
+	le := func(a, b float64) *bool { v := a <= b; return &v }
+	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
+	kept := o.keptUp() || !lx.keptUp()
+	late := (*bool)(nil)
+	lateTarget := "reported"
+	if n == 5000 {
+		late, lateTarget = le(o.st.lateP99, 10), "≤ 10 ms at 5k"
+	}
+	return []Row{
+		row("worker CPU per poll", "≤ 1.5× limit+XADD", "µs", o.cpuPerPoll, lx.cpuPerPoll, le(o.cpuPerPoll, 1.5*lx.cpuPerPoll),
+			fmt.Sprintf("limit alone %.1f µs; CPU in the window, %% of one core: worker %.0f, limit+XADD %.0f, limit %.0f; redis-server %.0f / %.0f / %.0f; pollbench (target + proxy) %.0f / %.0f / %.0f",
+				l.cpuPerPoll, o.cpuPct, lx.cpuPct, l.cpuPct, o.redisPct, lx.redisPct, l.redisPct, o.benchPct, lx.benchPct, l.benchPct)),
+		row("worker RSS (VmRSS, end of window)", "≤ 3× limit+XADD", "MB", mb(o.rss), mb(lx.rss), le(mb(o.rss), 3*mb(lx.rss)),
+			fmt.Sprintf("VmHWM: worker %.1f MB, limit+XADD %.1f MB, limit %.1f MB; limit alone VmRSS %.1f MB", mb(o.hwm), mb(lx.hwm), mb(l.hwm), mb(l.rss))),
+		row("connections open to the target (most during the window)", "≤ 2× limit+XADD", "conns", float64(o.conns), float64(lx.conns),
+			le(float64(o.conns), 2*float64(lx.conns)), fmt.Sprintf("limit alone %d", l.conns)),
+		row("Redis round trips per poll", "≤ 0.05", "", o.rtPerPoll, lx.rtPerPoll, le(o.rtPerPoll, 0.05),
+			fmt.Sprintf("counted by the proxy; all of the worker's Redis traffic (leases, heartbeats, rounds, results); XADD per poll: worker %.3f, limit+XADD %.3f", o.xaddPerPoll, lx.xaddPerPoll)),
+		row("Redis CPU per poll", "≤ 1.5× limit+XADD", "µs", o.redisPerPol, lx.redisPerPol, le(o.redisPerPol, 1.5*lx.redisPerPol),
+			fmt.Sprintf("INFO cpu delta over the window / polls; limit alone %.2f µs (the INFO calls themselves)", l.redisPerPol)),
+		row("arrivals in the busiest 10 ms slot / mean slot", "≤ 1.5× limit+XADD", "", o.st.busiestSlot, lx.st.busiestSlot,
+			le(o.st.busiestSlot, 1.5*lx.st.busiestSlot), fmt.Sprintf("limit alone %.2f", l.st.busiestSlot)),
+		row("lateness vs the session's grid, p99", lateTarget, "ms", o.st.lateP99, lx.st.lateP99, late,
+			fmt.Sprintf("grid = the session's first poll in the last interval before the window + k × interval; limit alone %.2f ms; against the session's very first poll instead: worker %.1f ms, limit+XADD %.1f ms, limit %.1f ms",
+				l.st.lateP99, o.st.lateFirstP99, lx.st.lateFirstP99, l.st.lateFirstP99)),
+		row("polls/s ÷ sessions/s (kept up ≥ 0.98)", "≥ 0.98 where the limit keeps up", "", o.st.perSec/float64(n), lx.st.perSec/float64(n), &kept,
+			fmt.Sprintf("limit alone %.3f; process start → every session polled once: worker %v, limit+XADD %v, limit %v; worker since start: polls late %.0f, deferred %.0f, results dropped %.0f",
+				l.st.perSec/float64(n), o.start.Round(time.Millisecond), lx.start.Round(time.Millisecond), l.start.Round(time.Millisecond),
+				sumMetric(o.metrics, "pollworker_polls_late_total"), sumMetric(o.metrics, "pollworker_polls_deferred_total"),
+				sumMetric(o.metrics, "pollworker_results_dropped_total"))),
+	}
+}
+
+// overloadRows are the figures of one worker at n = f × sustained sessions.
+func overloadRows(f float64, n, sustained int, o e2eRun) []Row {
+	at := fmt.Sprintf("overload %.1f× (%d sessions, 1 worker)", f, n)
+	tput := 100 * o.st.perSec / float64(sustained)
+	renewErr := sumMetric(o.metrics, "pollworker_redis_errors_total", `op="renew"`)
+	uncertain := sumMetric(o.metrics, "pollworker_lease_events_total", `event="uncertain"`)
+	lost := sumMetric(o.metrics, "pollworker_lease_events_total", `event="lost"`)
+	held := sumMetric(o.metrics, "pollworker_leases_held")
+	notHeld := float64(n) - held
+	note := fmt.Sprintf("polls/s %.0f; worker CPU %.0f%% of a core, redis-server %.0f%%, pollbench (target + proxy) %.0f%%; since start: polls late %.0f, deferred %.0f, waiting now %.0f, results dropped %.0f, polls by outcome ok %.0f / error %.0f; renew round trip: %s",
+		o.st.perSec, o.cpuPct, o.redisPct, o.benchPct,
+		sumMetric(o.metrics, "pollworker_polls_late_total"), sumMetric(o.metrics, "pollworker_polls_deferred_total"),
+		sumMetric(o.metrics, "pollworker_polls_waiting"), sumMetric(o.metrics, "pollworker_results_dropped_total"),
+		sumMetric(o.metrics, "pollworker_polls_total", `outcome="ok"`), sumMetric(o.metrics, "pollworker_polls_total", `outcome="error"`),
+		renewRoundTrip(o.metrics))
+	return []Row{
+		{Figure: at + ": throughput / sustainable rate", Target: "≥ 90 %", Unit: "%", Ours: one(tput), Met: met(tput >= 90), Note: note},
+		{Figure: at + ": renewal errors + leases made uncertain", Target: "0", Ours: one(renewErr + uncertain), Met: met(renewErr+uncertain == 0),
+			Note: fmt.Sprintf("pollworker_redis_errors_total{op=renew} %.0f, pollworker_lease_events_total{event=uncertain} %.0f", renewErr, uncertain)},
+		{Figure: at + ": leases not Held at the end of the window", Target: "0", Ours: one(notHeld), Met: met(notHeld == 0 && lost == 0),
+			Note: fmt.Sprintf("sessions − pollworker_leases_held; leases lost since start %.0f", lost)},
+	}
+}
+
+// renewRoundTrip is the mean renewal cycle from the histogram.
+func renewRoundTrip(m map[string]float64) string {
+	s := sumMetric(m, "pollworker_renew_round_trip_seconds_sum")
+	c := sumMetric(m, "pollworker_renew_round_trip_seconds_count")
+	if c == 0 {
+		return "no cycle"
+	}
+	return fmt.Sprintf("mean %.1f ms over %.0f cycles", 1000*s/c, c)
+}
+
+// fleet runs workers × per sessions over fleetWorkers workers, adds
+// sessions one by one with `pollworker sessions add`, then sends SIGTERM
+// to one worker.
+func (x *e2e) fleet(ctx context.Context) ([]Row, error) {
+	w, per := x.sz.fleetWorkers, x.sz.fleetSessions
+	n := w * per
+	at := fmt.Sprintf("%d workers × %d sessions", w, per)
+	ids := e2eIDs("e2e", n)
+	if err := x.apply(ctx, ids); err != nil {
+		return nil, err
+	}
+	x.target.clear()
+	mark := x.target.now()
+	procs := make([]*e2eProc, w)
+	defer func() {
+		for _, p := range procs {
+			if p != nil {
+				_ = p.stop(15 * time.Second)
+			}
+		}
+	}()
+	for i := range procs {
+		p, err := x.startWorker("w-"+strconv.Itoa(i), "all")
+		if err != nil {
+			return nil, err
+		}
+		procs[i] = p
+	}
+	if err := x.waitPolled(ctx, procs[0], mark, "", n); err != nil {
+		return nil, err
+	}
+	held := func() float64 {
+		var h float64
+		for _, p := range procs {
+			if p == nil {
+				continue
+			}
+			m, err := scrapeMetrics(ctx, p.httpAddr)
+			if err != nil {
+				return -1
+			}
+			h += sumMetric(m, "pollworker_leases_held")
+		}
+		return h
+	}
+	if err := waitFor(ctx, x.sz.startTimeout, fmt.Sprintf("%d leases held", n), func() bool { return held() == float64(n) }); err != nil {
+		return nil, err
+	}
+	if err := sleepCtx(ctx, x.sz.warmOurs); err != nil {
+		return nil, err
+	}
+	from := x.target.now()
+	if err := sleepCtx(ctx, min(x.sz.window, 5*time.Second)); err != nil {
+		return nil, err
+	}
+	st := analyze(x.target.since(mark), from-x.sz.interval, from, x.target.now(), x.sz.interval)
+	rows := []Row{{Figure: "fleet, " + at + ": polls/s ÷ sessions/s", Target: "≥ 0.98", Ours: one(st.perSec / float64(n)),
+		Met: met(st.perSec >= 0.98*float64(n)), Note: fmt.Sprintf("busiest/mean 10 ms slot %.2f, lateness p99 %.1f ms", st.busiestSlot, st.lateP99)}}
+
+	// Sessions added one by one with the CLI: from the start of
+	// `pollworker sessions add` to the first poll at the target.
+	addIDs := e2eIDs("e2e-add", x.sz.adds)
+	added := map[string]time.Duration{}
+	var cli []float64
+	for _, id := range addIDs {
+		t0 := x.target.now()
+		out, err := exec.CommandContext(ctx, x.bin, "sessions", "add", "--id", id, "--url", x.target.urlPrefix()+id,
+			"--interval", x.sz.interval.String(), "--redis-url", "redis://"+x.e.redis.Addr()+"/0").CombinedOutput()
+		if err != nil {
+			return rows, fmt.Errorf("sessions add: %w: %s", err, out)
+		}
+		added[id] = t0
+		cli = append(cli, float64(x.target.now()-t0)/float64(time.Millisecond))
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return rows, err
+		}
+	}
+	_ = waitFor(ctx, 5*time.Second, "added sessions polled", func() bool {
+		return x.target.polled(mark, "") >= n+len(addIDs)
+	})
+	firstAt := map[string]time.Duration{}
+	for _, a := range x.target.since(mark) {
+		if t0, ok := added[a.session]; ok && a.at >= t0 {
+			if _, seen := firstAt[a.session]; !seen {
+				firstAt[a.session] = a.at - t0
+			}
+		}
+	}
+	var addMs []float64
+	for _, d := range firstAt {
+		addMs = append(addMs, float64(d)/float64(time.Millisecond))
+	}
+	sort.Float64s(cli)
+	as := bench.Summarize(addMs)
+	rows = append(rows, Row{Figure: fmt.Sprintf("fleet, %s: `pollworker sessions add` → first poll (%d added one by one)", at, len(addIDs)),
+		Target: "p99 ≤ 250 ms", Unit: "ms", Ours: as, Met: met(len(addMs) == len(addIDs) && as.P99 <= 250),
+		Note: fmt.Sprintf("per-add distribution (median, p99); measured from the start of the CLI process, whose run takes %.0f ms (median; p99 %.0f ms); never polled within 5 s: %d",
+			percentile(cli, 50), percentile(cli, 99), len(addIDs)-len(addMs))})
+
+	// SIGTERM of w-0: for each of its sessions, its last poll by w-0 →
+	// the first poll by another worker.
+	tk := x.target.now()
+	if err := procs[0].stop(20 * time.Second); err != nil {
+		rows = append(rows, Row{Figure: "fleet: SIGTERM of w-0", Note: err.Error()})
+	}
+	procs[0] = nil
+	drained := x.target.now() - tk
+	if err := sleepCtx(ctx, 3*x.sz.interval); err != nil {
+		return rows, err
+	}
+	last, next := map[string]time.Duration{}, map[string]time.Duration{}
+	for _, a := range x.target.since(tk - 2*x.sz.interval) {
+		if a.worker == "w-0" {
+			last[a.session] = a.at
+			delete(next, a.session)
+			continue
+		}
+		if l, ok := last[a.session]; ok && a.at > l {
+			if _, seen := next[a.session]; !seen {
+				next[a.session] = a.at
+			}
+		}
+	}
+	var gaps, lateMs []float64
+	for s, l := range last {
+		if nx, ok := next[s]; ok {
+			g := float64(nx-l) / float64(time.Millisecond)
+			gaps = append(gaps, g)
+			lateMs = append(lateMs, g-float64(x.sz.interval)/float64(time.Millisecond))
+		}
+	}
+	missing := len(last) - len(gaps)
+	gs, ls := bench.Summarize(gaps), bench.Summarize(lateMs)
+	rows = append(rows,
+		Row{Figure: fmt.Sprintf("fleet, %s: SIGTERM of one worker, last poll by the old owner → first by the new (gap)", at),
+			Target: "reported", Unit: "ms", Ours: gs,
+			Note: fmt.Sprintf("per-session distribution (median, p99; max %.0f ms); %d sessions of the stopped worker, %d not polled by another within %v after its exit; SIGTERM → exit %v",
+				gs.Max, len(last), missing, 3*x.sz.interval, drained.Round(time.Millisecond))},
+		Row{Figure: fmt.Sprintf("fleet, %s: SIGTERM handoff gap − interval (late against the schedule)", at),
+			Target: "p99 ≤ 250 ms", Unit: "ms", Ours: ls, Met: met(missing == 0 && !math.IsNaN(ls.P99) && ls.P99 <= 250),
+			Note: "the schedule passes to the successor, so a punctual handoff has gap = interval; the target applies to the excess"})
+	return rows, nil
+}
+
+// e2eTiny runs the limit loop in-process for the smoke test: no binary,
+// no child process.
+func e2eTiny(ctx context.Context, es e2eSizes) ([]Row, error) {
+	t, err := startTarget()
+	if err != nil {
+		return nil, err
+	}
+	defer t.close()
+	n := es.perWorker[0]
+	lctx, cancel := context.WithTimeout(ctx, es.warm+es.window)
+	defer cancel()
+	from := t.now() + es.warm
+	if err := runLimit(lctx, limitConfig{IDs: e2eIDs("e2e", n), URLPrefix: t.urlPrefix(), Interval: es.interval, Worker: "limit"}); err != nil {
+		return nil, err
+	}
+	st := analyze(t.since(0), from-es.interval, from, from+es.window-es.interval/2, es.interval)
+	return []Row{{Figure: fmt.Sprintf("limit loop in-process, %d sessions every %v (tiny mode: the binary is not run)", n, es.interval),
+		Target: "reported", Ours: one(st.perSec / (float64(n) / es.interval.Seconds())),
+		Note: fmt.Sprintf("polls/s ÷ sessions/s; busiest/mean 10 ms slot %.2f", st.busiestSlot)}}, nil
+}
