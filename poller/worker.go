@@ -25,6 +25,7 @@ import (
 type worker struct {
 	sess  session.Session
 	lease *lease.Lease
+	state *State        // the session's state, for a StatefulPoller; nil otherwise
 	done  chan struct{} // closed when the loop has exited and no poll runs
 	// Set by the main loop only.
 	stopping  bool             // stopWorker was called; release when done
@@ -54,6 +55,9 @@ func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
 // poll already began under l (a loop restarted for a new definition).
 func (c *Coordinator) startWorkerAt(s session.Session, l *lease.Lease, polled *atomic.Bool) {
 	w := &worker{sess: s, lease: l, done: make(chan struct{}), members: c.view.members.Version, polled: polled}
+	if c.stateful() != nil {
+		w.state = &State{store: c.stateStore(), lease: l}
+	}
 	c.workers[s.ID] = w
 	due, _ := l.NextPoll()
 	if polled.Load() {
@@ -86,6 +90,16 @@ func (c *Coordinator) runPoll(w *worker) {
 	if w.ctx.Err() != nil || !now.Before(l.Deadline()) {
 		return
 	}
+	if w.state != nil {
+		pollNow, loadFailed := c.prepareState(w, now)
+		if !pollNow {
+			failed = loadFailed
+			return
+		}
+		w.state.mu.Lock()
+		w.state.polledAt = c.sched.nextDue(w) // the due time: a successor keeps to it + the interval
+		w.state.mu.Unlock()
+	}
 	if first := w.polled.CompareAndSwap(false, true); first {
 		if gap, ok := l.HandoffGap(); ok {
 			// The time the handoff left the session unpolled beyond its
@@ -98,14 +112,15 @@ func (c *Coordinator) runPoll(w *worker) {
 			c.cfg.Observer.HandoffGap(gap + now.Sub(from))
 		}
 	}
-	failed = c.pollOnce(w.ctx, w.sess, l)
+	failed = c.pollOnce(w.ctx, w.sess, l, w.state)
 }
 
 // pollOnce runs one poll under ctx, which ends when the lease term ends or
 // the poll is aborted, and records its outcome; a panic is recovered. It
-// reports whether the poll failed (an error or a panic, not a
-// cancellation).
-func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.Lease) (failed bool) {
+// calls PollState with st when the Poller is a StatefulPoller (st is then
+// set), Poll otherwise. It reports whether the poll failed (an error or a
+// panic, not a cancellation).
+func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.Lease, st *State) (failed bool) {
 	c.health.polls.Add(1)
 	started := c.cfg.Clock.Now()
 	outcome := "ok"
@@ -119,7 +134,13 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 		}
 		c.cfg.Observer.PollDone(c.cfg.Clock.Since(started), outcome)
 	}()
-	if err := c.cfg.Poller.Poll(ctx, s, l); err != nil {
+	var err error
+	if sp := c.stateful(); sp != nil && st != nil {
+		err = sp.PollState(ctx, s, l, st)
+	} else {
+		err = c.cfg.Poller.Poll(ctx, s, l)
+	}
+	if err != nil {
 		outcome = "error"
 		if ctx.Err() != nil {
 			outcome = "cancelled"

@@ -91,12 +91,18 @@ func WithClock(c clock.PassiveClock) Option {
 	}
 }
 
+// The scripts, hashed once (a redis.Script is immutable).
+var (
+	saveScript = redis.NewScript(lua.StateSave)
+	loadScript = redis.NewScript(lua.StateLoad)
+)
+
 // NewStore returns a Store of the states in keys (whose prefixes must be
 // valid: keyspace.Space.Validate).
 func NewStore(client redis.UniversalClient, keys keyspace.Space, opts ...Option) *Store {
 	_, cluster := client.(*redis.ClusterClient)
 	s := &Store{client: client, keys: keys, cluster: cluster, maxSize: DefaultMaxSize, batchSize: lease.DefaultBatchSize,
-		clock: clock.RealClock{}, save: redis.NewScript(lua.StateSave), load: redis.NewScript(lua.StateLoad)}
+		clock: clock.RealClock{}, save: saveScript, load: loadScript}
 	for _, o := range opts {
 		o(s)
 	}

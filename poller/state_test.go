@@ -1,0 +1,318 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/internal/faultproxy"
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/scripts/lua"
+	"github.com/pollworker/pollworker/session"
+	"github.com/pollworker/pollworker/state"
+)
+
+// cursorLog records every poll of cursorPollers: each poll reads the
+// cursor (a counter) saved last and saves the next one.
+type cursorLog struct {
+	mu    sync.Mutex
+	polls map[string][]cursorPoll
+	plain atomic.Int64 // calls of Poll (a StatefulPoller must get PollState)
+}
+
+type cursorPoll struct {
+	worker      string
+	at          time.Time
+	seen, saved int   // cursor read from State.Last, and saved (-1: the save failed)
+	token       int64 // of the poll's lease
+	err         error // of the save
+}
+
+type cursorPoller struct {
+	log    *cursorLog
+	worker string
+}
+
+func (p cursorPoller) Poll(context.Context, session.Session, *lease.Lease) error {
+	p.log.plain.Add(1)
+	return errors.New("Poll called on a StatefulPoller")
+}
+
+func (p cursorPoller) PollState(ctx context.Context, s session.Session, l *lease.Lease, st *State) error {
+	at := time.Now()
+	seen := 0
+	if d := st.Last().Data; d != nil {
+		n, err := strconv.Atoi(string(d))
+		if err != nil {
+			return err
+		}
+		seen = n
+	}
+	cp := cursorPoll{worker: p.worker, at: at, seen: seen, saved: seen + 1, token: l.Token()}
+	if cp.err = st.Save(ctx, []byte(strconv.Itoa(seen+1))); cp.err != nil {
+		cp.saved = -1
+	} else if got := st.Last(); string(got.Data) != strconv.Itoa(seen+1) || got.Token != uint64(l.Token()) {
+		cp.err = fmt.Errorf("Last after Save: %q token %d", got.Data, got.Token)
+	}
+	p.log.mu.Lock()
+	p.log.polls[s.ID] = append(p.log.polls[s.ID], cp)
+	p.log.mu.Unlock()
+	return cp.err
+}
+
+func newCursorLog() *cursorLog { return &cursorLog{polls: map[string][]cursorPoll{}} }
+
+func (c *cursorLog) poller(worker string) Poller { return cursorPoller{log: c, worker: worker} }
+
+func (c *cursorLog) of(id string) []cursorPoll {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]cursorPoll(nil), c.polls[id]...)
+}
+
+func (c *cursorLog) polledBy(id, worker string) bool {
+	for _, p := range c.of(id) {
+		if p.worker == worker {
+			return true
+		}
+	}
+	return false
+}
+
+// check verifies every session's history: every poll saved, each poll saw
+// the cursor the previous one saved (across handoffs too), tokens never
+// went backwards, and Poll was never called.
+func (c *cursorLog) check(t *testing.T) {
+	t.Helper()
+	require.Zero(t, c.plain.Load(), "Poll called on a StatefulPoller")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, ps := range c.polls {
+		for i, p := range ps {
+			require.NoError(t, p.err, "%s poll %d by %s", id, i, p.worker)
+			if i == 0 {
+				require.Equal(t, 0, p.seen, "%s: first poll ever sees no state", id)
+				continue
+			}
+			require.Equal(t, ps[i-1].saved, p.seen, "%s poll %d by %s (token %d) does not see the cursor saved by %s (token %d)",
+				id, i, p.worker, p.token, ps[i-1].worker, ps[i-1].token)
+			require.GreaterOrEqual(t, p.token, ps[i-1].token, "%s: token went backwards", id)
+		}
+	}
+}
+
+// moves returns, per session, the gaps between the last poll of one worker
+// and the first poll of the next, with that first poll.
+func (c *cursorLog) moves(id string) (gaps []time.Duration, firsts []cursorPoll) {
+	ps := c.of(id)
+	for i := 1; i < len(ps); i++ {
+		if ps[i].worker != ps[i-1].worker {
+			gaps = append(gaps, ps[i].at.Sub(ps[i-1].at))
+			firsts = append(firsts, ps[i])
+		}
+	}
+	return gaps, firsts
+}
+
+func putSessions(t *testing.T, client redis.UniversalClient, intervals map[string]time.Duration) {
+	t.Helper()
+	store, err := session.NewStore(client, keyspace.Space{})
+	require.NoError(t, err)
+	_, err = lease.MarkFresh(context.Background(), client, keyspace.Space{})
+	require.NoError(t, err)
+	for id, iv := range intervals {
+		require.NoError(t, store.Put(context.Background(), session.Session{ID: id,
+			URL: "http://127.0.0.1:1/" + id, Interval: session.Duration(iv)}))
+	}
+}
+
+// TestStatefulGracefulHandoff: sessions move by a join and then by a
+// graceful stop; at each move the successor's first poll sees the cursor
+// its predecessor saved last, and comes one interval after the
+// predecessor's last poll (gap in [interval − 50ms, interval + 250ms]).
+func TestStatefulGracefulHandoff(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	intervals := map[string]time.Duration{}
+	for i := range 12 {
+		intervals[fmt.Sprintf("cur-%d", i)] = time.Duration(1+i%4) * 500 * time.Millisecond
+	}
+	putSessions(t, client, intervals)
+	log := newCursorLog()
+	cfg := func(id string) Config {
+		c := fastConfig(client, id, log.poller(id))
+		c.BalanceSlack = -1
+		return c
+	}
+	a := start(t, cfg("a"))
+	require.Eventually(t, func() bool {
+		for id := range intervals {
+			if len(log.of(id)) < 2 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "a polls every session twice")
+	start(t, cfg("b"))
+	moved := func() int {
+		n := 0
+		for id := range intervals {
+			if log.polledBy(id, "b") {
+				n++
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return moved() >= 3 }, 15*time.Second, 10*time.Millisecond, "b takes its share")
+	a.stop(t)
+	require.Eventually(t, func() bool { return moved() == len(intervals) }, 15*time.Second, 10*time.Millisecond,
+		"b polls every session once a has stopped")
+
+	for id, iv := range intervals {
+		gaps, firsts := log.moves(id)
+		require.Len(t, gaps, 1, "%s moved once", id)
+		require.Equal(t, "b", firsts[0].worker)
+		require.GreaterOrEqual(t, gaps[0], iv-50*time.Millisecond, "%s (interval %v) polled early after its handoff", id, iv)
+		require.LessOrEqual(t, gaps[0], iv+250*time.Millisecond, "%s (interval %v) polled late after its handoff", id, iv)
+	}
+	log.check(t)
+}
+
+// TestStatefulCrashTakeoverKeepsSchedule: worker a is cut off from Redis
+// (a crash, as far as the fleet can tell: no release, no handoff mark)
+// right after it polled and saved; b takes the sessions when a's leases
+// expire, and its first poll of each sees a's last cursor and comes when
+// the saved record says the next poll was due, not at once.
+func TestStatefulCrashTakeoverKeepsSchedule(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	const iv = 2500 * time.Millisecond // longer than a takeover (TTL 900ms + a round)
+	intervals := map[string]time.Duration{"crash-0": iv, "crash-1": iv, "crash-2": iv}
+	putSessions(t, client, intervals)
+	proxy, err := faultproxy.Start(srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = viaProxy.Close() })
+
+	log := newCursorLog()
+	start(t, fastConfig(viaProxy, "a", log.poller("a")))
+	require.Eventually(t, func() bool {
+		for id := range intervals {
+			if len(log.of(id)) < 1 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "a polls every session")
+	proxy.Partition() // a "crashes": it neither renews nor releases
+	cut := time.Now()
+
+	start(t, fastConfig(client, "b", log.poller("b")))
+	require.Eventually(t, func() bool {
+		for id := range intervals {
+			if !log.polledBy(id, "b") {
+				return false
+			}
+		}
+		return true
+	}, 15*time.Second, 10*time.Millisecond, "b takes every session")
+	for id := range intervals {
+		gaps, firsts := log.moves(id)
+		require.Len(t, gaps, 1, "%s moved once", id)
+		t.Logf("%s: b's first poll %v after the cut, %v after a's last", id, firsts[0].at.Sub(cut).Round(time.Millisecond), gaps[0].Round(time.Millisecond))
+		require.Greater(t, firsts[0].at.Sub(cut), 900*time.Millisecond, "%s: b polled before a's lease expired", id)
+		require.GreaterOrEqual(t, gaps[0], iv-50*time.Millisecond, "%s polled early after the crash takeover", id)
+		require.LessOrEqual(t, gaps[0], iv+250*time.Millisecond, "%s polled late after the crash takeover", id)
+	}
+	log.check(t)
+}
+
+// TestStatefulPollerStateMissingOrLate: a session saved long ago (more than
+// an interval) or never is polled at once on acquisition.
+func TestStatefulPollerPollsAtOnceWhenTheSavedPollIsOld(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	const iv = 3 * time.Second
+	putSessions(t, client, map[string]time.Duration{"old": iv, "never": iv})
+	// "old" was saved, by an earlier lease, more than an interval ago.
+	m, err := lease.New(lease.Config{Client: client, Holder: "earlier", TTL: time.Second, LossQuarantine: -1})
+	require.NoError(t, err)
+	r := m.Acquire(context.Background(), []string{"old"})
+	require.NotNil(t, r[0].Lease)
+	_, err = state.NewStore(client, keyspace.Space{}).Save(context.Background(), r[0].Lease, time.Now().Add(-2*iv), []byte("41"))
+	require.NoError(t, err)
+	require.NoError(t, m.Release(context.Background(), r[0].Lease))
+	require.NoError(t, client.Del(context.Background(), keyspace.Space{}.Released("old")).Err()) // as after a crash
+
+	log := newCursorLog()
+	began := time.Now()
+	start(t, fastConfig(client, "w", log.poller("w")))
+	require.Eventually(t, func() bool { return len(log.of("old")) > 0 && len(log.of("never")) > 0 },
+		iv/2, 5*time.Millisecond, "both polled at once, not an interval later")
+	require.Equal(t, 41, log.of("old")[0].seen)
+	require.Less(t, log.of("old")[0].at.Sub(began), iv/2)
+}
+
+// TestPlainPollerReadsNoState: a Poller that is not a StatefulPoller costs
+// no state read.
+func TestPlainPollerReadsNoState(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	hook := &scriptCounter{sha: redis.NewScript(lua.StateLoad).Hash()}
+	client.AddHook(hook)
+	ids := addSessions(t, client, 5, 50*time.Millisecond)
+	rec := newRecorder()
+	start(t, fastConfig(client, "w", rec.poller("w")))
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if rec.polled(id) < 3 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Zero(t, hook.n.Load())
+
+	// The same counter does see the loads of a StatefulPoller.
+	log := newCursorLog()
+	start(t, fastConfig(client, "s", log.poller("s")))
+	require.Eventually(t, func() bool { return hook.n.Load() > 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// scriptCounter counts the commands (alone or pipelined) that run one script.
+type scriptCounter struct {
+	sha string
+	n   atomic.Int64
+}
+
+func (h *scriptCounter) count(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 1 && a[1] == h.sha {
+			h.n.Add(1)
+		}
+	}
+}
+
+func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.count(cmds...)
+		return next(ctx, cmds)
+	}
+}
