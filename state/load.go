@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -172,4 +173,81 @@ func parseUint(v any) (uint64, error) {
 		return 0, fmt.Errorf("value %v (%T), want a decimal", v, v)
 	}
 	return strconv.ParseUint(s, 10, 64)
+}
+
+// LoadBatched is Load for many concurrent callers, such as the poll loops
+// of a worker that has just taken many sessions: a call made while a load
+// is in flight waits for it to end and then goes out with every other call
+// made meanwhile, in one LoadMany. N concurrent calls thus cost a few
+// pipelines instead of N script calls. ctx bounds this call's wait; the
+// batch it joins runs with the store's load timeout (WithLoadTimeout), in
+// a goroutine that ends once no call waits. An error fails every call of
+// its batch.
+func (s *Store) LoadBatched(ctx context.Context, session string) (Record, error) {
+	if err := keyspace.ValidateID(session); err != nil {
+		return Record{}, err
+	}
+	r := &loadReq{id: session, done: make(chan struct{})}
+	b := &s.batch
+	b.mu.Lock()
+	b.pending = append(b.pending, r)
+	lead := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if lead {
+		go s.runBatches(context.WithoutCancel(ctx))
+	}
+	select {
+	case <-r.done:
+		return r.rec, r.err
+	case <-ctx.Done():
+		return Record{}, ctx.Err()
+	}
+}
+
+// batcher holds the calls of LoadBatched waiting for a batch.
+type batcher struct {
+	mu      sync.Mutex
+	pending []*loadReq
+	running bool // a runBatches goroutine is running
+}
+
+// loadReq is one LoadBatched call.
+type loadReq struct {
+	id   string
+	done chan struct{} // closed when rec and err are set
+	rec  Record
+	err  error
+}
+
+// runBatches loads the pending calls, batch after batch, until none is
+// left.
+func (s *Store) runBatches(base context.Context) {
+	b := &s.batch
+	for {
+		b.mu.Lock()
+		batch := b.pending
+		b.pending = nil
+		if len(batch) == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		ids := make([]string, 0, len(batch))
+		seen := make(map[string]bool, len(batch))
+		for _, r := range batch {
+			if !seen[r.id] {
+				seen[r.id] = true
+				ids = append(ids, r.id)
+			}
+		}
+		ctx, cancel := context.WithTimeout(base, s.loadTimeout)
+		recs, err := s.LoadMany(ctx, ids)
+		cancel()
+		for _, r := range batch {
+			r.rec, r.err = recs[r.id], err
+			close(r.done)
+		}
+	}
 }

@@ -56,16 +56,22 @@ func (r Record) SincePolled() (d time.Duration, ok bool) {
 }
 
 // Store reads and writes the fenced state of sessions. It is safe for
-// concurrent use and starts no goroutines.
+// concurrent use; it starts no goroutine but LoadBatched's, which ends
+// once no call waits.
 type Store struct {
-	client     redis.UniversalClient
-	keys       keyspace.Space
-	cluster    bool
-	maxSize    int
-	batchSize  int
-	clock      clock.PassiveClock
-	save, load *redis.Script
+	client      redis.UniversalClient
+	keys        keyspace.Space
+	cluster     bool
+	maxSize     int
+	batchSize   int
+	loadTimeout time.Duration
+	clock       clock.PassiveClock
+	save, load  *redis.Script
+	batch       batcher // LoadBatched's calls
 }
+
+// DefaultLoadTimeout is the default bound on one batch of LoadBatched.
+const DefaultLoadTimeout = 5 * time.Second
 
 // Option configures a Store.
 type Option func(*Store)
@@ -76,6 +82,16 @@ func WithMaxSize(n int) Option {
 	return func(s *Store) {
 		if n > 0 {
 			s.maxSize = n
+		}
+	}
+}
+
+// WithLoadTimeout bounds each batch of LoadBatched (default
+// DefaultLoadTimeout); d <= 0 keeps the default.
+func WithLoadTimeout(d time.Duration) Option {
+	return func(s *Store) {
+		if d > 0 {
+			s.loadTimeout = d
 		}
 	}
 }
@@ -102,7 +118,7 @@ var (
 func NewStore(client redis.UniversalClient, keys keyspace.Space, opts ...Option) *Store {
 	_, cluster := client.(*redis.ClusterClient)
 	s := &Store{client: client, keys: keys, cluster: cluster, maxSize: DefaultMaxSize, batchSize: lease.DefaultBatchSize,
-		clock: clock.RealClock{}, save: saveScript, load: loadScript}
+		loadTimeout: DefaultLoadTimeout, clock: clock.RealClock{}, save: saveScript, load: loadScript}
 	for _, o := range opts {
 		o(s)
 	}
