@@ -1,7 +1,7 @@
 // Package assign is the placement policy of pollworker, and its only home:
-// given the live workers (with weights) and the number of sessions in each
-// index bucket, it says which worker should own each bucket, and which
-// worker watches a bucket for orphans. The coordinator, the demo, the
+// given the live workers (with weights) and the load of each index bucket,
+// it says which worker should own each bucket, and which worker watches a
+// bucket for orphans. The coordinator, the demo, the
 // status command and the benchmarks all call it; nothing else computes
 // placement.
 //
@@ -14,11 +14,18 @@
 // Each session falls in one of keyspace.SessionBuckets buckets
 // (keyspace.BucketOf). Buckets, not sessions, are placed by weighted
 // rendezvous hashing of BucketKey(b) over the worker ids (package hrw).
-// On top of that the Plan bounds each worker's load, counted in sessions:
-// no worker gets more than ceil(Q × share × (1+slack)) sessions, where
-// share is its weight over the total weight and Q is the number of
-// sessions rounded down to a grid of relative step at most slack/5 (see
-// Capacity).
+// On top of that the Plan bounds each worker's load: no worker gets more
+// than ceil(Q × share × (1+slack)), where share is its weight over the
+// total weight and Q is the total load rounded down to a grid of relative
+// step at most slack/5 (see Capacity).
+//
+// A load is any non-negative integer per bucket; the planner does not
+// care what it counts. The workers give it the poll rate of each bucket's
+// sessions in polls per day (session.PollsPerDay, kept by the session
+// writers), so that a session polled every second weighs 3600 times one
+// polled hourly; for an index written before loads were kept, the number
+// of sessions. Weights are the workers' declared capacities (--weight,
+// carried in their heartbeats).
 //
 // The bound is enforced by lowering the rendezvous weight of an overloaded
 // worker just enough that its buckets closest to another worker's score
@@ -34,10 +41,11 @@
 //   - A leave moves only the buckets of the worker that left, and a join
 //     moves buckets only to the newcomer, unless the bound binds; when it
 //     binds, the buckets that move in addition are the ones the bound needs.
-//   - Adding or removing a session changes nothing at all unless it pushes
-//     a worker over its cap, or moves the total across a grid step: the cap
-//     is piecewise constant in the number of sessions, so that sessions
-//     added one by one do not shake the placement at each addition.
+//   - Adding or removing a session (or changing its interval) changes
+//     nothing at all unless it pushes a worker over its cap, or moves the
+//     total across a grid step: the cap is piecewise constant in the total
+//     load, so that sessions added one by one do not shake the placement
+//     at each addition.
 //
 // # Non-guarantees
 //

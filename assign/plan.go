@@ -101,13 +101,14 @@ func (f *Fleet) Rank(id string) []string {
 type Plan struct {
 	fleet *Fleet
 	owner []int32 // bucket -> table index
-	load  []int   // table index -> sessions
+	load  []int   // table index -> load (sum of its buckets' sizes)
 	caps  []int   // table index -> cap; nil when unbounded
 	total int
 	bound []bool // table index -> it shed buckets to keep within its cap
 }
 
-// Plan places the buckets. sizes[b] is the number of sessions in bucket b
+// Plan places the buckets. sizes[b] is the load of bucket b (the workers
+// give polls per day, or the number of sessions; see the package doc)
 // (nil or shorter than Buckets: missing buckets count 0). A negative slack
 // means no bound: every bucket stays with its rendezvous owner.
 func (f *Fleet) Plan(sizes []int, slack float64) *Plan {
@@ -290,7 +291,7 @@ func (p *Plan) Preferred(b int) bool {
 	return p.owner != nil && p.owner[b] == p.fleet.first[b]
 }
 
-// Load returns the sessions placed on worker id.
+// Load returns the load (sum of sizes) placed on worker id.
 func (p *Plan) Load(id string) int {
 	i, ok := slices.BinarySearch(p.fleet.table.Nodes(), id)
 	if !ok || p.load == nil {
@@ -315,7 +316,7 @@ func (p *Plan) Bound(id string) bool {
 	return ok && p.bound != nil && p.bound[i]
 }
 
-// Total is the number of sessions placed.
+// Total is the load placed: the sum of the sizes.
 func (p *Plan) Total() int { return p.total }
 
 // Owners returns the owner of each session of ids (out[i] for ids[i]) on a

@@ -14,6 +14,7 @@
 //	<prefix>:{sessions}:rev       change counter of the sessions
 //	<prefix>:{sessions}:changes   sorted set: bucket -> revision of its last change
 //	<prefix>:{sessions}:sizes     hash: bucket -> number of ids in it
+//	<prefix>:{sessions}:loads     hash: placement unit -> polls per day
 //	<prefix>:epoch:{<tag>}        loss marker of one hash slot (never expires)
 //	<prefix>:results              capped stream of poll results (one server, Sentinel)
 //	<prefix>:results:<i>:{<tag>}  result stream i of 16, by bucket range (Cluster)
@@ -220,6 +221,12 @@ func (s Space) SessionChanges() string { return s.prefix() + ":{sessions}:change
 // SessionSizes is the hash of the number of ids in each bucket, kept by the
 // writers; it shares SessionRev's slot.
 func (s Space) SessionSizes() string { return s.prefix() + ":{sessions}:sizes" }
+
+// SessionLoads is the hash of the poll load of each placement unit (polls
+// per day of its active sessions), kept by the writers next to the sizes,
+// with the field "complete" set once it counts every session; it shares
+// SessionRev's slot.
+func (s Space) SessionLoads() string { return s.prefix() + ":{sessions}:loads" }
 
 // Results is the capped stream of poll results (the single-stream layout,
 // outside Redis Cluster).

@@ -29,6 +29,31 @@ type Info struct {
 	// TTLMs is the registry's TTL in milliseconds: the time since the last
 	// heartbeat is TTLMs minus the time left before expiry. Zero if unknown.
 	TTLMs int64 `json:"ttl_ms,omitempty"`
+	// Weight is the worker's declared capacity relative to its peers (the
+	// planner's assign.Member.Weight); 0 (absent) means 1.
+	Weight float64 `json:"weight,omitempty"`
+}
+
+// PlanWeight is the weight the planner gives the worker: Weight, or 1 when
+// unset or invalid.
+func (i Info) PlanWeight() float64 {
+	if ValidateWeight(i.Weight) != nil || i.Weight == 0 {
+		return 1
+	}
+	return i.Weight
+}
+
+// MaxWeight bounds a worker's weight: a weight 1000 times its peers' is a
+// typo, not a capacity.
+const MaxWeight = 1000
+
+// ValidateWeight accepts 0 (meaning 1) and finite weights from 0.001 to
+// MaxWeight.
+func ValidateWeight(w float64) error {
+	if w == 0 || (w >= 0.001 && w <= MaxWeight) {
+		return nil
+	}
+	return fmt.Errorf("weight %v must be from 0.001 to %d (0 means 1)", w, MaxWeight)
 }
 
 // incarnationLen is the length of NewIncarnation's ids: 16 hex digits.

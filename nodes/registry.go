@@ -55,6 +55,9 @@ type Config struct {
 	Incarnation string
 	// Logger receives membership changes and failures; default zap.NewNop().
 	Logger *zap.Logger
+	// Weight is this worker's capacity relative to its peers, stored in
+	// Info and used by every planner; 0 means 1 (ValidateWeight).
+	Weight float64
 }
 
 // Registry records this worker's heartbeats and observes its live peers. It
@@ -111,8 +114,11 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if err := ValidateWeight(cfg.Weight); err != nil {
+		return nil, fmt.Errorf("%w: Weight: %w", ErrInvalidConfig, err)
+	}
 	info := Info{ID: cfg.ID, Host: hostname(), PID: os.Getpid(), Started: processStart, Version: cfg.Version,
-		Incarnation: cfg.Incarnation, TTLMs: cfg.TTL.Milliseconds()}
+		Incarnation: cfg.Incarnation, TTLMs: cfg.TTL.Milliseconds(), Weight: cfg.Weight}
 	value, err := json.Marshal(info)
 	if err != nil {
 		return nil, fmt.Errorf("nodes: encode info: %w", err)

@@ -1,20 +1,27 @@
 package poller
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // The session index is split into keyspace.SessionBuckets buckets, and the
 // planner (package assign) places buckets, not sessions, on workers, with
-// loads bounded in sessions (each bucket weighs its size, as counted by the
-// writers), so that a few sessions spread as evenly as many. A worker
+// loads bounded in polls per day (each bucket weighs the poll rate of its
+// sessions, as counted by the writers; or its number of sessions in an
+// index written before loads were kept), so that a few sessions spread as
+// evenly as many, and a session polled every second weighs what it costs.
+// Each worker weighs its declared Config.Weight, read from the heartbeats. A worker
 // therefore reads only the ids and definitions of the buckets assigned to
 // it, plus the ids of the buckets it watches for orphans: 1/N of the index
 // each, instead of all of it. A session's preferred worker is its bucket's.
@@ -30,6 +37,39 @@ type bucket struct {
 	loaded    bool     // ids (and, if assigned, definitions) are current
 	ids       []string // sorted, as in the index
 	malformed int      // malformed entries among them (assigned buckets)
+}
+
+// weighing is what the plan weighs besides the membership: the bucket
+// loads and the members' weights.
+type weighing struct {
+	loads    []int  // bucket -> polls per day (session.PollsPerDay)
+	complete bool   // loads count every session: plan by loads, else by sizes
+	fleetKey string // the members and weights the fleet was built for
+}
+
+// plannable is the bucket weights the plan is computed from: the loads
+// when the writers' loads are complete, else the sizes.
+func (c *Coordinator) plannable() []int {
+	if c.view.weighing.complete {
+		return c.view.weighing.loads
+	}
+	return c.view.sizes
+}
+
+// weighMembers returns the placeable members with the weights of their
+// heartbeats (1 when missing) and a key that changes with either.
+func weighMembers(ids []string, infos []nodes.Info) ([]assign.Member, string) {
+	w := make(map[string]float64, len(infos))
+	for _, info := range infos {
+		w[info.ID] = info.PlanWeight()
+	}
+	ms := make([]assign.Member, len(ids))
+	var key strings.Builder
+	for i, id := range ids {
+		ms[i] = assign.Member{ID: id, Weight: cmp.Or(w[id], 1)}
+		fmt.Fprintf(&key, "%s=%g;", id, ms[i].Weight)
+	}
+	return ms, key.String()
 }
 
 // ownerOf returns the preferred live worker of a session, "" with no live
@@ -56,13 +96,29 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 		c.log.Warn("discovery failed", zap.Error(err))
 		return false
 	}
+	infos, err := c.registry.Get(rctx, m.Placeable()...)
+	if err != nil {
+		c.health.redisOK.Store(false)
+		c.cfg.Observer.RedisError("members")
+		c.log.Warn("discovery failed", zap.Error(err))
+		return false
+	}
 	membersChanged := m.Version != c.view.members.Version || c.view.fleet == nil
 	c.view.membersChanged = c.view.membersChanged || membersChanged
 	c.view.members = m
 	if membersChanged {
 		c.watchOrphans()
-		c.view.fleet = assign.NewFleetIDs(m.Placeable()...) // cordoned workers take nothing
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
+	}
+	ms, key := weighMembers(m.Placeable(), infos) // cordoned workers take nothing
+	if fleetChanged := key != c.view.weighing.fleetKey || c.view.fleet == nil; fleetChanged {
+		fleet, err := assign.NewFleet(ms...)
+		if err != nil { // PlanWeight returns only valid weights
+			c.log.Error("planner refused the fleet", zap.Error(err))
+			return false
+		}
+		c.view.fleet, c.view.weighing.fleetKey = fleet, key
+		membersChanged = true // a new fleet: plan again
 	}
 	if d, ok := m.NextExpiry(); ok {
 		c.scheduleExpiry(d + 2*retrySlack)
@@ -83,7 +139,7 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 // definitions, and those it watches for orphans (it is the best ranked
 // after their owner), ids only.
 func (c *Coordinator) assignBuckets() {
-	c.view.plan = c.view.fleet.Plan(c.view.sizes, c.cfg.BalanceSlack)
+	c.view.plan = c.view.fleet.Plan(c.plannable(), c.cfg.BalanceSlack)
 	me := c.cfg.ID
 	want := make(map[int]bool) // bucket -> assigned
 	if c.view.members.Contains(me) {
@@ -145,7 +201,8 @@ func (c *Coordinator) dropBucket(b int, st *bucket) {
 }
 
 // applyChanges marks the buckets changed since the last round for reading
-// and updates the bucket sizes; sizesChanged asks for a new assignment.
+// and updates the bucket sizes and loads; sizesChanged asks for a new
+// assignment (what the plan weighs changed).
 func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) {
 	if c.view.synced {
 		changed, rev, reset, err := c.store.Changes(ctx, c.view.seenRev)
@@ -153,13 +210,23 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 			c.sessionReadFailed(err)
 			return false, false
 		}
+		if len(changed) > 0 && changed[0].Complete != c.view.weighing.complete {
+			reset = true // the loads were rebuilt: read them all
+			c.log.Info("session loads complete: planning by poll load", zap.Bool("complete", changed[0].Complete))
+		}
 		if !reset {
+			w := &c.view.weighing
 			for _, ch := range changed {
 				if st, ok := c.view.buckets[ch.Bucket]; ok {
 					st.loaded = false
 				}
 				if c.view.sizes[ch.Bucket] != ch.Size {
-					c.view.sizes[ch.Bucket], sizesChanged = ch.Size, true
+					c.view.sizes[ch.Bucket] = ch.Size
+					sizesChanged = sizesChanged || !w.complete
+				}
+				if w.loads[ch.Bucket] != ch.Load {
+					w.loads[ch.Bucket] = ch.Load
+					sizesChanged = sizesChanged || w.complete
 				}
 			}
 			if len(changed) > 0 {
@@ -168,14 +235,20 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 			c.view.seenRev = rev
 			return sizesChanged, true
 		}
-		c.log.Warn("session change record lost; rereading every bucket", zap.Int64("seen", c.view.seenRev), zap.Int64("now", rev))
+		if rev < c.view.seenRev {
+			c.log.Warn("session change record lost; rereading every bucket", zap.Int64("seen", c.view.seenRev), zap.Int64("now", rev))
+		}
 	}
-	rev, sizes, err := c.store.Sizes(ctx)
+	w, err := c.store.Weights(ctx)
 	if err != nil {
 		c.sessionReadFailed(err)
 		return false, false
 	}
-	c.view.seenRev, c.view.sizes, c.view.synced = rev, sizes, true
+	if !w.Complete {
+		c.log.Info("session loads incomplete (an index written before loads were kept): planning by session counts; `pollworker sessions reweigh` counts them")
+	}
+	c.view.seenRev, c.view.sizes, c.view.synced = w.Rev, w.Sizes, true
+	c.view.weighing.loads, c.view.weighing.complete = w.Loads, w.Complete
 	c.unloadAll()
 	return true, true
 }

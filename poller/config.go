@@ -116,13 +116,20 @@ type Config struct {
 	MaxErrorBackoff time.Duration
 	// BatchSize is the number of sessions per lease script call; default 500.
 	BatchSize int
-	// BalanceSlack bounds each worker's share of the sessions to
-	// ceil(sessions/workers × (1+BalanceSlack)) (rendezvous hashing of the
-	// index buckets with bounded loads, each bucket weighing its number of
-	// sessions); default 0.05. A bucket larger than the room left anywhere
-	// can exceed the bound. A negative value turns the bound off
-	// (plain rendezvous hashing: minimal movement, statistical balance).
+	// BalanceSlack bounds each worker's share of the poll load to
+	// its weight's share × (1+BalanceSlack) (rendezvous hashing of the
+	// index buckets with bounded loads, each bucket weighing its polls per
+	// day, or its number of sessions in an index written before loads were
+	// kept; see session.PollsPerDay); default 0.05. A bucket larger than
+	// the room left anywhere can exceed the bound. A negative value turns
+	// the bound off (plain rendezvous hashing: minimal movement,
+	// statistical balance).
 	BalanceSlack float64
+	// Weight is this worker's capacity relative to its peers (a worker of
+	// weight 2 gets twice the load of one of weight 1), carried in its
+	// heartbeat (nodes.Info.Weight) so that every worker plans with it;
+	// default 0, meaning 1. See nodes.ValidateWeight.
+	Weight float64
 
 	// Logger receives structured logs; default no-op.
 	Logger *zap.Logger

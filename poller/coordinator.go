@@ -73,6 +73,7 @@ type view struct {
 	fleet          *assign.Fleet              // the live members, ranked per bucket
 	plan           *assign.Plan               // where every bucket goes
 	sizes          []int                      // bucket -> number of sessions in it
+	weighing       weighing                   // the loads and weights the plan weighs (buckets.go)
 	buckets        map[int]*bucket            // buckets assigned here, or watched for orphans
 	sessions       map[string]session.Session // active sessions of assigned buckets, and those polled here
 	seenRev        int64                      // session revision whose changes are applied
@@ -108,7 +109,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	reg, err := nodes.New(nodes.Config{Client: cfg.Client, Keys: cfg.Keys, ID: cfg.ID,
-		Version: cfg.Version, TTL: cfg.HeartbeatTTL, Logger: cfg.Logger})
+		Version: cfg.Version, TTL: cfg.HeartbeatTTL, Logger: cfg.Logger, Weight: cfg.Weight})
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/internal/redistest"
 )
 
@@ -24,7 +23,7 @@ func TestNewWorkerIsReadyOnceItHoldsItsShare(t *testing.T) {
 	require.Eventually(t, func() bool { return len(w1.c.Status().Owned) == len(ids) && w1.c.Ready() }, 10*time.Second, 5*time.Millisecond)
 
 	planned := 0
-	for _, o := range assign.Owners([]string{"w1", "w2"}, ids, DefaultBalanceSlack) {
+	for _, o := range plannedOwners([]string{"w1", "w2"}, ids, 100*time.Millisecond) {
 		if o == "w2" {
 			planned++
 		}

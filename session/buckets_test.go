@@ -10,6 +10,9 @@ import (
 	"github.com/pollworker/pollworker/keyspace"
 )
 
+// day is the load of a session polled every second (sess), in polls per day.
+const day = 86400
+
 func TestChangesNameTheChangedBuckets(t *testing.T) {
 	m, _, s := newMini(t)
 	ctx := ctxT(t)
@@ -25,7 +28,7 @@ func TestChangesNameTheChangedBuckets(t *testing.T) {
 	require.NoError(t, s.Put(ctx, sess("b"))) // a replacement: same size
 	got, r1, _, err := s.Changes(ctx, r0)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []BucketSize{{keyspace.BucketOf("a"), 1}, {keyspace.BucketOf("b"), 1}}, got)
+	require.ElementsMatch(t, []BucketSize{{keyspace.BucketOf("a"), 1, day, true}, {keyspace.BucketOf("b"), 1, day, true}}, got)
 	require.Equal(t, rev(t, s), r1)
 	r, sizes, err := s.Sizes(ctx)
 	require.NoError(t, err)
@@ -39,20 +42,21 @@ func TestChangesNameTheChangedBuckets(t *testing.T) {
 	require.Empty(t, got)
 	require.Equal(t, r1, same)
 
-	// Pause, Resume and Delete are changes of the id's bucket too.
+	// Pause, Resume and Delete are changes of the id's bucket too; a
+	// paused session weighs nothing.
 	for _, tc := range []struct {
-		op   func() error
-		size int
+		op         func() error
+		size, load int
 	}{
-		{func() error { return s.Pause(ctx, "a") }, 1},
-		{func() error { return s.Resume(ctx, "a") }, 1},
-		{func() error { return s.Delete(ctx, "a") }, 0},
-		{func() error { return s.PutMany(ctx, []Session{sess("a"), sess("a")}) }, 1},
+		{func() error { return s.Pause(ctx, "a") }, 1, 0},
+		{func() error { return s.Resume(ctx, "a") }, 1, day},
+		{func() error { return s.Delete(ctx, "a") }, 0, 0},
+		{func() error { return s.PutMany(ctx, []Session{sess("a"), sess("a")}) }, 1, day},
 	} {
 		require.NoError(t, tc.op())
 		got, r2, _, err := s.Changes(ctx, r1)
 		require.NoError(t, err)
-		require.Equal(t, []BucketSize{{keyspace.BucketOf("a"), tc.size}}, got)
+		require.Equal(t, []BucketSize{{keyspace.BucketOf("a"), tc.size, tc.load, true}}, got)
 		require.Greater(t, r2, r1)
 		r1 = r2
 	}

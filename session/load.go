@@ -83,25 +83,34 @@ func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 	return Snapshot{Rev: rev, Sessions: sessions, Malformed: problems}, nil
 }
 
-// BucketSize is the number of ids in an index bucket, as counted by the
-// writers (keyspace.Space.SessionSizes).
+// BucketSize is what changed in an index bucket: its number of ids and its
+// load, as counted by the writers (keyspace.Space.SessionSizes and
+// SessionLoads).
 type BucketSize struct {
 	Bucket, Size int
+	// Load is the bucket's load in polls per day (see PollsPerDay);
+	// meaningful only if Complete.
+	Load int
+	// Complete says the loads hash counted every session when read (see
+	// Weights.Complete); a reader whose loads were incomplete rereads them
+	// all (Weights) when it turns true.
+	Complete bool
 }
 
 // Changes returns the index buckets changed after revision since, with
-// their sizes, and the latest revision seen (since when nothing changed).
-// A caller that has read those buckets after this call has seen every
-// change up to rev. One round trip (a read-only script). If the change record was lost (Redis restarted without
-// persistence), the current revision is below since: reset is then true and
-// the caller must start over with Sizes.
+// their sizes and loads, and the latest revision seen (since when nothing
+// changed). A caller that has read those buckets after this call has seen
+// every change up to rev. One round trip (a read-only script). If the
+// change record was lost (Redis restarted without persistence), the
+// current revision is below since: reset is then true and the caller must
+// start over with Weights.
 func (s *Store) Changes(ctx context.Context, since int64) (changed []BucketSize, rev int64, reset bool, err error) {
-	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionSizes()}
+	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionSizes(), s.keys.SessionLoads()}
 	reply, err := s.changes.Run(ctx, s.client, keys, since).Slice()
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("read session changes: %w", err)
 	}
-	if len(reply)%3 != 1 {
+	if len(reply) < 2 || len(reply)%4 != 2 {
 		return nil, 0, false, fmt.Errorf("read session changes: reply of %d values", len(reply))
 	}
 	now, ok := reply[0].(int64)
@@ -111,8 +120,9 @@ func (s *Store) Changes(ctx context.Context, since int64) (changed []BucketSize,
 	if now < since {
 		return nil, now, true, nil
 	}
+	complete := reply[1] == int64(1)
 	rev = since
-	for i := 1; i < len(reply); i += 3 {
+	for i := 2; i < len(reply); i += 4 {
 		b, err := strconv.Atoi(fmt.Sprint(reply[i]))
 		if err != nil || b < 0 || b >= keyspace.SessionBuckets {
 			continue // not written by Store
@@ -120,7 +130,7 @@ func (s *Store) Changes(ctx context.Context, since int64) (changed []BucketSize,
 		if score, err := strconv.ParseFloat(fmt.Sprint(reply[i+1]), 64); err == nil {
 			rev = max(rev, int64(score))
 		}
-		changed = append(changed, BucketSize{Bucket: b, Size: sizeOf(reply[i+2])})
+		changed = append(changed, BucketSize{Bucket: b, Size: sizeOf(reply[i+2]), Load: sizeOf(reply[i+3]), Complete: complete})
 	}
 	return changed, rev, false, nil
 }
@@ -301,10 +311,20 @@ func (s *Store) fetchOne(ctx context.Context, tx *redis.Tx, key string) (fetched
 		return f, err
 	}
 	n, err := tx.Exists(ctx, key).Result()
+	if err != nil || n == 0 {
+		return fetched{missing: true}, err
+	}
+	// Present: empty, or written between the two reads. A write after
+	// WATCH fails the transaction anyway: retry it now rather than
+	// report a value that was never empty.
+	again, err := classify(tx.GetRange(ctx, key, 0, MaxValueBytes))
 	if err != nil {
 		return fetched{}, err
 	}
-	return fetched{raw: []byte{}, missing: n == 0}, nil
+	if again.raw != nil || again.err != nil {
+		return fetched{}, redis.TxFailedErr
+	}
+	return fetched{raw: []byte{}}, nil
 }
 
 // classify turns a GETRANGE reply into a fetched value (raw nil and err nil

@@ -84,17 +84,42 @@ func (s *Store) Put(ctx context.Context, sess Session) error {
 		return fmt.Errorf("put %.64q: %w", sess.ID, err)
 	}
 	// SET and SADD may go to different cluster slots, so no MULTI; the
-	// revision is bumped only after both are acknowledged.
+	// revision is bumped only after both are acknowledged. SET … GET
+	// returns the value replaced, whose load the change record takes off.
+	var set *redis.StatusCmd
 	var sadd *redis.IntCmd
-	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, s.keys.Session(sess.ID), b, 0)
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		set = p.SetArgs(ctx, s.keys.Session(sess.ID), b, redis.SetArgs{Get: true})
 		sadd = p.SAdd(ctx, s.keys.SessionBucketOf(sess.ID), sess.ID)
 		return nil
 	})
+	old, present, err := s.replaced(ctx, set, sess.ID, b)
+	if err == nil {
+		err = sadd.Err()
+	}
 	if err != nil {
 		return fmt.Errorf("put %s: %w", sess.ID, err)
 	}
-	return s.announce(ctx, "put", sess.ID, sadd.Val())
+	cs := make(changeSet)
+	cs.replaced(sess.ID, old, present, b, true, sadd.Val())
+	return s.record(ctx, "put", sess.ID, cs.args())
+}
+
+// replaced reads the reply of a SET … GET of session id to value: the
+// value it replaced and whether there was one. A key of another Redis type
+// (which SET … GET refuses) is overwritten with a plain SET, as Put always
+// did; it weighed nothing.
+func (s *Store) replaced(ctx context.Context, set *redis.StatusCmd, id string, value []byte) (old []byte, present bool, err error) {
+	v, err := set.Result()
+	switch {
+	case err == nil:
+		return []byte(v), true, nil
+	case errors.Is(err, redis.Nil):
+		return nil, false, nil
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		return nil, false, s.client.Set(ctx, s.keys.Session(id), value, 0).Err()
+	}
+	return nil, false, err
 }
 
 // PutMany validates every session (as Put does), then creates or replaces them all in
@@ -120,15 +145,16 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 		}
 		values[i] = b
 	}
-	added := make(map[int]int64) // bucket -> ids added
+	cs := make(changeSet)
 	var werr error
 	for lo := 0; lo < len(sessions) && werr == nil; lo += batch {
 		hi := min(lo+batch, len(sessions))
+		set := make([]*redis.StatusCmd, hi-lo)
 		sadd := make([]*redis.IntCmd, hi-lo)
-		_, werr = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := lo; i < hi; i++ {
 				id := sessions[i].ID
-				p.Set(ctx, s.keys.Session(id), values[i], 0)
+				set[i-lo] = p.SetArgs(ctx, s.keys.Session(id), values[i], redis.SetArgs{Get: true})
 				sadd[i-lo] = p.SAdd(ctx, s.keys.SessionBucketOf(id), id)
 			}
 			return nil
@@ -136,18 +162,28 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 		for i := lo; i < hi; i++ {
 			// A failed pipeline may have written some of its sessions:
 			// mark their buckets changed all the same.
-			added[keyspace.BucketOf(sessions[i].ID)] += sadd[i-lo].Val()
+			id := sessions[i].ID
+			old, present, err := s.replaced(ctx, set[i-lo], id, values[i])
+			written := err == nil
+			if err == nil {
+				err = sadd[i-lo].Err()
+			}
+			if err != nil && werr == nil {
+				werr = err
+			}
+			// Not written: neither value weighs (no change).
+			cs.replaced(id, old, present, values[i], written, sadd[i-lo].Val())
 		}
 	}
 	if werr != nil {
 		rctx, cancel := recordContext(ctx)
 		defer cancel()
-		if err := s.record(rctx, "put many", "", bucketArgs(added)); err != nil {
+		if err := s.record(rctx, "put many", "", cs.args()); err != nil {
 			return fmt.Errorf("put many: %w (and %w)", werr, err)
 		}
 		return fmt.Errorf("put many: %w", werr)
 	}
-	return s.record(ctx, "put many", "", bucketArgs(added))
+	return s.record(ctx, "put many", "", cs.args())
 }
 
 // DeleteMany removes the sessions ids and their index entries in pipelines
@@ -165,23 +201,30 @@ func (s *Store) DeleteMany(ctx context.Context, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	removed := make(map[int]int64) // bucket -> ids removed
+	cs := make(changeSet)
 	deleted := 0
 	var werr error
 	for lo := 0; lo < len(ids) && werr == nil; lo += batch {
 		hi := min(lo+batch, len(ids))
-		del := make([]*redis.IntCmd, hi-lo)
+		del := make([]*redis.StringCmd, hi-lo)
 		srem := make([]*redis.IntCmd, hi-lo)
-		_, werr = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := lo; i < hi; i++ {
-				del[i-lo] = p.Del(ctx, s.keys.Session(ids[i]))
+				del[i-lo] = p.GetDel(ctx, s.keys.Session(ids[i]))
 				srem[i-lo] = p.SRem(ctx, s.keys.SessionBucketOf(ids[i]), ids[i])
 			}
 			return nil
 		})
 		for i := lo; i < hi; i++ {
-			removed[keyspace.BucketOf(ids[i])] -= srem[i-lo].Val()
-			if del[i-lo].Val() > 0 || srem[i-lo].Val() > 0 {
+			old, had, err := s.deleted(ctx, del[i-lo], ids[i])
+			if err == nil {
+				err = srem[i-lo].Err()
+			}
+			if err != nil && werr == nil {
+				werr = err
+			}
+			cs.replaced(ids[i], old, had, nil, false, -srem[i-lo].Val())
+			if had || srem[i-lo].Val() > 0 {
 				deleted++
 			}
 		}
@@ -189,12 +232,12 @@ func (s *Store) DeleteMany(ctx context.Context, ids []string) (int, error) {
 	if werr != nil {
 		rctx, cancel := recordContext(ctx)
 		defer cancel()
-		if err := s.record(rctx, "delete many", "", bucketArgs(removed)); err != nil {
+		if err := s.record(rctx, "delete many", "", cs.args()); err != nil {
 			return deleted, fmt.Errorf("delete many: %w (and %w)", werr, err)
 		}
 		return deleted, fmt.Errorf("delete many: %w", werr)
 	}
-	return deleted, s.record(ctx, "delete many", "", bucketArgs(removed))
+	return deleted, s.record(ctx, "delete many", "", cs.args())
 }
 
 // recordTimeout bounds the recording of a bulk write that failed midway
@@ -210,13 +253,21 @@ func recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 }
 
-// bucketArgs turns bucket -> size change into the arguments of record.
-func bucketArgs(changes map[int]int64) []any {
-	args := make([]any, 0, 2*len(changes))
-	for b, n := range changes {
-		args = append(args, b, n)
+// deleted reads the reply of a GETDEL of session id: the value deleted and
+// whether there was one. A key of another Redis type (which GETDEL refuses)
+// is deleted with DEL; it weighed nothing.
+func (s *Store) deleted(ctx context.Context, del *redis.StringCmd, id string) (old []byte, had bool, err error) {
+	v, err := del.Bytes()
+	switch {
+	case err == nil:
+		return v, true, nil
+	case errors.Is(err, redis.Nil):
+		return nil, false, nil
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		n, err := s.client.Del(ctx, s.keys.Session(id)).Result()
+		return nil, n > 0, err
 	}
-	return args
+	return nil, false, err
 }
 
 // Get returns the session id. It returns an error wrapping ErrNotFound when
@@ -253,19 +304,26 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if id == "" {
 		return fmt.Errorf("delete: %w", keyspace.ValidateID(id))
 	}
-	var del, srem *redis.IntCmd
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		del = p.Del(ctx, s.keys.Session(id))
+	var del *redis.StringCmd
+	var srem *redis.IntCmd
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		del = p.GetDel(ctx, s.keys.Session(id))
 		srem = p.SRem(ctx, s.keys.SessionBucketOf(id), id)
 		return nil
 	})
+	old, had, err := s.deleted(ctx, del, id)
+	if err == nil {
+		err = srem.Err()
+	}
 	if err != nil {
 		return fmt.Errorf("delete %.64q: %w", id, err)
 	}
-	if err := s.announce(ctx, "delete", id, -srem.Val()); err != nil {
+	cs := make(changeSet)
+	cs.replaced(id, old, had, nil, false, -srem.Val())
+	if err := s.record(ctx, "delete", id, cs.args()); err != nil {
 		return err
 	}
-	if del.Val() == 0 && srem.Val() == 0 {
+	if !had && srem.Val() == 0 {
 		return fmt.Errorf("delete %.64q: %w", id, ErrNotFound)
 	}
 	return nil
@@ -288,7 +346,9 @@ func (s *Store) setPaused(ctx context.Context, op, id string, paused bool) error
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	key := s.keys.Session(id)
+	var before, after []byte // the value replaced and its replacement
 	txf := func(tx *redis.Tx) error {
+		before, after = nil, nil
 		got, err := s.fetchOne(ctx, tx, key)
 		if err != nil {
 			return err
@@ -317,6 +377,9 @@ func (s *Store) setPaused(ctx context.Context, op, id string, paused bool) error
 			p.Set(ctx, key, out, 0)
 			return nil
 		})
+		if err == nil {
+			before, after = got.raw, out
+		}
 		return err
 	}
 	var err error
@@ -329,7 +392,13 @@ func (s *Store) setPaused(ctx context.Context, op, id string, paused bool) error
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, id, err)
 	}
-	return s.announce(ctx, op, id, 0)
+	cs := make(changeSet)
+	if after != nil {
+		cs.replaced(id, before, true, after, true, 0)
+	} else {
+		cs.add(Unit(keyspace.BucketOf(id)), 0, 0)
+	}
+	return s.record(ctx, op, id, cs.args())
 }
 
 // withPaused returns raw with its "paused" field set (or removed, as Put
@@ -358,20 +427,14 @@ func withPaused(id string, raw []byte, paused bool) ([]byte, error) {
 	return out, nil
 }
 
-// announce bumps the revision, records it as the last change of the id's
-// bucket and adds added to the bucket's size (after the data writes were
-// acknowledged), then publishes the
-// change; a failed publish is only logged, since workers also poll the
-// revision.
-func (s *Store) announce(ctx context.Context, op, id string, added int64) error {
-	return s.record(ctx, op, id, []any{keyspace.BucketOf(id), added})
-}
-
-// record is announce for several buckets: args are pairs of a bucket and
-// the number of ids added to it (negative when removed); id names the one
-// session changed, "" for many.
+// record bumps the revision, records it as the last change of some
+// placement units and adds their size and load changes (after the data
+// writes were acknowledged), atomically (scripts/lua/session_changed.lua),
+// then publishes the change; a failed publish is only logged, since workers
+// also poll the revision. args are changeSet.args; id names the one session
+// changed, "" for many.
 func (s *Store) record(ctx context.Context, op, id string, args []any) error {
-	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionSizes()}
+	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionSizes(), s.keys.SessionLoads()}
 	if err := s.changed.Run(ctx, s.client, keys, args...).Err(); err != nil {
 		return fmt.Errorf("%s %.64q: bump revision: %w", op, id, err)
 	}

@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	quick := fs.Bool("quick", false, "small sizes and 3 runs (under 2 minutes)")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	mdOut := fs.String("md", "", "write the report as markdown to this file")
-	only := fs.String("only", "", "comma-separated scenarios to run (hrw,renew,handoff,crash,join,steady,cold,adds,e2e); default all")
+	only := fs.String("only", "", "comma-separated scenarios to run (hrw,renew,handoff,crash,join,steady,cold,adds,e2e,load); default all")
 	cold := fs.String("cold", "", "override the cold-start size as SESSIONSxWORKERS, e.g. 1000000x50")
 	verbose := fs.Bool("v", false, "log the workers' warnings to stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -223,6 +223,7 @@ var scenarios = []scenario{
 	{"cold", runCold},
 	{"adds", runAdds},
 	{"e2e", runE2E},
+	{"load", runLoad},
 }
 
 func runBench(ctx context.Context, sz sizes, sel map[string]bool, progress io.Writer) (*Report, error) {

@@ -238,6 +238,7 @@ type workerOptions struct {
 	DrainTimeout      time.Duration
 	LossQuarantine    time.Duration // < 0: the lease TTL; 0: off
 	MaxPolls          int           // 0: no bound
+	Weight            float64       // capacity relative to the peers; 0: 1
 	ErrorBackoff      time.Duration // 0: off
 	WaitReplicas      int
 	HTTPAddr          string
@@ -300,6 +301,9 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 	if o.WaitReplicas > 0 && o.Cluster {
 		return workerConfig{}, fmt.Errorf("%w: --wait-replicas needs a single master or Sentinel, not --redis-cluster (WAIT reaches one shard)", errInvalidConfig)
 	}
+	if nodes.ValidateWeight(o.Weight) != nil {
+		return workerConfig{}, fmt.Errorf("%w: --weight (%g) must be from 0.001 to %d", errInvalidConfig, o.Weight, nodes.MaxWeight)
+	}
 	if o.MaxPolls < 0 {
 		return workerConfig{}, fmt.Errorf("%w: --max-polls (%d) must not be negative (0 = no bound)", errInvalidConfig, o.MaxPolls)
 	}
@@ -343,6 +347,7 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 			MaxPolls:          zeroMeansOff(o.MaxPolls),
 			MaxErrorBackoff:   time.Duration(zeroMeansOff(int64(o.ErrorBackoff))),
 			WaitReplicas:      o.WaitReplicas,
+			Weight:            o.Weight,
 		},
 		HTTPAddr:  o.HTTPAddr,
 		LogLevel:  level,

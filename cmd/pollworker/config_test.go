@@ -220,6 +220,7 @@ func TestEnvVars(t *testing.T) {
 		"POLLWORKER_HTTP_ADDR":          "127.0.0.1:9999",
 		"POLLWORKER_LOG_LEVEL":          "warn",
 		"POLLWORKER_LOG_FORMAT":         "console",
+		"POLLWORKER_WEIGHT":             "2.5",
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -237,6 +238,7 @@ discovery-interval: 4s
 drain-timeout:      5s
 loss-quarantine:    7s
 wait-replicas:      0
+weight:             2.5
 http-addr:          127.0.0.1:9999
 log-level:          warn
 log-format:         console

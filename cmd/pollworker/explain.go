@@ -16,6 +16,7 @@ import (
 
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
@@ -63,6 +64,9 @@ type explanation struct {
 	// Planned is the bucket's owner in the plan the workers compute, ""
 	// with no live worker.
 	Planned string `json:"planned_owner"`
+	// PlanUnit is what the ranking's planned loads count: "polls/day", or
+	// "sessions" for an index whose loads are incomplete.
+	PlanUnit string `json:"plan_unit"`
 	// MovedByBound is set when the balance bound moved the bucket off its
 	// rendezvous owner (Ranking[0]).
 	MovedByBound bool `json:"moved_by_balance_bound"`
@@ -96,10 +100,12 @@ type rankedWorker struct {
 	// Incarnation is the live incarnation (from its heartbeat), "" if
 	// unknown.
 	Incarnation string `json:"incarnation,omitempty"`
-	// Planned is the number of sessions the plan puts on it, Cap its
-	// bound (-1 when unbounded).
+	// Planned is the load the plan puts on it (in explanation.PlanUnit),
+	// Cap its bound (-1 when unbounded).
 	Planned int `json:"planned"`
 	Cap     int `json:"cap"`
+	// Weight is the capacity it declared (--weight; 1 when unset).
+	Weight float64 `json:"weight"`
 }
 
 // leaseFacts is the lease of a session.
@@ -202,8 +208,10 @@ func explainSession(ctx context.Context, client redis.UniversalClient, keys keys
 		return explanation{}, err
 	}
 	for _, w := range pl.Plan.Fleet().Rank(id) {
-		e.Ranking = append(e.Ranking, rankedWorker{ID: w, Incarnation: pl.Infos[w].Incarnation, Planned: pl.Plan.Load(w), Cap: pl.Plan.Cap(w)})
+		e.Ranking = append(e.Ranking, rankedWorker{ID: w, Incarnation: pl.Infos[w].Incarnation, Planned: pl.Plan.Load(w), Cap: pl.Plan.Cap(w),
+			Weight: weightOf(pl.Infos, w)})
 	}
+	e.PlanUnit = pl.loadUnit()
 	e.Planned = pl.Plan.Owner(e.Bucket)
 	e.MovedByBound = e.Planned != "" && !pl.Plan.Preferred(e.Bucket)
 	e.Watcher = pl.Plan.Watcher(e.Bucket)
@@ -436,7 +444,7 @@ func printExplanation(w io.Writer, e explanation) {
 		return
 	}
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tWORKER\tINCARNATION\tPLANNED/CAP\tROLE")
+	fmt.Fprintf(tw, "  #\tWORKER\tINCARNATION\tWEIGHT\tPLANNED/CAP (%s)\tROLE\n", e.PlanUnit)
 	for i, r := range e.Ranking {
 		var roles []string
 		if i == 0 {
@@ -455,7 +463,7 @@ func printExplanation(w io.Writer, e explanation) {
 		if r.Cap >= 0 {
 			capText = strconv.Itoa(r.Cap)
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d/%s\t%s\n", i+1, r.ID, dash(r.Incarnation), r.Planned, capText, dash(strings.Join(roles, ", ")))
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%g\t%d/%s\t%s\n", i+1, r.ID, dash(r.Incarnation), r.Weight, r.Planned, capText, dash(strings.Join(roles, ", ")))
 	}
 	_ = tw.Flush()
 }
@@ -479,4 +487,13 @@ func lossText(l lossFacts) string {
 		return "run " + l.RunID + ", quarantine for another " + msDuration(l.QuarantineLeftMs)
 	}
 	return "run " + l.RunID + ", no quarantine"
+}
+
+// weightOf is the planner's weight of worker id: its heartbeat's, 1 when
+// unknown.
+func weightOf(infos map[string]nodes.Info, id string) float64 {
+	if info, ok := infos[id]; ok {
+		return info.PlanWeight()
+	}
+	return 1
 }

@@ -13,19 +13,34 @@ import (
 	"github.com/pollworker/pollworker/session"
 )
 
-// planFor is the placement the workers compute for this membership and
-// these index bucket sizes (poller/buckets.go: a fleet of the placeable
-// members, cordoned ones left out, planned with the default balance
-// slack). explain and check call it, so that what they report is what the
-// workers do.
-func planFor(m nodes.Membership, sizes []int) *assign.Plan {
-	return assign.NewFleetIDs(m.Placeable()...).Plan(sizes, poller.DefaultBalanceSlack)
+// planFor is the placement the workers compute for this membership, these
+// heartbeat infos (their weights) and these index bucket weights
+// (poller/buckets.go: a fleet of the placeable members, cordoned ones left
+// out, each weighing its heartbeat's weight, planned with the default
+// balance slack by the loads, or the sizes of an index whose loads are
+// incomplete). explain and check call it, so that what they report is
+// what the workers do.
+func planFor(m nodes.Membership, infos map[string]nodes.Info, weights []int) *assign.Plan {
+	ids := m.Placeable()
+	ms := make([]assign.Member, len(ids))
+	for i, id := range ids {
+		ms[i] = assign.Member{ID: id, Weight: 1}
+		if info, ok := infos[id]; ok {
+			ms[i].Weight = info.PlanWeight()
+		}
+	}
+	f, err := assign.NewFleet(ms...)
+	if err != nil { // PlanWeight returns only valid weights
+		f = assign.NewFleetIDs(ids...)
+	}
+	return f.Plan(weights, poller.DefaultBalanceSlack)
 }
 
 // placement is one read of what the workers base their plan on: the live
-// members, their heartbeat infos and the bucket sizes of the session index
-// (the writers' counts, keyspace.Space.SessionSizes, which is what the
-// workers read), with the plan computed from them.
+// members, their heartbeat infos (with their weights) and the bucket sizes
+// and loads of the session index (the writers' counts,
+// keyspace.Space.SessionSizes and SessionLoads, which is what the workers
+// read), with the plan computed from them.
 type placement struct {
 	Members nodes.Membership
 	// Infos are the live members' heartbeat infos by id (missing when
@@ -33,11 +48,13 @@ type placement struct {
 	Infos map[string]nodes.Info
 	// Sizes are the index bucket sizes, indexed by bucket.
 	Sizes []int
-	Plan  *assign.Plan
+	// Weights are the sizes and loads; the plan weighs Weights.Plannable.
+	Weights session.Weights
+	Plan    *assign.Plan
 }
 
 // readPlacement reads the membership (pruning expired members, as every
-// worker does), their infos and the bucket sizes, and plans.
+// worker does), their infos and the bucket sizes and loads, and plans.
 func readPlacement(ctx context.Context, client redis.UniversalClient, keys keyspace.Space, store *session.Store) (placement, error) {
 	reader, err := nodes.NewReader(client, keys, nil)
 	if err != nil {
@@ -51,15 +68,25 @@ func readPlacement(ctx context.Context, client redis.UniversalClient, keys keysp
 	if err != nil {
 		return placement{}, err
 	}
-	_, sizes, err := store.Sizes(ctx)
+	w, err := store.Weights(ctx)
 	if err != nil {
 		return placement{}, err
 	}
-	p := placement{Members: m, Infos: make(map[string]nodes.Info, len(infos)), Sizes: sizes, Plan: planFor(m, sizes)}
+	p := placement{Members: m, Infos: make(map[string]nodes.Info, len(infos)), Sizes: w.Sizes, Weights: w}
 	for _, info := range infos {
 		p.Infos[info.ID] = info
 	}
+	p.Plan = planFor(m, p.Infos, w.Plannable())
 	return p, nil
+}
+
+// loadUnit names what the plan weighs: "polls/day", or "sessions" for an
+// index whose loads are incomplete.
+func (p placement) loadUnit() string {
+	if p.Weights.Complete {
+		return "polls/day"
+	}
+	return "sessions"
 }
 
 // ServerTime is the Redis clock when the members were read.

@@ -151,6 +151,22 @@ func applySessions(ctx context.Context, cmd *cli.Command, a admin, entries []ses
 		}
 	}
 	fmt.Fprintln(out, p.summary(false))
+	return reweighIfIncomplete(ctx, a, out)
+}
+
+// reweighIfIncomplete counts the poll loads (session.Store.RebuildLoads)
+// of an index written before loads were kept, so that an apply also
+// upgrades the index to load-aware balance.
+func reweighIfIncomplete(ctx context.Context, a admin, out io.Writer) error {
+	w, err := bounded(ctx, a, func(ctx context.Context) (session.Weights, error) { return a.store.Weights(ctx) })
+	if err != nil || w.Complete {
+		return err
+	}
+	total, err := bounded(ctx, a, func(ctx context.Context) (int64, error) { return a.store.RebuildLoads(ctx) })
+	if err != nil {
+		return fmt.Errorf("sessions apply: applied, but counting the poll loads failed: %w (run pollworker sessions reweigh)", err)
+	}
+	fmt.Fprintf(out, "counted the poll loads of the index (written before loads were kept): %d polls/day; the workers now balance by load\n", total)
 	return nil
 }
 

@@ -50,6 +50,13 @@ type clusterStatus struct {
 	UnknownLeases unknownLeases `json:"unknown_leases"`
 	// Balance compares the leases of the live workers.
 	Balance balance `json:"balance"`
+	// PlanUnit is what Planned counts: "polls/day" (the writers' loads),
+	// or "sessions" for an index whose loads are incomplete (written
+	// before loads were kept; pollworker sessions reweigh).
+	PlanUnit string `json:"plan_unit"`
+	// PollBalance compares the poll rates the live workers hold, each
+	// over its weight: max over mean of rate/weight.
+	PollBalance float64 `json:"poll_balance"`
 }
 
 // nodeStatus is one live worker.
@@ -68,9 +75,15 @@ type nodeStatus struct {
 	ExpiresInMs int64 `json:"expires_in_ms"`
 	// HeartbeatAgeMs is the time since its last heartbeat; -1 when unknown.
 	HeartbeatAgeMs int64 `json:"heartbeat_age_ms"`
-	// Planned is the number of sessions the planner places on this
-	// worker (its buckets' sessions, paused ones included).
+	// Planned is the load the planner places on this worker, in
+	// clusterStatus.PlanUnit: its buckets' polls per day (or sessions,
+	// paused ones included, when loads are incomplete).
 	Planned int `json:"planned"`
+	// Weight is the capacity the worker declared (--weight; 1 when unset).
+	Weight float64 `json:"weight"`
+	// PollsPerSecond is the poll rate of the active sessions whose lease
+	// this worker holds (the sum of 1/interval).
+	PollsPerSecond float64 `json:"polls_per_second"`
 	// Cordoned is set for a worker cordoned by pollworker drain: it takes
 	// no sessions and hands off those it holds.
 	Cordoned bool `json:"cordoned"`
@@ -280,12 +293,13 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 	}
 	byID := make(map[string]*nodeStatus, len(m.Nodes))
 	for i, id := range m.Nodes {
-		st.Nodes[i] = nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1, Cordoned: m.IsCordoned(id)}
+		st.Nodes[i] = nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1, Cordoned: m.IsCordoned(id), Weight: 1}
 		byID[id] = &st.Nodes[i]
 	}
 	for _, info := range pl.Infos {
 		if n, ok := byID[info.ID]; ok {
 			n.Host, n.PID, n.Version, n.Started, n.Incarnation = info.Host, info.PID, info.Version, info.Started, info.Incarnation
+			n.Weight = info.PlanWeight()
 			if info.TTLMs > 0 {
 				n.HeartbeatAgeMs = max(info.TTLMs-n.ExpiresInMs, 0)
 			}
@@ -293,9 +307,14 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 	}
 
 	// The placement the workers compute (readPlacement: the same planner,
-	// from the index's bucket sizes the workers read).
+	// from the index's bucket loads and the weights the workers read).
 	for i := range st.Nodes {
 		st.Nodes[i].Planned = plan.Load(st.Nodes[i].ID)
+	}
+	st.PlanUnit = pl.loadUnit()
+	interval := make(map[string]time.Duration, len(sessions))
+	for _, s := range sessions {
+		interval[s.ID] = s.Interval.D()
 	}
 
 	st.Sessions.Total = len(sessions)
@@ -324,6 +343,9 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 		// incarnations existed) cannot be told apart: counted as live.
 		if live && (o.Incarnation == "" || n.Incarnation == "" || o.Incarnation == n.Incarnation) {
 			n.Leases++
+			if d := interval[h.Session]; d > 0 {
+				n.PollsPerSecond += float64(time.Second) / float64(d)
+			}
 			st.Leases.ByLive++
 			if plan.OwnerOf(h.Session) != o.Holder {
 				st.Leases.NotPlanned++
@@ -363,8 +385,28 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 		if st.Balance.Mean > 0 {
 			st.Balance.MaxOverMean = float64(st.Balance.Max) / st.Balance.Mean
 		}
+		st.PollBalance = pollBalance(st.Nodes)
 	}
 	return st
+}
+
+// pollBalance is max over mean of the poll rate per unit of weight of
+// the placeable workers (cordoned ones hold nothing by design), 0 when
+// nobody polls.
+func pollBalance(ns []nodeStatus) float64 {
+	var rate, weight, worst float64
+	for _, n := range ns {
+		if n.Cordoned {
+			continue
+		}
+		rate += n.PollsPerSecond
+		weight += n.Weight
+		worst = max(worst, n.PollsPerSecond/n.Weight)
+	}
+	if rate == 0 {
+		return 0
+	}
+	return worst / (rate / weight)
 }
 
 // String is a one-line summary, for logs and tests.

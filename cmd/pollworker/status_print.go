@@ -61,7 +61,7 @@ func printStatus(w io.Writer, st clusterStatus) {
 	fmt.Fprintf(w, "live nodes: %d\n", len(st.Nodes))
 	if len(st.Nodes) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  ID\tHOST\tPID\tVERSION\tSTARTED\tINCARNATION\tLAST HEARTBEAT\tEXPIRES IN\tLEASES")
+		fmt.Fprintln(tw, "  ID\tHOST\tPID\tVERSION\tSTARTED\tINCARNATION\tLAST HEARTBEAT\tEXPIRES IN\tWEIGHT\tLEASES\tPOLLS/S")
 		for _, n := range st.Nodes {
 			started := "-"
 			if !n.Started.IsZero() {
@@ -71,8 +71,8 @@ func printStatus(w io.Writer, st clusterStatus) {
 			if n.HeartbeatAgeMs >= 0 {
 				age = shortDuration(time.Duration(n.HeartbeatAgeMs)*time.Millisecond) + " ago"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", n.ID, dash(n.Host), dashInt(n.PID), dash(n.Version), started,
-				dash(n.Incarnation), age, shortDuration(time.Duration(n.ExpiresInMs)*time.Millisecond), n.Leases)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%g\t%d\t%.2f\n", n.ID, dash(n.Host), dashInt(n.PID), dash(n.Version), started,
+				dash(n.Incarnation), age, shortDuration(time.Duration(n.ExpiresInMs)*time.Millisecond), n.Weight, n.Leases, n.PollsPerSecond)
 		}
 		_ = tw.Flush()
 	}
@@ -124,6 +124,7 @@ func printStatus(w io.Writer, st clusterStatus) {
 	}
 	if len(st.Nodes) > 0 {
 		fmt.Fprintf(w, "balance: %s\n", st.Balance)
+		fmt.Fprintf(w, "poll balance: max/mean %.2f of polls per second per unit of weight (the plan weighs %s)\n", st.PollBalance, st.PlanUnit)
 	}
 }
 

@@ -396,5 +396,5 @@ func placementOf(m nodes.Membership, sessions []session.Session) placement {
 	for _, s := range sessions {
 		sizes[keyspace.BucketOf(s.ID)]++
 	}
-	return placement{Members: m, Sizes: sizes, Plan: planFor(m, sizes)}
+	return placement{Members: m, Sizes: sizes, Weights: session.Weights{Sizes: sizes}, Plan: planFor(m, nil, sizes)}
 }

@@ -42,16 +42,22 @@ var Inspect string
 var Unheld string
 
 // SessionChanged increments the session revision and records it as the
-// last change of some index buckets.
+// last change of some placement units, with their size and load changes.
 //
 //go:embed session_changed.lua
 var SessionChanged string
 
 // SessionChanges reads, read-only, the current session revision and the
-// buckets changed since a revision with their sizes.
+// placement units changed since a revision with their sizes and loads.
 //
 //go:embed session_changes.lua
 var SessionChanges string
+
+// SessionLoads replaces the loads hash with loads counted from the
+// definitions, unless the session revision moved meanwhile.
+//
+//go:embed session_loads.lua
+var SessionLoads string
 
 // NodeHeartbeat records a worker as live until the Redis server's time plus
 // a TTL in the node index, pruning expired entries (package nodes).

@@ -1,17 +1,27 @@
 -- session_changed.lua: record a change to sessions, atomically.
 -- KEYS[1]=session revision counter, KEYS[2]=changes sorted set,
--- KEYS[3]=bucket sizes hash (all three in one slot)
--- ARGV[2i-1]=index bucket of changed sessions, ARGV[2i]=change of its size
--- (ids added minus ids removed)
--- returns the new revision. Each bucket's score becomes that revision, so a
--- reader that has seen revision r finds every bucket changed since with
--- ZRANGE changes (r +inf BYSCORE, and its size in the hash.
+-- KEYS[3]=bucket sizes hash, KEYS[4]=loads hash (all four in one slot)
+-- ARGV[3i-2]=a changed placement unit (an index bucket "b", or "b|selector"),
+-- ARGV[3i-1]=change of its size (ids added minus ids removed, index buckets
+-- only), ARGV[3i]=change of its load (polls per day)
+-- returns the new revision. Each unit's score becomes that revision, so a
+-- reader that has seen revision r finds every unit changed since with
+-- ZRANGE changes (r +inf BYSCORE, and its size and load in the hashes.
+-- The first write to an empty index (no revision, no sizes) marks the loads
+-- complete: they then count every session written since.
+if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('HSET', KEYS[4], 'complete', '1')
+end
 local rev = redis.call('INCR', KEYS[1])
-for i = 1, #ARGV, 2 do
+for i = 1, #ARGV, 3 do
   redis.call('ZADD', KEYS[2], rev, ARGV[i])
   local d = tonumber(ARGV[i + 1])
   if d ~= 0 then
     redis.call('HINCRBY', KEYS[3], ARGV[i], d)
+  end
+  local l = tonumber(ARGV[i + 2])
+  if l ~= 0 then
+    redis.call('HINCRBY', KEYS[4], ARGV[i], l)
   end
 end
 return rev

@@ -1,0 +1,231 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/scripts/lua"
+)
+
+// Poll loads.
+//
+// A session polled every second costs the fleet 86,400 times one polled
+// daily, so balance weighs each placement unit by the polls per day of its
+// sessions, not by their number. The writers keep those loads next to the
+// bucket sizes, in keyspace.Space.SessionLoads, with the same change
+// record: each write learns the value it replaces (SET … GET, GETDEL, or
+// the read of a WATCH transaction) and records the difference of the two
+// values' loads with its size change, in one script. Every write of a key
+// thereby adds exactly the change it made, whatever writers race it.
+//
+// The unit is polls per day, ceil(24h / interval): MaxInterval is a day, so
+// every valid session weighs at least 1 with no clamp, the rounding error is
+// below one poll a day per session (1/86400 of a 1 s session), and integers
+// keep HINCRBY exact (a million sessions at MinInterval sum to 8.6e12, far
+// inside an int64 and a float64's exact range). A paused or malformed
+// session weighs 0: nobody polls it.
+//
+// An index written before loads were kept has no complete loads hash
+// (field "complete" unset): readers then fall back to the sizes (Weights.
+// Plannable) until Store.RebuildLoads counts the definitions once
+// (pollworker sessions reweigh, or sessions apply). A new index is complete
+// from its first write (scripts/lua/session_changed.lua).
+
+// PollsPerDay is the load of a session polled every d: ceil(24h / d), at
+// least 1 (0 for d ≤ 0).
+func PollsPerDay(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	const day = int64(24 * time.Hour)
+	return int(max((day+int64(d)-1)/int64(d), 1))
+}
+
+// Load is the session's load in polls per day: 0 when paused, else
+// PollsPerDay of its interval.
+func (s Session) Load() int {
+	if s.Paused {
+		return 0
+	}
+	return PollsPerDay(s.Interval.D())
+}
+
+// Unit is the name of the placement unit of bucket b: the field of the
+// sizes and loads hashes and the member of the change record.
+func Unit(b int) string { return strconv.Itoa(b) }
+
+// valueLoad is the placement unit and load a stored value contributes:
+// its bucket and Load when it decodes, load 0 otherwise (missing,
+// malformed: nobody polls it).
+func valueLoad(id string, raw []byte, present bool) (unit string, load int) {
+	unit = Unit(keyspace.BucketOf(id))
+	if !present {
+		return unit, 0
+	}
+	sess, err := Decode(id, raw)
+	if err != nil {
+		return unit, 0
+	}
+	return unit, sess.Load()
+}
+
+// changeSet accumulates the size and load changes of placement units for
+// one change record.
+type changeSet map[string]*[2]int64
+
+// add adds size and load changes to unit (a zero change still marks the
+// unit changed).
+func (c changeSet) add(unit string, size, load int64) {
+	d, ok := c[unit]
+	if !ok {
+		d = new([2]int64)
+		c[unit] = d
+	}
+	d[0] += size
+	d[1] += load
+}
+
+// replaced records a session value replaced by another: the old value's
+// load leaves its unit, the new one's joins its unit, and the index
+// bucket's size changes by added.
+func (c changeSet) replaced(id string, oldRaw []byte, oldPresent bool, newRaw []byte, newPresent bool, added int64) {
+	c.add(Unit(keyspace.BucketOf(id)), added, 0)
+	ou, ol := valueLoad(id, oldRaw, oldPresent)
+	nu, nl := valueLoad(id, newRaw, newPresent)
+	c.add(ou, 0, -int64(ol))
+	c.add(nu, 0, int64(nl))
+}
+
+// args flattens the set into the ARGV of session_changed.lua, by unit.
+func (c changeSet) args() []any {
+	units := slices.Sorted(maps.Keys(c))
+	out := make([]any, 0, 3*len(units))
+	for _, u := range units {
+		out = append(out, u, c[u][0], c[u][1])
+	}
+	return out
+}
+
+// Weights is what the planner weighs the index with: the revision, the
+// sizes and the loads of every index bucket.
+type Weights struct {
+	// Rev is the session revision read with them: the starting point for
+	// Changes.
+	Rev int64
+	// Sizes are the session counts per bucket (keyspace.SessionBuckets).
+	Sizes []int
+	// Loads are the polls per day per bucket; meaningful only if Complete.
+	Loads []int
+	// Complete says the loads count every session (see RebuildLoads).
+	Complete bool
+}
+
+// Plannable is what to plan with: the loads when complete, else the sizes
+// (an index written before loads were kept).
+func (w Weights) Plannable() []int {
+	if w.Complete {
+		return w.Loads
+	}
+	return w.Sizes
+}
+
+// Weights reads the revision, the sizes and the loads in one round trip.
+func (s *Store) Weights(ctx context.Context) (Weights, error) {
+	var cur *redis.StringCmd
+	var sizes, loads *redis.MapStringStringCmd
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cur = p.Get(ctx, s.keys.SessionRev())
+		sizes = p.HGetAll(ctx, s.keys.SessionSizes())
+		loads = p.HGetAll(ctx, s.keys.SessionLoads())
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Weights{}, fmt.Errorf("read session weights: %w", err)
+	}
+	rev, err := cur.Int64()
+	if errors.Is(err, redis.Nil) {
+		rev, err = 0, nil
+	}
+	if err != nil {
+		return Weights{}, fmt.Errorf("read session revision: %w", err)
+	}
+	w := Weights{Rev: rev, Sizes: make([]int, keyspace.SessionBuckets), Loads: make([]int, keyspace.SessionBuckets)}
+	for k, v := range sizes.Val() {
+		if b, err := strconv.Atoi(k); err == nil && b >= 0 && b < len(w.Sizes) {
+			w.Sizes[b] = sizeOf(v)
+		}
+	}
+	for k, v := range loads.Val() {
+		if k == "complete" {
+			w.Complete = v == "1"
+			continue
+		}
+		if b, err := strconv.Atoi(k); err == nil && b >= 0 && b < len(w.Loads) {
+			w.Loads[b] = sizeOf(v)
+		}
+	}
+	return w, nil
+}
+
+// maxRebuildTries bounds the attempts of RebuildLoads.
+const maxRebuildTries = 5
+
+// ErrBusy is returned (wrapped) by RebuildLoads when writes kept moving
+// the revision while it counted.
+var ErrBusy = errors.New("session: the index kept changing")
+
+// RebuildLoads counts the load of every session from its definition and
+// replaces the loads hash with the counts, marked complete: the repair of
+// an index written before loads were kept (or by a writer that did not
+// keep them). It reads every session (Load) and writes only if no write
+// was recorded meanwhile, retrying a few times; ErrBusy otherwise. A write
+// whose data landed before the read and whose change record after it
+// counts twice in its unit: run it while writers are quiet, or again. It
+// returns the total load written.
+func (s *Store) RebuildLoads(ctx context.Context) (int64, error) {
+	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionLoads()}
+	for range maxRebuildTries {
+		snap, err := s.Load(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("rebuild loads: %w", err)
+		}
+		cs := make(changeSet)
+		for _, sess := range snap.Sessions {
+			u, l := valueLoadOf(sess)
+			cs.add(u, 0, int64(l))
+		}
+		args := []any{snap.Rev}
+		var total int64
+		for _, u := range slices.Sorted(maps.Keys(cs)) {
+			if l := cs[u][1]; l != 0 {
+				args = append(args, u, l)
+				total += l
+			}
+		}
+		rev, err := redis.NewScript(lua.SessionLoads).Run(ctx, s.client, keys, args...).Int64()
+		if err != nil {
+			return 0, fmt.Errorf("rebuild loads: %w", err)
+		}
+		if rev >= 0 {
+			if err := s.client.Publish(ctx, s.keys.Events(), eventFor("")).Err(); err != nil {
+				s.log.Warn("announce rebuilt loads", zap.Error(err))
+			}
+			return total, nil
+		}
+	}
+	return 0, fmt.Errorf("rebuild loads: %w", ErrBusy)
+}
+
+// valueLoadOf is valueLoad of a decoded session.
+func valueLoadOf(sess Session) (unit string, load int) {
+	return Unit(keyspace.BucketOf(sess.ID)), sess.Load()
+}
