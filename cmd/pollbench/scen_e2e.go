@@ -41,6 +41,7 @@ import (
 // e2eSizes are the sizes of one e2e run.
 type e2eSizes struct {
 	perWorker     []int // sessions on one worker, one table column each
+	runs          int   // interleaved runs of ours, the limit and the limit with XADD per size
 	interval      time.Duration
 	warm, window  time.Duration // warm: the limit's warm-up
 	warmOurs      time.Duration // the worker's: its spread step moves polls onto their phase over ~10 intervals
@@ -60,12 +61,12 @@ func e2eSizesFor(mode string) e2eSizes {
 		return e2eSizes{perWorker: []int{50}, interval: 200 * time.Millisecond, warm: 300 * time.Millisecond,
 			window: time.Second, warmOurs: 300 * time.Millisecond, tinyInProcess: true}
 	case "quick":
-		return e2eSizes{perWorker: []int{1000, 5000}, interval: time.Second, warm: 2 * time.Second, window: 5 * time.Second,
+		return e2eSizes{perWorker: []int{1000, 5000}, runs: 1, interval: time.Second, warm: 2 * time.Second, window: 5 * time.Second,
 			warmOurs: 12 * time.Second,
 			overload: true, changesAt: 1000, fleetWorkers: 3, fleetSessions: 2000, adds: 20, startTimeout: 60 * time.Second}
 	default:
-		return e2eSizes{perWorker: []int{1000, 5000, 10000, 20000}, interval: time.Second, warm: 3 * time.Second,
-			warmOurs: 12 * time.Second, window: 10 * time.Second, refine: true, overload: true, changesAt: 5000,
+		return e2eSizes{perWorker: []int{1000, 5000, 10000, 20000}, runs: 3, interval: time.Second, warm: 3 * time.Second,
+			warmOurs: 11 * time.Second, window: 6 * time.Second, refine: true, overload: true, changesAt: 5000,
 			fleetWorkers: 3, fleetSessions: 10000, adds: 50, startTimeout: 90 * time.Second}
 	}
 }
@@ -94,6 +95,7 @@ type e2eRun struct {
 	xaddPerPoll float64
 	redisPct    float64
 	benchPct    float64 // pollbench itself: the target and the proxy
+	machinePct  float64 // every CPU of the machine busy, % of one core
 	metrics     map[string]float64
 	start       time.Duration // process start → every session polled
 }
@@ -292,6 +294,7 @@ func (x *e2e) measure(ctx context.Context, p *e2eProc, n int, mark, warm time.Du
 		return r, err
 	}
 	self0, _ := procCPU(os.Getpid())
+	busy0 := machineBusy()
 	rs0, err := redisstats.Read(ctx, x.e.admin)
 	if err != nil {
 		return r, err
@@ -306,6 +309,7 @@ func (x *e2e) measure(ctx context.Context, p *e2eProc, n int, mark, warm time.Du
 		return r, err
 	}
 	self1, _ := procCPU(os.Getpid())
+	busy1 := machineBusy()
 	cpu1, err := procCPU(pid)
 	if err != nil {
 		return r, err
@@ -326,6 +330,7 @@ func (x *e2e) measure(ctx context.Context, p *e2eProc, n int, mark, warm time.Du
 	r.cpuPerPoll = float64((cpu1 - cpu0).Microseconds()) / polls
 	r.cpuPct = 100 * (cpu1 - cpu0).Seconds() / win
 	r.benchPct = 100 * (self1 - self0).Seconds() / win
+	r.machinePct = 100 * (busy1 - busy0).Seconds() / win
 	r.rtPerPoll = float64(rt1-rt0) / polls
 	r.redisPerPol = d.CPUSeconds * 1e6 / polls
 	r.redisPct = 100 * d.CPUSeconds / win

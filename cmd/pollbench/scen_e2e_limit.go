@@ -108,8 +108,10 @@ func runLimit(ctx context.Context, cfg limitConfig) error {
 		return fmt.Errorf("limit: no sessions or no interval")
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns = 4096
-	tr.MaxIdleConnsPerHost = 1024 // as httppoll's default client
+	// Keep-alive with no idle cap: a connection opened for a concurrent
+	// poll is kept for the next one, never closed and dialled again.
+	tr.MaxIdleConns = 0
+	tr.MaxIdleConnsPerHost = 1 << 20
 	hc := &http.Client{Transport: tr}
 	defer hc.CloseIdleConnections()
 

@@ -319,6 +319,26 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clkTck, nil
 }
 
+// machineBusy returns the CPU time every core of the machine spent not
+// idle (/proc/stat: all but idle and iowait).
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var busy int64
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest time is counted in user already
+			busy += n
+		}
+	}
+	const clkTck = 100
+	return time.Duration(busy) * time.Second / clkTck
+}
+
 // procMem returns VmRSS and VmHWM of a process, in bytes.
 func procMem(pid int) (rss, hwm int64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
