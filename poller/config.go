@@ -13,6 +13,7 @@ import (
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/session"
+	"github.com/pollworker/pollworker/state"
 )
 
 // Defaults of Config, from the design research.
@@ -60,8 +61,16 @@ type Config struct {
 	ID string
 	// Version is published in the heartbeat.
 	Version string
-	// Poller does the work. Required.
+	// Poller does the work. Required. If it also implements
+	// StatefulPoller, PollState is called instead of Poll, with the
+	// session's fenced state (see StateStore).
 	Poller Poller
+	// StateStore keeps the state of a StatefulPoller's sessions (its size
+	// limit, its clock); default state.NewStore(Client, Keys,
+	// state.WithClock(Clock)) when Poller is a StatefulPoller. A store of
+	// your own must use Clock too (state.WithClock). Unused for a plain
+	// Poller, which costs no state read.
+	StateStore *state.Store
 
 	// LeaseTTL is the lease time to live; default 30s. At least 3 × RenewInterval.
 	LeaseTTL time.Duration
@@ -208,6 +217,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
+	}
+	if _, ok := c.Poller.(StatefulPoller); ok && c.StateStore == nil {
+		c.StateStore = state.NewStore(c.Client, c.Keys, state.WithClock(c.Clock))
 	}
 	return c, nil
 }

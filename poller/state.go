@@ -77,15 +77,6 @@ func (c *Coordinator) stateful() StatefulPoller {
 	return sp
 }
 
-// stateStore returns the store of the sessions' states.
-//
-// TODO(state): one Store per Coordinator (a Config.StateStore option, with
-// a size limit) once poller/config.go is free to edit; a Store is a few
-// words, so one per acquisition costs little meanwhile.
-func (c *Coordinator) stateStore() *state.Store {
-	return state.NewStore(c.cfg.Client, c.cfg.Keys, state.WithClock(c.cfg.Clock))
-}
-
 // prepareState loads w's state before its first poll under its lease, and
 // reports whether w should poll now. After a crash (no graceful handoff
 // mark, so the lease does not say when the next poll was due) a saved
@@ -103,8 +94,10 @@ func (c *Coordinator) prepareState(w *worker, now time.Time) (pollNow, failed bo
 	if loaded {
 		return true, false
 	}
+	// The loops of sessions taken together load together: their calls
+	// are coalesced into LoadMany pipelines.
 	rctx, cancel := c.requestCtx(w.ctx)
-	rec, err := st.store.Load(rctx, w.sess.ID)
+	rec, err := st.store.LoadBatched(rctx, w.sess.ID)
 	cancel()
 	if err != nil {
 		if w.ctx.Err() == nil {

@@ -270,7 +270,8 @@ func TestPlainPollerReadsNoState(t *testing.T) {
 	client.AddHook(hook)
 	ids := addSessions(t, client, 5, 50*time.Millisecond)
 	rec := newRecorder()
-	start(t, fastConfig(client, "w", rec.poller("w")))
+	c := start(t, fastConfig(client, "w", rec.poller("w")))
+	require.Nil(t, c.c.cfg.StateStore)
 	require.Eventually(t, func() bool {
 		for _, id := range ids {
 			if rec.polled(id) < 3 {
@@ -285,6 +286,28 @@ func TestPlainPollerReadsNoState(t *testing.T) {
 	log := newCursorLog()
 	start(t, fastConfig(client, "s", log.poller("s")))
 	require.Eventually(t, func() bool { return hook.n.Load() > 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestStatefulLoadsAreBatched: a worker taking 300 sessions at once reads
+// their states in a few script calls (LoadBatched), not 300.
+func TestStatefulLoadsAreBatched(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	hook := &scriptCounter{sha: redis.NewScript(lua.StateLoad).Hash()}
+	client.AddHook(hook)
+	ids := addSessions(t, client, 300, time.Second)
+	log := newCursorLog()
+	start(t, fastConfig(client, "w", log.poller("w")))
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if len(log.of(id)) == 0 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond)
+	require.LessOrEqual(t, hook.n.Load(), int64(30), "300 sessions' states read in %d script calls", hook.n.Load())
+	t.Logf("300 sessions' states read in %d script calls", hook.n.Load())
+	log.check(t)
 }
 
 // scriptCounter counts the commands (alone or pipelined) that run one script.

@@ -56,7 +56,7 @@ func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
 func (c *Coordinator) startWorkerAt(s session.Session, l *lease.Lease, polled *atomic.Bool) {
 	w := &worker{sess: s, lease: l, done: make(chan struct{}), members: c.view.members.Version, polled: polled}
 	if c.stateful() != nil {
-		w.state = &State{store: c.stateStore(), lease: l}
+		w.state = &State{store: c.cfg.StateStore, lease: l}
 	}
 	c.workers[s.ID] = w
 	due, _ := l.NextPoll()
