@@ -83,6 +83,7 @@ type view struct {
 	sweepAll       bool                       // the next round looks at every session (assignment changed)
 	wasMember      bool                       // member at the last round
 	memberSince    time.Time                  // first round as a member (readiness bound)
+	behind         bool                       // PollStats.Behind at the last round (logged when it changes)
 }
 
 // claims is the main loop's bookkeeping of sessions it could not simply
@@ -140,6 +141,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
 	c.sched.align = spreadStep
 	c.sched.limit, c.sched.maxBackoff = cfg.MaxPolls, cfg.MaxErrorBackoff
+	c.sched.behindSpan = cfg.LeaseTTL
 	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize, LossQuarantine: cfg.LossQuarantine,
 		WaitReplicas: cfg.WaitReplicas,
@@ -160,6 +162,14 @@ func (c *Coordinator) ID() string { return c.cfg.ID }
 // for it): what a rolling update should wait for before it replaces the
 // next worker. A worker without a fresh heartbeat or Redis acquires
 // nothing.
+//
+// Ready does not turn false when the worker is behind (PollStats.Behind):
+// an unready worker keeps its sessions (the plan follows heartbeats, not
+// readiness) and gets no traffic to lose, so unreadiness would relieve
+// nothing; it would only stall a rollout, including the one that gives
+// the fleet more room, and drop the worker from scrapes that skip unready
+// targets, just when its metrics matter. Behind is reported beside it;
+// an embedder that wants both can use Ready() && !PollStats().Behind.
 func (c *Coordinator) Ready() bool {
 	return c.live() && c.health.shareTaken.Load()
 }
@@ -202,6 +212,8 @@ type Status struct {
 	// Backoff is the number of sessions whose last poll failed and that
 	// are polled less often for it (Config.MaxErrorBackoff).
 	Backoff int
+	// Behind is PollStats.Behind: the worker cannot keep up with its share.
+	Behind bool
 	// Malformed is the number of malformed session entries in the buckets
 	// assigned to this worker.
 	Malformed int
@@ -225,6 +237,7 @@ func (c *Coordinator) Status() Status {
 	s.Polls, s.PollErrors, s.PollPanics = c.health.polls.Load(), c.health.pollErrors.Load(), c.health.pollPanics.Load()
 	ps := c.PollStats()
 	s.PollsRunning, s.PollsWaiting, s.PollsDeferred, s.PollsLate, s.Backoff = ps.Running, ps.Waiting, ps.Deferred, ps.Late, ps.Backoff
+	s.Behind = ps.Behind
 	s.EvictionRisk = c.health.evictionWarning.Load()
 	return s
 }
@@ -241,12 +254,22 @@ type PollStats struct {
 	Deferred, Late int64
 	// Backoff is the number of sessions backing off after failed polls.
 	Backoff int
+	// Behind reports a worker that cannot keep up with its share: for at
+	// least one LeaseTTL, its polls have kept starting (or waiting for a
+	// slot) more than max(1s, interval/10) after they were due, with no
+	// poll starting in time while none waited. A burst (the first polls
+	// after a takeover, a pause) does not last that long; a worker behind
+	// needs more room (Config.MaxPolls, CPU, a faster target) or fewer
+	// sessions. It clears at the first poll that starts in time while no
+	// other waits, or once none has been late for that bound. Ready does
+	// not include it (see Ready).
+	Behind bool
 }
 
 // PollStats returns the scheduler's figures now.
 func (c *Coordinator) PollStats() PollStats {
 	st, running, waiting := c.sched.snapshot()
-	return PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late, Backoff: st.Backoff}
+	return PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late, Backoff: st.Backoff, Behind: st.Behind}
 }
 
 // Leases is the lease manager, for embedders that want to inspect leases.

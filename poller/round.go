@@ -50,7 +50,25 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 		c.adoptOrphans(ctx)
 		c.checkShare()
 	}
+	c.checkBehind()
 	c.publishStatus()
+}
+
+// checkBehind logs when the worker starts and stops being behind
+// (PollStats.Behind), once each time.
+func (c *Coordinator) checkBehind() {
+	ps := c.PollStats()
+	if ps.Behind == c.view.behind {
+		return
+	}
+	c.view.behind = ps.Behind
+	fields := []zap.Field{zap.Int("running", ps.Running), zap.Int("waiting", ps.Waiting),
+		zap.Int64("deferred", ps.Deferred), zap.Int64("late", ps.Late), zap.Int("max_polls", c.cfg.MaxPolls)}
+	if ps.Behind {
+		c.log.Warn("behind: polls keep starting late; this worker cannot keep up with its share", fields...)
+		return
+	}
+	c.log.Info("caught up: polls start in time again", fields...)
 }
 
 // checkShare makes the worker ready (Ready) once it holds every session
@@ -479,7 +497,7 @@ func (c *Coordinator) orphanDue(id string) bool {
 
 func sameSession(a, b session.Session) bool {
 	return a.ID == b.ID && a.URL == b.URL && a.Interval == b.Interval &&
-		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels)
+		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels) && a.Selector == b.Selector
 }
 
 // scheduleRetry asks for a round in d, unless one is due sooner already

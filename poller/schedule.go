@@ -39,11 +39,16 @@ type scheduler struct {
 	// maxBackoff, if positive, lets a session whose polls fail wait
 	// longer between polls (backoff); set before the first start.
 	maxBackoff time.Duration
+	// behindSpan, if positive, is how long polls must keep starting
+	// behindLate after they were due before the worker reports itself
+	// behind (schedStats.Behind); set before the first start.
+	behindSpan time.Duration
 	mu         sync.Mutex // guards everything below and the scheduling fields of every worker
 	active     int        // polls running
 	admit      []*worker  // due polls waiting for a slot, oldest first; entries no longer admitting are skipped
 	waiting    int        // workers in phase admitting
 	stats      schedStats
+	late       lateness // the current stretch of polls starting behindLate
 	queue      dueQueue // queued workers by next poll time
 	owner      map[*lease.Lease]*worker
 	timer      clock.Timer
@@ -68,6 +73,7 @@ type schedStats struct {
 	Deferred int64 // polls that waited for a slot (the limit was reached)
 	Late     int64 // polls that started later than a tenth of their interval after they were due
 	Backoff  int   // sessions whose last poll failed, now polled less often
+	Behind   bool  // polls have kept starting behindLate for behindSpan (set by snapshot)
 }
 
 func newScheduler(clk clock.WithTickerAndDelayedExecution, poll func(*worker), wake func()) *scheduler {
@@ -168,7 +174,7 @@ func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
 // interval later (plus the align step, if any; longer after failures, with
 // maxBackoff), or at once if the poll overran it. failed says whether the
 // poll failed (not cancelled). A slot freed by the poll goes to the oldest
-// due poll waiting for one.
+// due poll waiting for one, before w.
 func (s *scheduler) polled(w *worker, failed bool) {
 	s.mu.Lock()
 	now := s.clock.Now()
@@ -184,11 +190,13 @@ func (s *scheduler) polled(w *worker, failed bool) {
 	if next.Before(now) {
 		next = now
 	}
-	launch := []*worker(nil)
+	// The freed slot goes to the polls already waiting first: w, due again
+	// at once after a poll that overran its interval, queues behind them
+	// rather than keep the slot (which starved the waiting sessions).
+	launch := s.admitLocked(now)
 	if s.settleLocked(w, now, next) {
 		launch = append(launch, w)
 	}
-	launch = append(launch, s.admitLocked(now)...)
 	s.mu.Unlock()
 	for _, w := range launch {
 		go s.poll(w)
@@ -248,7 +256,27 @@ func (s *scheduler) admitLocked(now time.Time) []*worker {
 func (s *scheduler) snapshot() (st schedStats, running, waiting int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats, s.active, s.waiting
+	st = s.stats
+	st.Behind = s.behindLocked(s.clock.Now())
+	return st, s.active, s.waiting
+}
+
+// behindLocked reports whether the polls have kept starting, or waiting
+// to start, behindLate after they were due for at least behindSpan
+// (lateness), counting the oldest poll waiting for a slot.
+func (s *scheduler) behindLocked(now time.Time) bool {
+	if s.behindSpan <= 0 {
+		return false
+	}
+	for len(s.admit) > 0 && s.admit[0].phase != admitting {
+		s.admit[0] = nil // stopped or lost while it waited, as admitLocked skips it
+		s.admit = s.admit[1:]
+	}
+	waiting, due, interval := false, time.Time{}, time.Duration(0)
+	if len(s.admit) > 0 {
+		waiting, due, interval = true, s.admit[0].next, s.admit[0].sess.Interval.D()
+	}
+	return s.late.behindFor(now, waiting, due, interval) >= s.behindSpan
 }
 
 // fire launches the polls that are due and re-arms the timer.
@@ -315,6 +343,7 @@ func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 	if late := now.Sub(at); late > max(w.sess.Interval.D()/10, 10*time.Millisecond) {
 		s.stats.Late++
 	}
+	s.late.started(at, now, w.sess.Interval.D(), s.waiting > 0)
 	s.active++
 	w.phase = polling
 	w.ctx, w.cancel = context.WithCancel(term)
