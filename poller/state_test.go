@@ -144,7 +144,9 @@ func TestStatefulGracefulHandoff(t *testing.T) {
 	client := redistest.Start(t).Client(t)
 	intervals := map[string]time.Duration{}
 	for i := range 12 {
-		intervals[fmt.Sprintf("cur-%d", i)] = time.Duration(1+i%4) * 500 * time.Millisecond
+		// 0.6s to 1.2s: the spread step (at most a tenth of the interval)
+		// leaves most of the 250ms to the handoff itself under -race.
+		intervals[fmt.Sprintf("cur-%d", i)] = time.Duration(3+i%4) * 200 * time.Millisecond
 	}
 	putSessions(t, client, intervals)
 	log := newCursorLog()
