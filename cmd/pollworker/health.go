@@ -11,10 +11,14 @@ import (
 // healthHandler serves the probes of the run command:
 //
 //	GET /healthz  200 while the process runs (liveness)
-//	GET /readyz   200 while ready() is true, else 503 (readiness)
+//	GET /readyz   200 while ready() is true, else 503 (readiness); the body
+//	              says so when behind() is true (a worker behind stays ready:
+//	              see poller.Coordinator.Ready)
 //	GET /metrics  Prometheus metrics, when metrics is not nil
 //	GET /         the status page, when page is not nil
-func healthHandler(ready func() bool, metrics, page http.Handler) http.Handler {
+//
+// behind may be nil.
+func healthHandler(ready, behind func() bool, metrics, page http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
@@ -33,10 +37,17 @@ func healthHandler(ready func() bool, metrics, page http.Handler) http.Handler {
 			_, _ = io.WriteString(w, "not ready\n")
 			return
 		}
+		if behind != nil && behind() {
+			_, _ = io.WriteString(w, behindText)
+			return
+		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	return mux
 }
+
+// behindText is the body of /readyz for a ready worker that is behind.
+const behindText = "ready, but behind: polls keep starting late; this worker cannot keep up with its share (pollworker_behind)\n"
 
 // Timing of readiness's PING.
 const (

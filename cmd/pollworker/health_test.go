@@ -13,8 +13,8 @@ import (
 )
 
 func TestHealthHandler(t *testing.T) {
-	var ready atomic.Bool
-	h := healthHandler(ready.Load, nil, nil)
+	var ready, behind atomic.Bool
+	h := healthHandler(ready.Load, behind.Load, nil, nil)
 	serve := func(method, path string) (int, string) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
@@ -23,6 +23,7 @@ func TestHealthHandler(t *testing.T) {
 	tests := []struct {
 		name     string
 		ready    bool
+		behind   bool
 		method   string
 		path     string
 		wantCode int
@@ -32,6 +33,8 @@ func TestHealthHandler(t *testing.T) {
 		{name: "alive when ready", ready: true, path: "/healthz", wantCode: http.StatusOK, wantBody: "ok\n"},
 		{name: "not ready", path: "/readyz", wantCode: http.StatusServiceUnavailable, wantBody: "not ready\n"},
 		{name: "ready", ready: true, path: "/readyz", wantCode: http.StatusOK, wantBody: "ready\n"},
+		{name: "ready and behind", ready: true, behind: true, path: "/readyz", wantCode: http.StatusOK, wantBody: behindText},
+		{name: "not ready and behind", behind: true, path: "/readyz", wantCode: http.StatusServiceUnavailable, wantBody: "not ready\n"},
 		{name: "head", ready: true, method: http.MethodHead, path: "/readyz", wantCode: http.StatusOK},
 		{name: "post", method: http.MethodPost, path: "/readyz", wantCode: http.StatusMethodNotAllowed},
 		{name: "other path", path: "/", wantCode: http.StatusNotFound},
@@ -39,6 +42,7 @@ func TestHealthHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ready.Store(tt.ready)
+			behind.Store(tt.behind)
 			method := tt.method
 			if method == "" {
 				method = http.MethodGet

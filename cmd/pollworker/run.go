@@ -190,7 +190,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		}
 		ready := &readiness{coordinator: coord.Ready, ping: func(ctx context.Context) error { return client.Ping(ctx).Err() }}
 		srv = &http.Server{
-			Handler: healthHandler(ready.Ready, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			Handler: healthHandler(ready.Ready, func() bool { return coord.PollStats().Behind }, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 				statusPageHandler(coord.ID(), ready.Ready, (&pageReader{client: client, keys: cfg.Keys}).read, events)),
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("http")),
@@ -587,5 +587,12 @@ func pollMetrics(c *poller.Coordinator) []prometheus.Collector {
 			func(s poller.PollStats) float64 { return float64(s.Late) }),
 		gauge("pollworker_sessions_backoff", "Sessions polled less often after failed polls (--error-backoff).",
 			func(s poller.PollStats) float64 { return float64(s.Backoff) }),
+		gauge("pollworker_behind", "1 while this worker cannot keep up with its share: for one lease TTL its polls have kept starting, or waiting for a slot, more than max(1s, interval/10) late.",
+			func(s poller.PollStats) float64 {
+				if s.Behind {
+					return 1
+				}
+				return 0
+			}),
 	}
 }

@@ -123,6 +123,7 @@ func TestRunRedisDownAtStart(t *testing.T) {
 			strings.Contains(body, "pollworker_polls_late_total ") &&
 			strings.Contains(body, "pollworker_polls_waiting 0\n") &&
 			strings.Contains(body, "pollworker_sessions_backoff 0\n") &&
+			strings.Contains(body, "pollworker_behind 0\n") &&
 			strings.Contains(body, "pollworker_results_written_total ")
 	}, 10*time.Second, 20*time.Millisecond)
 
