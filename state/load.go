@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -180,14 +181,15 @@ func parseUint(v any) (uint64, error) {
 // is in flight waits for it to end and then goes out with every other call
 // made meanwhile, in one LoadMany. N concurrent calls thus cost a few
 // pipelines instead of N script calls. ctx bounds this call's wait; the
-// batch it joins runs with the store's load timeout (WithLoadTimeout), in
-// a goroutine that ends once no call waits. An error fails every call of
-// its batch.
+// batch it joins runs in a goroutine that ends once no call waits, each
+// batch until the latest deadline of its calls' contexts and at most the
+// store's load timeout (WithLoadTimeout): a batch never outlives every
+// caller's deadline. An error fails every call of its batch.
 func (s *Store) LoadBatched(ctx context.Context, session string) (Record, error) {
 	if err := keyspace.ValidateID(session); err != nil {
 		return Record{}, err
 	}
-	r := &loadReq{id: session, done: make(chan struct{})}
+	r := &loadReq{ctx: ctx, id: session, done: make(chan struct{})}
 	b := &s.batch
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
@@ -214,6 +216,7 @@ type batcher struct {
 
 // loadReq is one LoadBatched call.
 type loadReq struct {
+	ctx  context.Context // the caller's
 	id   string
 	done chan struct{} // closed when rec and err are set
 	rec  Record
@@ -242,7 +245,7 @@ func (s *Store) runBatches(base context.Context) {
 				ids = append(ids, r.id)
 			}
 		}
-		ctx, cancel := context.WithTimeout(base, s.loadTimeout)
+		ctx, cancel := context.WithDeadline(base, s.batchDeadline(batch))
 		recs, err := s.LoadMany(ctx, ids)
 		cancel()
 		for _, r := range batch {
@@ -250,4 +253,21 @@ func (s *Store) runBatches(base context.Context) {
 			close(r.done)
 		}
 	}
+}
+
+// batchDeadline is the latest deadline of the batch's calls, at most the
+// load timeout from now.
+func (s *Store) batchDeadline(batch []*loadReq) time.Time {
+	limit := time.Now().Add(s.loadTimeout)
+	var latest time.Time
+	for _, r := range batch {
+		d, ok := r.ctx.Deadline()
+		if !ok || d.After(limit) {
+			return limit
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return latest
 }
