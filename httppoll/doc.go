@@ -13,9 +13,22 @@
 //
 //   - A request runs under the context the coordinator passes, which is
 //     cancelled the moment the lease stops being held, and under a timeout
-//     of min(session interval, Config.Timeout): a poll never outlives its
-//     interval or its lease by more than the time the transport takes to
-//     notice the cancellation.
+//     of min(session interval, Config.Timeout) that also bounds the wait
+//     for a slot of its host: a poll never outlives its interval or its
+//     lease by more than the time the transport takes to notice the
+//     cancellation.
+//   - At most Config.MaxPerHost requests (64 by default) are in flight to
+//     one host (host and port of the URL) from one Poller.
+//   - With saved state (PollState, which the coordinator calls since Poller
+//     is a poller.StatefulPoller), each request is conditional on the ETag
+//     and Last-Modified of the session's last 2xx answer, saved by
+//     whichever worker polled it before; a 304 is a success and no change.
+//     The session's State (status, latency, body hash, last success,
+//     consecutive failures, last change, validators, backoff) is saved when
+//     something an operator needs to see changed, else at most every
+//     Config.StateRefresh (60s): see State. A save is fenced by the lease
+//     (state.ErrStale for a holder that lost it); a failed save is logged
+//     and counted (Stats), never retried, and never fails the poll.
 //   - At most 64 KiB of a response body are read; the body is always closed.
 //   - With Config.Record RecordAll (the default) every poll, successful or
 //     not, adds one entry to a results stream, with the fields session,

@@ -2,12 +2,16 @@ package httppoll
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +23,7 @@ import (
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
+	"github.com/pollworker/pollworker/state"
 )
 
 // Headers sent with every request.
@@ -42,6 +47,10 @@ const (
 	DefaultUserAgent = "pollworker"
 	// MaxBodyBytes is how much of a response body is read before closing it.
 	MaxBodyBytes = 64 << 10
+	// DefaultMaxPerHost is the default of Config.MaxPerHost.
+	DefaultMaxPerHost = 64
+	// SaveTimeout bounds saving one session's State.
+	SaveTimeout = 2 * time.Second
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -97,6 +106,20 @@ type Config struct {
 	RecordTimeout time.Duration
 	// UserAgent is sent with every request; default DefaultUserAgent.
 	UserAgent string
+	// MaxPerHost bounds the requests this Poller has in flight to one host
+	// (host and port of the URL as written); a poll waits for a slot under
+	// its context and its timeout (a wait cut short by the timeout is a
+	// timeout, by the lease ending a cancellation). Default
+	// DefaultMaxPerHost (64); negative means no bound.
+	MaxPerHost int
+	// StateRefresh is how old the saved State of a session may grow while
+	// its polls change nothing an operator needs to see (see State);
+	// default DefaultStateRefresh (60s).
+	StateRefresh time.Duration
+	// ErrorBackoff is the coordinator's poller.Config.MaxErrorBackoff, so
+	// that State.BackoffMS shows the backoff it applies; 0 means
+	// poller.DefaultMaxErrorBackoff, negative no backoff.
+	ErrorBackoff time.Duration
 	// Logger receives recording failures; default zap.NewNop().
 	Logger *zap.Logger
 	// Clock timestamps and times the polls; default the real clock.
@@ -109,12 +132,19 @@ type Config struct {
 type Poller struct {
 	cfg     Config
 	log     *zap.Logger
-	changes *changes // RecordChanges only
+	changes *changes   // RecordChanges only
+	hosts   *hostLimit // nil without a per-host bound
+	failing *failing
+	stats   stats
 
 	recordFailing atomic.Bool // the last synchronous XADD failed
+	saveFailing   atomic.Bool // the last Save failed with a Redis error
 }
 
-var _ poller.Poller = (*Poller)(nil)
+var (
+	_ poller.Poller         = (*Poller)(nil)
+	_ poller.StatefulPoller = (*Poller)(nil)
+)
 
 // New validates cfg, fills in its defaults and returns a Poller. It does not
 // touch Redis or the network.
@@ -167,53 +197,237 @@ func New(cfg Config) (*Poller, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = DefaultUserAgent
 	}
+	if cfg.MaxPerHost == 0 {
+		cfg.MaxPerHost = DefaultMaxPerHost
+	}
+	switch {
+	case cfg.StateRefresh == 0:
+		cfg.StateRefresh = DefaultStateRefresh
+	case cfg.StateRefresh < 0:
+		return nil, fmt.Errorf("%w: StateRefresh must be positive, got %v", ErrConfig, cfg.StateRefresh)
+	}
+	if cfg.ErrorBackoff == 0 {
+		cfg.ErrorBackoff = poller.DefaultMaxErrorBackoff
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker))}
+	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker)), failing: newFailing()}
 	if cfg.Record == RecordChanges {
 		p.changes = newChanges(cfg.ChangesMemory)
+	}
+	if cfg.MaxPerHost > 0 {
+		p.hosts = newHostLimit(cfg.MaxPerHost)
 	}
 	return p, nil
 }
 
-// Poll sends one GET to s.URL under ctx and records the result. It returns
-// an error for a transport failure (including ctx being cancelled, which
-// aborts the request) and for a status of 500 or above; see the package
-// comment. l may be nil (no token is sent and token 0 is recorded).
+// Poll sends one GET to s.URL under ctx and records the result, without
+// saved state: no conditional request, and the consecutive failures shown
+// by Failing count only those under l. It returns an error for a transport
+// failure (including ctx being cancelled, which aborts the request) and
+// for a status of 500 or above; see the package comment. l may be nil (no
+// token is sent and token 0 is recorded).
 func (p *Poller) Poll(ctx context.Context, s session.Session, l *lease.Lease) error {
-	start := p.cfg.Clock.Now()
-	status, err := p.get(ctx, s, l)
-	latency := p.cfg.Clock.Since(start)
-	if err == nil && status >= http.StatusInternalServerError {
-		err = &StatusError{Code: status}
+	return p.poll(ctx, s, l, nil)
+}
+
+// PollState is Poll with the session's saved State: the request is
+// conditional on the saved ETag and Last-Modified, and the next State is
+// saved through st when something an operator needs to see changed, or
+// the saved one is older than Config.StateRefresh (see State). A failed
+// save is logged and counted (Stats), never retried, and does not fail
+// the poll.
+func (p *Poller) PollState(ctx context.Context, s session.Session, l *lease.Lease, st *poller.State) error {
+	if st == nil {
+		return p.poll(ctx, s, l, nil)
 	}
+	return p.poll(ctx, s, l, st)
+}
+
+// stateSlot is where a poll reads and saves its session's state:
+// *poller.State, or a fake in tests.
+type stateSlot interface {
+	Last() state.Record
+	Save(ctx context.Context, data []byte) error
+}
+
+// poll runs one poll of s under l; st is nil without saved state.
+func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st stateSlot) error {
+	prev, hadPrev := p.previous(s.ID, l, st)
+	start := p.cfg.Clock.Now()
+	resp, err := p.get(ctx, s, l, prev, st != nil)
+	latency := p.cfg.Clock.Since(start)
+	if err == nil && resp.status >= http.StatusInternalServerError {
+		err = &StatusError{Code: resp.status}
+	}
+	class := classify(err)
+	if err != nil && ctx.Err() != nil {
+		class = classCanceled // cut short by the lease ending: neither a failure nor a success
+	}
+	p.stats.polls[outcomeOf(resp.status, class)].Add(1)
 	var token int64
 	if l != nil {
 		token = l.Token()
 	}
-	res := Result{Session: s.ID, Worker: p.cfg.Worker, Token: token, Status: status, Latency: latency, At: start}
+	res := Result{Session: s.ID, Worker: p.cfg.Worker, Token: token, Status: resp.status, Latency: latency, At: start}
 	if err != nil {
 		res.Error = err.Error()
 	}
-	p.record(ctx, res, classify(err))
+	p.record(ctx, res, class)
+	if class != classCanceled {
+		next := p.next(prev, hadPrev, s, resp, class, start, latency)
+		if hadPrev && st != nil && changed(prev, next) {
+			p.stats.changes.Add(1)
+		}
+		p.failing.update(s.ID, l, next)
+		if st != nil && ctx.Err() == nil && needsSave(prev, next, hadPrev, p.cfg.StateRefresh) {
+			p.save(ctx, st, s.ID, next)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("poll %s: %w", s.ID, err)
 	}
 	return nil
 }
 
+// previous is the state of s before this poll: the saved one if st has a
+// readable one, else (without saved state) only the failures under l that
+// this Poller remembers.
+func (p *Poller) previous(id string, l *lease.Lease, st stateSlot) (State, bool) {
+	if st == nil {
+		n, since := p.failing.failures(id, l)
+		return State{Failures: n, FailingSince: since}, false
+	}
+	rec := st.Last()
+	if len(rec.Data) == 0 {
+		return State{}, false
+	}
+	prev, err := DecodeState(rec.Data)
+	if err != nil {
+		p.log.Info("saved state of the session unreadable; starting it afresh",
+			zap.String("session", id), zap.Uint64("state_token", rec.Token), zap.Error(err))
+		return State{}, false
+	}
+	return prev, true
+}
+
+// next is the state after a poll that started at start, took latency and
+// got resp (failing with class), following prev.
+func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response, class errClass,
+	start time.Time, latency time.Duration) State {
+	next := prev
+	next.Version, next.Worker, next.Polled = StateVersion, p.cfg.Worker, start.UTC()
+	next.Status, next.Error = resp.status, class.String()
+	next.LatencyMS = float64(latency.Microseconds()) / 1000
+	if resp.status >= 200 && resp.status < 300 || resp.status == http.StatusNotModified {
+		// Only successful answers carry validators worth keeping; a 304
+		// may repeat them, else the saved ones stay valid.
+		if resp.status != http.StatusNotModified || resp.etag != "" {
+			next.ETag = resp.etag
+		}
+		if resp.status != http.StatusNotModified || resp.lastModified != "" {
+			next.LastModified = resp.lastModified
+		}
+	}
+	if resp.status >= 200 && resp.status < 300 && resp.bodyHash != "" {
+		next.BodySHA256 = resp.bodyHash
+	}
+	if class == classOK {
+		next.LastSuccess, next.Failures, next.FailingSince = next.Polled, 0, time.Time{}
+	} else {
+		if next.Failures == 0 {
+			next.FailingSince = next.Polled
+		}
+		next.Failures++
+	}
+	next.BackoffMS = errorBackoff(next.Failures, s.Interval.D(), p.cfg.ErrorBackoff).Milliseconds()
+	if !hadPrev || changed(prev, next) {
+		next.Changed = next.Polled
+	}
+	return next
+}
+
+// changed reports whether a poll's outcome differs from the saved one in
+// what State.Changed tracks: the status, the error class or the body. A
+// 304 says the content is the 200 the validators came from, so 200 and
+// 304 are the same outcome.
+func changed(prev, next State) bool {
+	content := func(status int) int {
+		if status == http.StatusNotModified {
+			return http.StatusOK
+		}
+		return status
+	}
+	return content(prev.Status) != content(next.Status) || prev.Error != next.Error || prev.BodySHA256 != next.BodySHA256
+}
+
+// errorBackoff is how much longer than interval the coordinator waits after
+// failures polls failed in a row with poller.Config.MaxErrorBackoff max,
+// before its jitter: (2^min(k,5) - 1) × interval, at most max (see the
+// poller package's scheduler).
+func errorBackoff(failures int, interval, max time.Duration) time.Duration {
+	if failures == 0 || max <= 0 {
+		return 0
+	}
+	return min(time.Duration((1<<min(failures, 5))-1)*interval, max)
+}
+
+// save saves next as s's state through st, within SaveTimeout, and logs
+// and counts a failure.
+func (p *Poller) save(ctx context.Context, st stateSlot, id string, next State) {
+	ctx, cancel := context.WithTimeout(ctx, SaveTimeout)
+	defer cancel()
+	err := st.Save(ctx, next.encode())
+	switch {
+	case err == nil:
+		p.stats.stateSaves.Add(1)
+		if p.saveFailing.Swap(false) {
+			p.log.Info("saving session state works again")
+		}
+	case errors.Is(err, state.ErrStale):
+		p.stats.stateStale.Add(1)
+		p.log.Info("session state not saved: this worker no longer holds the lease, or a newer holder saved",
+			zap.String("session", id), zap.Error(err))
+	case errors.Is(err, state.ErrTooLarge):
+		p.stats.stateTooLarge.Add(1)
+		p.log.Error("session state not saved: too large", zap.String("session", id),
+			zap.Int("bytes", len(next.encode())), zap.Error(err))
+	case !p.saveFailing.Swap(true):
+		p.stats.stateFailed.Add(1)
+		p.log.Warn("saving session state failed; further failures are logged at debug level",
+			zap.String("session", id), zap.Error(err))
+	default:
+		p.stats.stateFailed.Add(1)
+		p.log.Debug("saving session state failed", zap.String("session", id), zap.Error(err))
+	}
+}
+
+// Failing returns the sessions this Poller polls (under a lease that has
+// not ended) whose last poll failed, those failing longest first. It reads
+// memory only.
+func (p *Poller) Failing() []FailingSession { return p.failing.list() }
+
 // CloseIdleConnections closes the idle keep-alive connections of the HTTP
 // client, and with them the transport's goroutines. Call it after the last
 // Poll.
 func (p *Poller) CloseIdleConnections() { p.cfg.HTTP.CloseIdleConnections() }
 
-// get sends the request and drains at most MaxBodyBytes of the answer. It
-// returns the status code (0 when no response arrived).
-func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease) (int, error) {
+// response is what a poll kept of the answer.
+type response struct {
+	status             int    // 0 when no response arrived
+	etag, lastModified string // validators, "" if absent or too long
+	bodyHash           string // hex SHA-256 of the body read, when asked for
+}
+
+// get sends the request, conditional on prev's validators when
+// conditional, and drains at most MaxBodyBytes of the answer, hashing it
+// when conditional. The request, and the wait for a slot of its host, are
+// bounded by min(interval, Config.Timeout).
+func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, prev State, conditional bool) (response, error) {
 	timeout := p.cfg.Timeout
 	if iv := s.Interval.D(); iv > 0 && iv < timeout {
 		timeout = iv
@@ -222,7 +436,7 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease) (in
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL, nil)
 	if err != nil {
-		return 0, withoutURL(err)
+		return response{}, withoutURL(err)
 	}
 	req.Header.Set("User-Agent", p.cfg.UserAgent)
 	req.Header.Set(HeaderSession, s.ID)
@@ -230,16 +444,49 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease) (in
 	if l != nil {
 		req.Header.Set(HeaderToken, strconv.FormatInt(l.Token(), 10))
 	}
+	if conditional && prev.ETag != "" {
+		req.Header.Set("If-None-Match", prev.ETag)
+	}
+	if conditional && prev.LastModified != "" {
+		req.Header.Set("If-Modified-Since", prev.LastModified)
+	}
+	if p.hosts != nil {
+		release, err := p.hosts.acquire(ctx, strings.ToLower(req.URL.Host), func() { p.stats.hostWaits.Add(1) })
+		if err != nil {
+			return response{}, fmt.Errorf("wait for a slot of the host (%d in flight): %w", p.cfg.MaxPerHost, err)
+		}
+		defer release()
+	}
 	resp, err := p.cfg.HTTP.Do(req)
 	if err != nil {
-		return 0, withoutURL(err)
+		return response{}, withoutURL(err)
 	}
-	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxBodyBytes))
+	out := response{status: resp.StatusCode,
+		etag:         bounded(resp.Header.Get("ETag"), MaxETagBytes),
+		lastModified: bounded(resp.Header.Get("Last-Modified"), MaxLastModifiedBytes)}
+	var sink io.Writer = io.Discard
+	var h hash.Hash
+	if conditional {
+		h = sha256.New()
+		sink = h
+	}
+	_, err = io.Copy(sink, io.LimitReader(resp.Body, MaxBodyBytes))
 	_ = resp.Body.Close()
 	if err != nil {
-		return resp.StatusCode, fmt.Errorf("read body: %w", withoutURL(err))
+		return out, fmt.Errorf("read body: %w", withoutURL(err))
 	}
-	return resp.StatusCode, nil
+	if h != nil {
+		out.bodyHash = hex.EncodeToString(h.Sum(nil))
+	}
+	return out, nil
+}
+
+// bounded is v, or "" when it is longer than max bytes.
+func bounded(v string, max int) string {
+	if len(v) > max {
+		return ""
+	}
+	return v
 }
 
 // record hands res to the Recorder, or writes it at once without one, as

@@ -108,6 +108,7 @@ func TestNew(t *testing.T) {
 		{name: "negative timeout", give: Config{Client: c, Worker: "w1", Timeout: -1}, want: "Timeout must be positive"},
 		{name: "negative maxlen", give: Config{Client: c, Worker: "w1", StreamMaxLen: -1}, want: "StreamMaxLen must be positive"},
 		{name: "negative record timeout", give: Config{Client: c, Worker: "w1", RecordTimeout: -1}, want: "RecordTimeout must be positive"},
+		{name: "negative state refresh", give: Config{Client: c, Worker: "w1", StateRefresh: -1}, want: "StateRefresh must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

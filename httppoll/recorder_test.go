@@ -57,9 +57,16 @@ func setup(cmd redis.Cmder) bool {
 // runRecorder starts r.Run and returns a func that stops it and waits.
 func runRecorder(t *testing.T, r *Recorder) (stop func()) {
 	t.Helper()
+	return runStoppable(t, "Recorder.Run", r.Run)
+}
+
+// runStoppable starts run in a goroutine and returns a func (also run at
+// cleanup) that cancels its context and waits for it to return nil.
+func runStoppable(t *testing.T, name string, run func(context.Context) error) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -68,7 +75,7 @@ func runRecorder(t *testing.T, r *Recorder) (stop func()) {
 			case err := <-done:
 				require.NoError(t, err)
 			case <-time.After(10 * time.Second):
-				t.Fatal("Recorder.Run did not return")
+				t.Fatal(name + " did not return")
 			}
 		})
 	}

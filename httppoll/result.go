@@ -162,3 +162,26 @@ func classify(err error) errClass {
 	}
 	return classOther
 }
+
+// String names the class as State.Error does: "" for classOK.
+func (c errClass) String() string {
+	switch c {
+	case classOK:
+		return ""
+	case classServer:
+		return "server"
+	case classTimeout:
+		return "timeout"
+	case classCanceled:
+		return "cancelled"
+	case classRefused:
+		return "refused"
+	case classReset:
+		return "reset"
+	case classDNS:
+		return "dns"
+	case classTLS:
+		return "tls"
+	}
+	return "other"
+}

@@ -55,7 +55,7 @@ func TestTLSWithClientCertificate(t *testing.T) {
 // commands pollworker sends, including those its scripts call.
 const minimalACL = "on >worker-pass resetkeys ~poll:* ~session:* resetchannels &poll:events " +
 	"-@all +@connection -config +get +set +del +exists +getrange +incr +info +pexpire +pttl " +
-	"+mget +getdel +hincrby +hget +hset +hkeys +hgetall +sadd +srem +smembers +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard " +
+	"+mget +getdel +hincrby +hget +hmget +hset +hkeys +hgetall +sadd +srem +smembers +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard " +
 	"+xadd +xrange +xrevrange +time +publish +subscribe +unsubscribe " +
 	"+evalsha +eval +script|load +script|exists +watch +unwatch +multi +exec"
 

@@ -1,0 +1,113 @@
+package httppoll
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pollworker/pollworker/lease"
+)
+
+// FailingSession is a session this Poller polls whose last poll failed.
+type FailingSession struct {
+	// Session is the session id.
+	Session string
+	// Failures counts the polls that failed in a row (State.Failures).
+	Failures int
+	// Status is the last poll's HTTP status; 0 when no response arrived.
+	Status int
+	// Error is the last failure's class (State.Error).
+	Error string
+	// Since is when the first of those failures started.
+	Since time.Time
+	// LastPoll is when the last poll started.
+	LastPoll time.Time
+	// Token is the fencing token of the lease polled under; 0 without one.
+	Token int64
+}
+
+// failing remembers the sessions whose last poll failed, with the lease
+// they were polled under: a session whose lease has ended (handed off,
+// lost) is no longer this worker's to show and is forgotten. It holds
+// failing sessions only, so a worker whose sessions succeed keeps nothing.
+type failing struct {
+	mu       sync.Mutex
+	sessions map[string]failingEntry
+	sweepAt  int // sweep ended leases out once the map has this many entries
+}
+
+type failingEntry struct {
+	FailingSession
+	lease *lease.Lease // nil for polls without a lease
+}
+
+// minSweep is the size below which failing never sweeps.
+const minSweep = 64
+
+func newFailing() *failing {
+	return &failing{sessions: make(map[string]failingEntry), sweepAt: minSweep}
+}
+
+// update records the outcome of a poll of id under l: st is the session's
+// state after it.
+func (f *failing) update(id string, l *lease.Lease, st State) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st.Failures == 0 {
+		delete(f.sessions, id)
+		return
+	}
+	e := failingEntry{lease: l, FailingSession: FailingSession{Session: id, Failures: st.Failures, Status: st.Status,
+		Error: st.Error, Since: st.FailingSince, LastPoll: st.Polled}}
+	if l != nil {
+		e.Token = l.Token()
+	}
+	f.sessions[id] = e
+	if len(f.sessions) >= f.sweepAt {
+		f.sweepLocked()
+		f.sweepAt = max(2*len(f.sessions), minSweep)
+	}
+}
+
+// failures is the count of failures in a row of id's polls under l, for a
+// Poller without saved state: 0 unless the last poll under l failed.
+func (f *failing) failures(id string, l *lease.Lease) (n int, since time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.sessions[id]
+	if !ok || e.lease != l {
+		return 0, time.Time{}
+	}
+	return e.Failures, e.Since
+}
+
+// list returns the failing sessions whose lease has not ended, those
+// failing longest first.
+func (f *failing) list() []FailingSession {
+	f.mu.Lock()
+	f.sweepLocked()
+	out := make([]FailingSession, 0, len(f.sessions))
+	for _, e := range f.sessions {
+		out = append(out, e.FailingSession)
+	}
+	f.mu.Unlock()
+	slices.SortFunc(out, func(a, b FailingSession) int {
+		if c := a.Since.Compare(b.Since); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Session, b.Session)
+	})
+	return out
+}
+
+// sweepLocked forgets the sessions whose lease has ended.
+func (f *failing) sweepLocked() {
+	for id, e := range f.sessions {
+		if e.lease != nil {
+			if st := e.lease.State(); st == lease.Lost || st == lease.Released {
+				delete(f.sessions, id)
+			}
+		}
+	}
+}

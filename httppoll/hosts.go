@@ -1,0 +1,63 @@
+package httppoll
+
+import (
+	"context"
+	"sync"
+)
+
+// hostLimit bounds the requests in flight to one host (Config.MaxPerHost).
+// A host has a semaphore only while requests to it run or wait, so the
+// memory follows the hosts being polled now, not every host ever seen.
+type hostLimit struct {
+	max int
+
+	mu    sync.Mutex
+	hosts map[string]*hostSem
+}
+
+// hostSem is one host's semaphore and how many requests hold or wait for it.
+type hostSem struct {
+	slots chan struct{}
+	refs  int // guarded by hostLimit.mu
+}
+
+func newHostLimit(max int) *hostLimit {
+	return &hostLimit{max: max, hosts: make(map[string]*hostSem)}
+}
+
+// acquire takes a slot of host, waiting while max requests to it run, until
+// ctx is done; it calls onWait before it starts waiting. It returns the
+// function that gives the slot back, or ctx's error if ctx ended first.
+func (h *hostLimit) acquire(ctx context.Context, host string, onWait func()) (release func(), err error) {
+	h.mu.Lock()
+	sem := h.hosts[host]
+	if sem == nil {
+		sem = &hostSem{slots: make(chan struct{}, h.max)}
+		h.hosts[host] = sem
+	}
+	sem.refs++
+	h.mu.Unlock()
+	release = func() { <-sem.slots; h.unref(host, sem) }
+	select {
+	case sem.slots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	onWait()
+	select {
+	case sem.slots <- struct{}{}:
+		return release, nil
+	case <-ctx.Done():
+		h.unref(host, sem)
+		return nil, ctx.Err()
+	}
+}
+
+// unref forgets host's semaphore when nobody holds or waits for it.
+func (h *hostLimit) unref(host string, sem *hostSem) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sem.refs--; sem.refs == 0 {
+		delete(h.hosts, host)
+	}
+}

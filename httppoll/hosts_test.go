@@ -1,0 +1,139 @@
+package httppoll
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/session"
+)
+
+// gate is an HTTP server that holds every request until opened, and counts
+// the requests in flight per Host header.
+type gate struct {
+	*httptest.Server
+	open chan struct{}
+	once sync.Once
+
+	mu       sync.Mutex
+	inFlight map[string]int
+	maxSeen  map[string]int
+}
+
+func newGate(t *testing.T) *gate {
+	t.Helper()
+	g := &gate{open: make(chan struct{}), inFlight: map[string]int{}, maxSeen: map[string]int{}}
+	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		g.inFlight[r.Host]++
+		g.maxSeen[r.Host] = max(g.maxSeen[r.Host], g.inFlight[r.Host])
+		g.mu.Unlock()
+		defer func() {
+			g.mu.Lock()
+			g.inFlight[r.Host]--
+			g.mu.Unlock()
+		}()
+		select {
+		case <-g.open:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(g.Close)
+	t.Cleanup(g.release) // before Close: it waits for the handlers
+	return g
+}
+
+// release lets every request held, and every later one, through.
+func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
+
+func (g *gate) counts(host string) (inFlight, maxSeen int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inFlight[host], g.maxSeen[host]
+}
+
+// TestMaxPerHost: with a limit of 3, 9 polls of one host never have more
+// than 3 requests in flight there, while another host (the same server
+// reached as localhost) is not held up by them.
+func TestMaxPerHost(t *testing.T) {
+	g := newGate(t)
+	const limit, polls = 3, 9
+	p := newPoller(t, Config{Record: RecordNone, MaxPerHost: limit})
+	hostA := strings.TrimPrefix(g.URL, "http://")
+	hostB := strings.Replace(hostA, "127.0.0.1", "localhost", 1)
+
+	errs := make(chan error, polls+1)
+	for i := range polls {
+		s := session.Session{ID: fmt.Sprintf("a%d", i), URL: g.URL + "/", Interval: session.Duration(time.Minute)}
+		go func() { errs <- p.Poll(ctxT(t), s, nil) }()
+	}
+	require.Eventually(t, func() bool {
+		n, _ := g.counts(hostA)
+		return n == limit && p.Stats().HostWaits == polls-limit
+	}, 5*time.Second, time.Millisecond, "3 in flight, 6 waiting for a slot")
+
+	// Another host gets its own slots at once.
+	sb := session.Session{ID: "b", URL: "http://" + hostB + "/", Interval: session.Duration(time.Minute)}
+	go func() { errs <- p.Poll(ctxT(t), sb, nil) }()
+	require.Eventually(t, func() bool { n, _ := g.counts(hostB); return n == 1 }, 5*time.Second, time.Millisecond)
+
+	g.release()
+	for range polls + 1 {
+		require.NoError(t, <-errs)
+	}
+	_, maxA := g.counts(hostA)
+	require.Equal(t, limit, maxA)
+	require.EqualValues(t, polls+1, p.Stats().Polls[OutcomeOK])
+	require.EqualValues(t, polls-limit, p.Stats().HostWaits)
+	p.hosts.mu.Lock()
+	defer p.hosts.mu.Unlock()
+	require.Empty(t, p.hosts.hosts, "idle hosts are forgotten")
+}
+
+// TestHostSlotWaitEnds: a poll waiting for a slot of its host stops
+// waiting when its context ends (the lease stopped being held:
+// cancelled) or when its timeout passes (a timeout, and a failure).
+func TestHostSlotWaitEnds(t *testing.T) {
+	g := newGate(t)
+	p := newPoller(t, Config{Record: RecordNone, MaxPerHost: 1})
+	hold := session.Session{ID: "hold", URL: g.URL, Interval: session.Duration(time.Minute)}
+	held := make(chan error, 1)
+	go func() { held <- p.Poll(ctxT(t), hold, nil) }()
+	host := strings.TrimPrefix(g.URL, "http://")
+	require.Eventually(t, func() bool { n, _ := g.counts(host); return n == 1 }, 5*time.Second, time.Millisecond)
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	waiting := make(chan error, 1)
+	go func() {
+		waiting <- p.Poll(ctx, session.Session{ID: "w", URL: g.URL, Interval: session.Duration(time.Minute)}, nil)
+	}()
+	require.Eventually(t, func() bool { return p.Stats().HostWaits == 1 }, 5*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-waiting, context.Canceled)
+	require.EqualValues(t, 1, p.Stats().Polls[OutcomeCancelled])
+
+	err := p.Poll(ctxT(t), session.Session{ID: "t", URL: g.URL, Interval: session.Duration(50 * time.Millisecond)}, nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.EqualValues(t, 1, p.Stats().Polls[OutcomeTimeout])
+	require.Equal(t, []string{"t"}, failingIDs(p.Failing()))
+
+	g.release()
+	require.NoError(t, <-held)
+	_, maxSeen := g.counts(host)
+	require.Equal(t, 1, maxSeen)
+}
+
+func failingIDs(fs []FailingSession) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Session
+	}
+	return out
+}
