@@ -25,7 +25,7 @@ import (
 // Label values exported at 0 from the start.
 var (
 	// RedisOps are the operations poller.Observer.RedisError names.
-	RedisOps = []string{"acquire", "heartbeat", "members", "publish", "release", "renew", "sessions"}
+	RedisOps = []string{"acquire", "heartbeat", "members", "publish", "release", "renew", "sessions", "state"}
 	// PollOutcomes are the outcomes poller.Observer.PollDone reports.
 	PollOutcomes = []string{"ok", "error", "cancelled", "panic"}
 	// SessionStates are the values of pollworker_sessions' state label.

@@ -93,6 +93,7 @@ pollworker_redis_errors_total{op="publish"} 0
 pollworker_redis_errors_total{op="release"} 0
 pollworker_redis_errors_total{op="renew"} 0
 pollworker_redis_errors_total{op="sessions"} 0
+pollworker_redis_errors_total{op="state"} 0
 `), "pollworker_build_info", "pollworker_lease_events_total", "pollworker_redis_errors_total"))
 
 	reg = prometheus.NewPedanticRegistry()
