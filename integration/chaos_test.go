@@ -233,6 +233,7 @@ type cluster struct {
 	flags    []string      // of every worker
 	failover time.Duration // master killed -> Sentinel names the replica
 	rec      *recorder
+	watch    *stateWatch // the mints and state saves Redis ran (MONITOR)
 	workers  map[string]*worker
 	paused   map[string]bool // SIGSTOPped workers
 	seq      int
@@ -281,10 +282,14 @@ func newCluster(t *testing.T, rng *rand.Rand, f fault) *cluster {
 	}
 	// A new server, not one that lost data: no loss quarantine at start.
 	markFresh(t, c.admin)
+	// After a Sentinel failover the new master's saves go unseen: the
+	// check covers the rest of the iteration.
+	c.watch = startStateWatch(t, c.rds.Addr())
 	var err error
 	c.store, err = session.NewStore(c.admin, keyspace.Space{})
 	require.NoError(t, err)
 	c.rec = newRecorder(t, fence, pollHold, false)
+	c.rec.etags.Store(true) // the HTTP poller saves its state at every poll
 	for range chaosSessions {
 		c.addSession()
 	}
@@ -541,6 +546,12 @@ type outcome struct {
 	leasesLeft     int           // lease keys in Redis at the end
 	lastAfterLoss  time.Duration // start of the last poll after Redis came back empty
 	lossViolations []string
+
+	// The session-state check (CheckStateWrites): saves Redis accepted,
+	// and of them those from a holder no longer current or whose token
+	// went back; the save calls from a holder no longer current (refused,
+	// unless counted stale).
+	stateSaves, staleStateWrites, stateBackwards, staleAttempts int
 }
 
 // iterate runs one iteration of f and checks its history.
@@ -592,6 +603,7 @@ func iterate(t *testing.T, rng *rand.Rand, f fault) outcome {
 	if f.lost {
 		c.checkLoss(&out, h.Polls, faultEnd, lossBound, t0)
 	}
+	c.checkState(&out)
 	strict := os.Getenv("POLLWORKER_CHAOS_STRICT") != "0"
 	limit := func(p Poll) bool {
 		if c.inLimit(p) {
@@ -638,10 +650,10 @@ func iterate(t *testing.T, rng *rand.Rand, f fault) outcome {
 				p.Start.Sub(t0), faultStart.Sub(t0), faultEnd.Sub(t0)))
 		}
 	}
-	c.logf("%s: %d polls, overlaps %d, stale %d, shared %d, past deadline %d (%d in a pause-mid-poll window, %d abandoned in flight), never polled %d, max gap %v, recovered within %v (bound %v), not recovered %v",
+	c.logf("%s: %d polls, overlaps %d, stale %d, shared %d, past deadline %d (%d in a pause-mid-poll window, %d abandoned in flight), never polled %d, max gap %v, recovered within %v (bound %v), not recovered %v; state saves %d, stale state writes %d, state tokens back %d, stale save calls refused %d",
 		f.name, out.totals.Polls, out.totals.Overlaps, out.totals.Stale, out.totals.SharedTokens, out.totals.PastDeadline,
 		out.limitStale, out.abandoned, out.totals.NeverPolled, out.totals.MaxGap.Round(time.Millisecond),
-		recovery.Round(time.Millisecond), bound, unrecov)
+		recovery.Round(time.Millisecond), bound, unrecov, out.stateSaves, out.staleStateWrites, out.stateBackwards, out.staleAttempts-out.staleStateWrites)
 	for _, v := range out.violations {
 		c.logf("%s", v)
 	}
@@ -653,6 +665,27 @@ func iterate(t *testing.T, rng *rand.Rand, f fault) outcome {
 		c.logf("%s", v)
 	}
 	return out
+}
+
+// checkState checks the session states Redis wrote during the iteration
+// (CheckStateWrites over the MONITOR stream): no save may be accepted from
+// a holder whose lease had moved on, no state's token may go back, and
+// saves must have been seen at all (else the check checked nothing).
+// Unlike a poll's, a stale state write has no documented-limit window: the
+// save is fenced in Redis, so a paused holder's late save is refused.
+func (c *cluster) checkState(out *outcome) {
+	rep := CheckStateWrites(c.watch.snapshot())
+	out.stateSaves, out.staleStateWrites, out.stateBackwards = rep.Saves, len(rep.Stale), len(rep.Backwards)
+	out.staleAttempts = rep.StaleAttempts
+	for _, e := range rep.Stale {
+		out.violations = append(out.violations, fmt.Sprintf("stale state write: %v accepted after a newer token was minted", e))
+	}
+	for _, e := range rep.Backwards {
+		out.violations = append(out.violations, fmt.Sprintf("state token back: %v", e))
+	}
+	if rep.Saves == 0 {
+		out.violations = append(out.violations, "no state save seen: the state check checked nothing")
+	}
 }
 
 // checkLoss fills out's loss findings after a fault that lost every
@@ -754,6 +787,7 @@ func TestChaos(t *testing.T) {
 func summary(outs []outcome) string {
 	type row struct {
 		iters, polls, overlaps, stale, shared, past, never, unrecov, pauseMid, abandoned, late, leasesLeft int
+		stateSaves, staleState, refused                                                                    int
 		gap, lastAfterLoss, recovery, bound, failoverMin, failoverMax                                      time.Duration
 		lost                                                                                               bool
 	}
@@ -776,6 +810,9 @@ func summary(outs []outcome) string {
 		r.gap = max(r.gap, o.totals.MaxGap)
 		r.late += o.late
 		r.leasesLeft += o.leasesLeft
+		r.stateSaves += o.stateSaves
+		r.staleState += o.staleStateWrites + o.stateBackwards
+		r.refused += o.staleAttempts - o.staleStateWrites
 		r.lastAfterLoss = max(r.lastAfterLoss, o.lastAfterLoss)
 		r.recovery = max(r.recovery, o.recovery)
 		r.bound = o.bound
@@ -788,8 +825,8 @@ func summary(outs []outcome) string {
 	}
 	round := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
 	var b strings.Builder
-	b.WriteString("| fault | iterations | polls | overlaps | stale polls | shared tokens | polls past deadline | of the findings: pause mid-poll | of the findings: abandoned in flight | max unowned gap | sessions never polled | not recovered | max recovery (bound) | last poll after the loss | polls after the loss bound | lease keys left after the loss |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | iterations | polls | overlaps | stale polls | shared tokens | polls past deadline | of the findings: pause mid-poll | of the findings: abandoned in flight | max unowned gap | sessions never polled | not recovered | max recovery (bound) | last poll after the loss | polls after the loss bound | lease keys left after the loss | state saves | stale state writes | stale saves refused |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range faults {
 		r := rows[f.name]
 		if r.iters == 0 {
@@ -804,8 +841,8 @@ func summary(outs []outcome) string {
 			unrecov, recovery, last = "-", "-", round(r.lastAfterLoss).String()
 			late, left = strconv.Itoa(r.late), strconv.Itoa(r.leasesLeft)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %v | %d | %s | %s | %s | %s | %s |\n", f.name, r.iters, r.polls, r.overlaps, r.stale,
-			r.shared, r.past, r.pauseMid, r.abandoned, round(r.gap), r.never, unrecov, recovery, last, late, left)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %v | %d | %s | %s | %s | %s | %s | %d | %d | %d |\n", f.name, r.iters, r.polls, r.overlaps, r.stale,
+			r.shared, r.past, r.pauseMid, r.abandoned, round(r.gap), r.never, unrecov, recovery, last, late, left, r.stateSaves, r.staleState, r.refused)
 	}
 	return b.String()
 }

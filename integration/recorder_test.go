@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,11 @@ type recorder struct {
 	// drops the request, as a downstream that does not watch for client
 	// disconnects would.
 	keepServing bool
+	// etags makes every answer carry a new ETag, so that a poller that
+	// saves its state when the answer changes (httppoll) saves at every
+	// poll: the chaos suite's state check then sees every poll's save.
+	etags atomic.Bool
+	etag  atomic.Int64
 
 	mu       sync.Mutex
 	polls    []Poll
@@ -118,6 +124,9 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec.mu.Lock()
 	rec.polls = append(rec.polls, p)
 	rec.mu.Unlock()
+	if rec.etags.Load() {
+		w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(rec.etag.Add(1), 10)))
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
