@@ -99,7 +99,7 @@ func TestMaxPerHost(t *testing.T) {
 
 // TestHostSlotWaitEnds: a poll waiting for a slot of its host stops
 // waiting when its context ends (the lease stopped being held:
-// cancelled) or when its timeout passes (a timeout, and a failure).
+// cancelled) or when half its timeout passes (a timeout, and a failure).
 func TestHostSlotWaitEnds(t *testing.T) {
 	g := newGate(t)
 	p := newPoller(t, Config{Record: RecordNone, MaxPerHost: 1})
@@ -119,8 +119,11 @@ func TestHostSlotWaitEnds(t *testing.T) {
 	require.ErrorIs(t, <-waiting, context.Canceled)
 	require.EqualValues(t, 1, p.Stats().Polls[OutcomeCancelled])
 
-	err := p.Poll(ctxT(t), session.Session{ID: "t", URL: g.URL, Interval: session.Duration(50 * time.Millisecond)}, nil)
+	// It waits at most half its timeout (min(interval, Timeout)), so that
+	// a request it sends has the other half.
+	err := p.Poll(ctxT(t), session.Session{ID: "t", URL: g.URL, Interval: session.Duration(200 * time.Millisecond)}, nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "no slot of the host within 100ms")
 	require.EqualValues(t, 1, p.Stats().Polls[OutcomeTimeout])
 	require.Equal(t, []string{"t"}, failingIDs(p.Failing()))
 

@@ -108,8 +108,9 @@ type Config struct {
 	UserAgent string
 	// MaxPerHost bounds the requests this Poller has in flight to one host
 	// (host and port of the URL as written); a poll waits for a slot under
-	// its context and its timeout (a wait cut short by the timeout is a
-	// timeout, by the lease ending a cancellation). Default
+	// its context for at most half its timeout, so that the request it
+	// then sends has at least the other half (a wait cut short by that
+	// bound is a timeout, by the lease ending a cancellation). Default
 	// DefaultMaxPerHost (64); negative means no bound.
 	MaxPerHost int
 	// StateRefresh is how old the saved State of a session may grow while
@@ -425,8 +426,9 @@ type response struct {
 
 // get sends the request, conditional on prev's validators when
 // conditional, and drains at most MaxBodyBytes of the answer, hashing it
-// when conditional. The request, and the wait for a slot of its host, are
-// bounded by min(interval, Config.Timeout).
+// when conditional. The wait for a slot of its host and the request
+// together are bounded by min(interval, Config.Timeout), the wait by half
+// of it.
 func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, prev State, conditional bool) (response, error) {
 	timeout := p.cfg.Timeout
 	if iv := s.Interval.D(); iv > 0 && iv < timeout {
@@ -451,9 +453,15 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 		req.Header.Set("If-Modified-Since", prev.LastModified)
 	}
 	if p.hosts != nil {
-		release, err := p.hosts.acquire(ctx, strings.ToLower(req.URL.Host), func() { p.stats.hostWaits.Add(1) })
+		// Wait at most half the timeout, so that a request sent has at
+		// least the other half: a slot taken with a few milliseconds left
+		// would send a request doomed to be abandoned, which the target
+		// would still serve.
+		wctx, wcancel := context.WithTimeout(ctx, timeout/2)
+		release, err := p.hosts.acquire(wctx, strings.ToLower(req.URL.Host), func() { p.stats.hostWaits.Add(1) })
+		wcancel()
 		if err != nil {
-			return response{}, fmt.Errorf("wait for a slot of the host (%d in flight): %w", p.cfg.MaxPerHost, err)
+			return response{}, fmt.Errorf("no slot of the host within %v (%d requests in flight): %w", timeout/2, p.cfg.MaxPerHost, err)
 		}
 		defer release()
 	}
