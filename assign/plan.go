@@ -26,6 +26,18 @@ type Member struct {
 // BucketKey returns the string hashed to place bucket b.
 func BucketKey(b int) string { return "bucket-" + strconv.Itoa(b) }
 
+// SpaceKey returns the string hashed to place bucket b of the placement
+// space named space: BucketKey(b) for the default space "", else
+// "bucket-<b>|<space>" (a space is a canonical selector: the sessions
+// restricted to the workers that match it are placed among those workers
+// only, with rankings of their own).
+func SpaceKey(space string, b int) string {
+	if space == "" {
+		return BucketKey(b)
+	}
+	return BucketKey(b) + "|" + space
+}
+
 // bucketHashes are the HashKey of every BucketKey, computed once.
 var bucketHashes = sync.OnceValue(func() []uint64 {
 	hs := make([]uint64, Buckets)
@@ -38,6 +50,8 @@ var bucketHashes = sync.OnceValue(func() []uint64 {
 // Fleet is a set of live workers with every bucket's two best-ranked
 // candidates among them. It is immutable; build one per membership.
 type Fleet struct {
+	space  string   // the placement space ("" by default)
+	hashes []uint64 // bucket -> HashKey(SpaceKey(space, b))
 	table  *hrw.Table
 	first  []int32 // bucket -> table index of its rendezvous owner
 	second []int32 // bucket -> the runner-up, -1 with one member
@@ -46,6 +60,13 @@ type Fleet struct {
 // NewFleet returns the Fleet of members (duplicate ids collapse to one,
 // keeping the largest weight). It fails only for an invalid weight.
 func NewFleet(members ...Member) (*Fleet, error) {
+	return NewFleetIn("", members...)
+}
+
+// NewFleetIn is NewFleet for the buckets of the placement space named
+// space (see SpaceKey): the same members rank every bucket of another
+// space in an order of its own.
+func NewFleetIn(space string, members ...Member) (*Fleet, error) {
 	nodes := make([]hrw.Node, len(members))
 	for i, m := range members {
 		nodes[i] = hrw.Node{ID: m.ID, Weight: m.Weight}
@@ -54,13 +75,19 @@ func NewFleet(members ...Member) (*Fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("assign: %w", err)
 	}
-	f := &Fleet{table: t}
+	f := &Fleet{space: space, table: t, hashes: bucketHashes()}
+	if space != "" {
+		f.hashes = make([]uint64, Buckets)
+		for b := range f.hashes {
+			f.hashes[b] = hrw.HashKey(SpaceKey(space, b))
+		}
+	}
 	if t.Len() == 0 {
 		return f, nil
 	}
 	f.first = make([]int32, Buckets)
 	f.second = make([]int32, Buckets)
-	for b, h := range bucketHashes() {
+	for b, h := range f.hashes {
 		i, j := t.Top2(h)
 		f.first[b], f.second[b] = int32(i), int32(j)
 	}
@@ -93,8 +120,11 @@ func (f *Fleet) Contains(id string) bool {
 // hashing of its bucket, best first: the order a Plan starts from before
 // any bound applies.
 func (f *Fleet) Rank(id string) []string {
-	return f.table.Rank(BucketKey(keyspace.BucketOf(id)), f.table.Len())
+	return f.table.Rank(SpaceKey(f.space, keyspace.BucketOf(id)), f.table.Len())
 }
+
+// Space is the placement space the fleet ranks ("" by default).
+func (f *Fleet) Space() string { return f.space }
 
 // Plan is the placement of every bucket on a Fleet for given bucket sizes
 // and slack. It is immutable.
@@ -170,7 +200,7 @@ type candidate struct {
 func (bl *balancer) shed(w int) {
 	p := bl.p
 	t := p.fleet.table
-	hs := bucketHashes()
+	hs := p.fleet.hashes
 	n := t.Len()
 	var cands []candidate
 	for b, o := range p.owner {

@@ -32,6 +32,10 @@ type Info struct {
 	// Weight is the worker's declared capacity relative to its peers (the
 	// planner's assign.Member.Weight); 0 (absent) means 1.
 	Weight float64 `json:"weight,omitempty"`
+	// Labels are the worker's labels (--labels): a session with a selector
+	// is placed only on workers whose labels match it. Fixed for the
+	// process's life.
+	Labels Labels `json:"labels,omitempty"`
 }
 
 // PlanWeight is the weight the planner gives the worker: Weight, or 1 when

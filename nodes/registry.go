@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -58,6 +59,10 @@ type Config struct {
 	// Weight is this worker's capacity relative to its peers, stored in
 	// Info and used by every planner; 0 means 1 (ValidateWeight).
 	Weight float64
+	// Labels are this worker's labels, stored in Info; a session whose
+	// selector they do not match is never placed on it. Fixed for the
+	// registry's life.
+	Labels Labels
 }
 
 // Registry records this worker's heartbeats and observes its live peers. It
@@ -117,8 +122,11 @@ func New(cfg Config) (*Registry, error) {
 	if err := ValidateWeight(cfg.Weight); err != nil {
 		return nil, fmt.Errorf("%w: Weight: %w", ErrInvalidConfig, err)
 	}
+	if err := cfg.Labels.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: Labels: %w", ErrInvalidConfig, err)
+	}
 	info := Info{ID: cfg.ID, Host: hostname(), PID: os.Getpid(), Started: processStart, Version: cfg.Version,
-		Incarnation: cfg.Incarnation, TTLMs: cfg.TTL.Milliseconds(), Weight: cfg.Weight}
+		Incarnation: cfg.Incarnation, TTLMs: cfg.TTL.Milliseconds(), Weight: cfg.Weight, Labels: maps.Clone(cfg.Labels)}
 	value, err := json.Marshal(info)
 	if err != nil {
 		return nil, fmt.Errorf("nodes: encode info: %w", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,6 +14,7 @@ import (
 	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/nodes"
+	"github.com/pollworker/pollworker/session"
 )
 
 // The session index is split into keyspace.SessionBuckets buckets, and the
@@ -44,7 +46,58 @@ type bucket struct {
 type weighing struct {
 	loads    []int  // bucket -> polls per day (session.PollsPerDay)
 	complete bool   // loads count every session: plan by loads, else by sizes
-	fleetKey string // the members and weights the fleet was built for
+	fleetKey string // the members, weights and labels the fleet was built for
+
+	// Placement rules: the sessions with a selector are placed by unit
+	// (selector, bucket), each selector's units among the placeable
+	// members whose labels match it (assign.NewFleetIn).
+	members     []assign.Member           // the placeable members, with weights
+	labels      map[string]nodes.Labels   // member -> its heartbeat's labels
+	spaces      map[string]*session.Space // selector -> its units' sizes and loads
+	fleets      map[string]*spaceFleet    // selector -> its fleet, for the selectors this worker matches
+	plans       map[string]*assign.Plan   // selector -> its plan, for the selectors this worker matches
+	unplaceable atomic.Int64              // active sessions whose selector no placeable member matches
+	unmatched   map[string]struct{}       // watched sessions whose selector this worker does not match
+}
+
+// spaceFleet is the fleet of one selector's matching members.
+type spaceFleet struct {
+	key   string // the fleetKey it was built for
+	fleet *assign.Fleet
+}
+
+// Unplaceable is the number of active sessions whose selector no live,
+// placeable worker's labels match, as of this worker's last plan: they
+// are polled by nobody until such a worker joins. Every worker computes
+// the same fleet-wide figure.
+func (c *Coordinator) Unplaceable() int { return int(c.view.weighing.unplaceable.Load()) }
+
+// matches reports whether this worker may poll s: its labels match the
+// session's selector.
+func (c *Coordinator) matches(s session.Session) bool {
+	return s.Selector == "" || nodes.Labels(c.cfg.Labels).MatchesSelector(s.Selector)
+}
+
+// onlyMatching returns the ids whose known definition this worker
+// matches (defence in depth: the plan never gives a worker a session it
+// does not match).
+func (c *Coordinator) onlyMatching(ids []string) []string {
+	out := ids[:0:0]
+	for _, id := range ids {
+		if s, ok := c.view.sessions[id]; ok && !c.matches(s) {
+			c.log.Warn("not acquiring a session whose selector this worker does not match", zap.String("session", id), zap.String("selector", s.Selector))
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// isUnmatched reports whether id was found, in a watched bucket, to have
+// a selector this worker does not match.
+func (c *Coordinator) isUnmatched(id string) bool {
+	_, ok := c.view.weighing.unmatched[id]
+	return ok
 }
 
 // plannable is the bucket weights the plan is computed from: the loads
@@ -57,24 +110,94 @@ func (c *Coordinator) plannable() []int {
 }
 
 // weighMembers returns the placeable members with the weights of their
-// heartbeats (1 when missing) and a key that changes with either.
-func weighMembers(ids []string, infos []nodes.Info) ([]assign.Member, string) {
+// heartbeats (1 when missing), their labels, and a key that changes with
+// any of them.
+func weighMembers(ids []string, infos []nodes.Info) ([]assign.Member, map[string]nodes.Labels, string) {
 	w := make(map[string]float64, len(infos))
+	labels := make(map[string]nodes.Labels, len(infos))
 	for _, info := range infos {
 		w[info.ID] = info.PlanWeight()
+		if len(info.Labels) > 0 {
+			labels[info.ID] = info.Labels
+		}
 	}
 	ms := make([]assign.Member, len(ids))
 	var key strings.Builder
 	for i, id := range ids {
 		ms[i] = assign.Member{ID: id, Weight: cmp.Or(w[id], 1)}
-		fmt.Fprintf(&key, "%s=%g;", id, ms[i].Weight)
+		fmt.Fprintf(&key, "%s=%g{%s};", id, ms[i].Weight, labels[id])
 	}
-	return ms, key.String()
+	return ms, labels, key.String()
+}
+
+// Matching returns the members whose labels match the selector sel.
+func matching(ms []assign.Member, labels map[string]nodes.Labels, sel string) []assign.Member {
+	var out []assign.Member
+	for _, m := range ms {
+		if labels[m.ID].MatchesSelector(sel) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// planSpaces plans the units of every selector this worker matches (each
+// among the matching members: a join or leave of a matching worker moves
+// only what it must, one of another zone nothing), and counts the active
+// sessions of the selectors no placeable member matches.
+func (c *Coordinator) planSpaces() {
+	w := &c.view.weighing
+	mine := nodes.Labels(c.cfg.Labels)
+	plans := make(map[string]*assign.Plan)
+	unplaceable := 0
+	for sel, sp := range w.spaces {
+		ms := matching(w.members, w.labels, sel)
+		if len(ms) == 0 {
+			for _, n := range sp.Sizes {
+				unplaceable += n
+			}
+			continue
+		}
+		if !mine.MatchesSelector(sel) {
+			continue
+		}
+		if w.fleets == nil {
+			w.fleets = make(map[string]*spaceFleet)
+		}
+		sf := w.fleets[sel]
+		if sf == nil || sf.key != w.fleetKey {
+			f, err := assign.NewFleetIn(sel, ms...)
+			if err != nil { // PlanWeight returns only valid weights
+				c.log.Error("planner refused a selector's fleet", zap.String("selector", sel), zap.Error(err))
+				continue
+			}
+			sf = &spaceFleet{key: w.fleetKey, fleet: f}
+			w.fleets[sel] = sf
+		}
+		plans[sel] = sf.fleet.Plan(sp.Loads, c.cfg.BalanceSlack)
+	}
+	for sel := range w.fleets {
+		if _, ok := plans[sel]; !ok {
+			delete(w.fleets, sel)
+		}
+	}
+	w.plans = plans
+	if old := w.unplaceable.Swap(int64(unplaceable)); old != int64(unplaceable) && unplaceable > 0 {
+		c.log.Warn("sessions with a selector that no live worker matches are polled by nobody", zap.Int("sessions", unplaceable))
+	}
 }
 
 // ownerOf returns the preferred live worker of a session, "" with no live
-// worker.
+// worker (or, for a session with a selector, none that matches it or when
+// this worker does not match it: it plans only the selectors it matches).
 func (c *Coordinator) ownerOf(id string) string {
+	if s, ok := c.view.sessions[id]; ok && s.Selector != "" {
+		p := c.view.weighing.plans[s.SelectorKey()]
+		if p == nil {
+			return ""
+		}
+		return p.OwnerOf(id)
+	}
 	if c.view.plan == nil {
 		return ""
 	}
@@ -110,7 +233,8 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 		c.watchOrphans()
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
-	ms, key := weighMembers(m.Placeable(), infos) // cordoned workers take nothing
+	ms, labels, key := weighMembers(m.Placeable(), infos) // cordoned workers take nothing
+	c.view.weighing.members, c.view.weighing.labels = ms, labels
 	if fleetChanged := key != c.view.weighing.fleetKey || c.view.fleet == nil; fleetChanged {
 		fleet, err := assign.NewFleet(ms...)
 		if err != nil { // PlanWeight returns only valid weights
@@ -140,15 +264,22 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 // after their owner), ids only.
 func (c *Coordinator) assignBuckets() {
 	c.view.plan = c.view.fleet.Plan(c.plannable(), c.cfg.BalanceSlack)
+	c.planSpaces()
 	me := c.cfg.ID
 	want := make(map[int]bool) // bucket -> assigned
 	if c.view.members.Contains(me) {
-		for b := range assign.Buckets {
-			switch {
-			case c.view.plan.Owner(b) == me:
-				want[b] = true
-			case c.view.plan.Watcher(b) == me:
-				want[b] = false
+		plans := []*assign.Plan{c.view.plan}
+		for _, p := range c.view.weighing.plans {
+			plans = append(plans, p)
+		}
+		for _, p := range plans {
+			for b := range assign.Buckets {
+				switch {
+				case p.Owner(b) == me:
+					want[b] = true
+				case p.Watcher(b) == me && !want[b]:
+					want[b] = false
+				}
 			}
 		}
 	}
@@ -220,6 +351,13 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 				if st, ok := c.view.buckets[ch.Bucket]; ok {
 					st.loaded = false
 				}
+				if ch.Selector != "" {
+					sp := w.space(ch.Selector)
+					if sp.Sizes[ch.Bucket] != ch.Size || sp.Loads[ch.Bucket] != ch.Load {
+						sp.Sizes[ch.Bucket], sp.Loads[ch.Bucket], sizesChanged = ch.Size, ch.Load, true
+					}
+					continue
+				}
 				if c.view.sizes[ch.Bucket] != ch.Size {
 					c.view.sizes[ch.Bucket] = ch.Size
 					sizesChanged = sizesChanged || !w.complete
@@ -231,6 +369,7 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 			}
 			if len(changed) > 0 {
 				c.watchOrphans()
+				clear(w.unmatched) // a selector may have changed
 			}
 			c.view.seenRev = rev
 			return sizesChanged, true
@@ -249,6 +388,8 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 	}
 	c.view.seenRev, c.view.sizes, c.view.synced = w.Rev, w.Sizes, true
 	c.view.weighing.loads, c.view.weighing.complete = w.Loads, w.Complete
+	c.view.weighing.spaces = w.Spaces
+	clear(c.view.weighing.unmatched)
 	c.unloadAll()
 	return true, true
 }
@@ -387,4 +528,27 @@ func sortBuckets(bs []int, st map[int]*bucket) {
 		}
 		return a - b
 	})
+}
+
+// space returns the sizes and loads of selector sel's units, made on first
+// use.
+func (w *weighing) space(sel string) *session.Space {
+	if w.spaces == nil {
+		w.spaces = make(map[string]*session.Space)
+	}
+	sp, ok := w.spaces[sel]
+	if !ok {
+		sp = &session.Space{Sizes: make([]int, keyspace.SessionBuckets), Loads: make([]int, keyspace.SessionBuckets)}
+		w.spaces[sel] = sp
+	}
+	return sp
+}
+
+// noteUnmatched records a watched session whose selector this worker does
+// not match, so that the orphan watch stops reading it.
+func (w *weighing) noteUnmatched(id string) {
+	if w.unmatched == nil {
+		w.unmatched = make(map[string]struct{})
+	}
+	w.unmatched[id] = struct{}{}
 }

@@ -139,6 +139,11 @@ type Config struct {
 	// heartbeat (nodes.Info.Weight) so that every worker plans with it;
 	// default 0, meaning 1. See nodes.ValidateWeight.
 	Weight float64
+	// Labels are this worker's labels (nodes.Labels: key=value pairs),
+	// carried in its heartbeat: a session with a selector is placed only
+	// on, and polled only by, workers whose labels match it. Fixed for the
+	// Coordinator's life: a worker whose labels change is a new process.
+	Labels map[string]string
 
 	// Logger receives structured logs; default no-op.
 	Logger *zap.Logger

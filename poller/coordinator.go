@@ -110,7 +110,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	reg, err := nodes.New(nodes.Config{Client: cfg.Client, Keys: cfg.Keys, ID: cfg.ID,
-		Version: cfg.Version, TTL: cfg.HeartbeatTTL, Logger: cfg.Logger, Weight: cfg.Weight})
+		Version: cfg.Version, TTL: cfg.HeartbeatTTL, Logger: cfg.Logger, Weight: cfg.Weight, Labels: cfg.Labels})
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}

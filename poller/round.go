@@ -144,7 +144,7 @@ func (c *Coordinator) wanted(full bool, touched map[string]struct{}) []string {
 	want := func(id string) bool {
 		_, running := c.workers[id]
 		_, contended := c.claims.contended[id]
-		return !running && !contended && c.ownerOf(id) == me
+		return !running && !contended && c.ownerOf(id) == me && c.matches(c.view.sessions[id])
 	}
 	var out []string
 	if full {
@@ -210,6 +210,7 @@ func (c *Coordinator) checkWorker(id string, w *worker) {
 	case w.stopping:
 		// Already handing off: reapWorkers releases it when its poll returned.
 	case !active, // removed or paused
+		!c.matches(s), // its selector no longer matches this worker's labels
 		// Another live worker is preferred. With no live worker at all
 		// (say every heartbeat fails while Redis refuses writes) there
 		// is nobody to hand to: keep the lease while it can be renewed.
@@ -275,6 +276,7 @@ const acquireChunk = 1000
 // when it would expire (a retry timer), or sooner if its holder announces
 // a release.
 func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
+	ids = c.onlyMatching(ids)
 	var out acquireOutcome
 	out.retry = -1
 	for start := 0; start < len(ids); start += acquireChunk {
@@ -388,6 +390,10 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	}
 	take = take[:0]
 	for _, s := range sessions {
+		if !c.matches(s) {
+			c.view.weighing.noteUnmatched(s.ID) // not ours to adopt: stop watching it
+			continue
+		}
 		if !s.Paused {
 			c.view.sessions[s.ID] = s
 			take = append(take, s.ID)
@@ -420,7 +426,7 @@ func (c *Coordinator) watchList() []string {
 			continue
 		}
 		for _, id := range st.ids {
-			if _, ok := c.workers[id]; !ok && keyspace.ValidateID(id) == nil {
+			if _, ok := c.workers[id]; !ok && keyspace.ValidateID(id) == nil && !c.isUnmatched(id) {
 				watch = append(watch, id)
 			}
 		}
@@ -497,7 +503,7 @@ func (c *Coordinator) orphanDue(id string) bool {
 
 func sameSession(a, b session.Session) bool {
 	return a.ID == b.ID && a.URL == b.URL && a.Interval == b.Interval &&
-		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels)
+		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels) && a.Selector == b.Selector
 }
 
 // scheduleRetry asks for a round in d, unless one is due sooner already

@@ -33,13 +33,8 @@ func perWorker(t *testing.T, client redis.UniversalClient, ids []string) (map[st
 // one written before loads were kept): once Store.RebuildLoads counts
 // them, the running workers switch to planning by load.
 func TestPlansByPollLoad(t *testing.T) {
-	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client, store := freshStore(t)
 	ctx := context.Background()
-	store, err := session.NewStore(client, keyspace.Space{})
-	require.NoError(t, err)
-	_, err = lease.MarkFresh(ctx, client, keyspace.Space{})
-	require.NoError(t, err)
 	f := assign.NewFleetIDs("w1", "w2")
 	var fast, all []string
 	for i := 0; len(fast) < 6; i++ {
@@ -68,7 +63,7 @@ func TestPlansByPollLoad(t *testing.T) {
 	byCount, _ := perWorker(t, client, fast)
 	t.Logf("planned by counts: fast sessions per worker %v", byCount)
 
-	_, err = store.RebuildLoads(ctx)
+	_, err := store.RebuildLoads(ctx)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		per, n := perWorker(t, client, fast)
@@ -108,4 +103,16 @@ func plannedOwners(workers, ids []string, interval time.Duration) []string {
 		out[i] = p.OwnerOf(id)
 	}
 	return out
+}
+
+// freshStore starts a redis-server with a fresh keyspace (no quarantine to
+// wait out) and returns a client and a session store on it.
+func freshStore(t *testing.T) (*redis.Client, *session.Store) {
+	t.Helper()
+	client := redistest.Start(t).Client(t)
+	store, err := session.NewStore(client, keyspace.Space{})
+	require.NoError(t, err)
+	_, err = lease.MarkFresh(context.Background(), client, keyspace.Space{})
+	require.NoError(t, err)
+	return client, store
 }

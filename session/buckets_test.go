@@ -28,7 +28,7 @@ func TestChangesNameTheChangedBuckets(t *testing.T) {
 	require.NoError(t, s.Put(ctx, sess("b"))) // a replacement: same size
 	got, r1, _, err := s.Changes(ctx, r0)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []BucketSize{{keyspace.BucketOf("a"), 1, day, true}, {keyspace.BucketOf("b"), 1, day, true}}, got)
+	require.ElementsMatch(t, []BucketSize{{keyspace.BucketOf("a"), 1, day, true, ""}, {keyspace.BucketOf("b"), 1, day, true, ""}}, got)
 	require.Equal(t, rev(t, s), r1)
 	r, sizes, err := s.Sizes(ctx)
 	require.NoError(t, err)
@@ -56,7 +56,7 @@ func TestChangesNameTheChangedBuckets(t *testing.T) {
 		require.NoError(t, tc.op())
 		got, r2, _, err := s.Changes(ctx, r1)
 		require.NoError(t, err)
-		require.Equal(t, []BucketSize{{keyspace.BucketOf("a"), tc.size, tc.load, true}}, got)
+		require.Equal(t, []BucketSize{{keyspace.BucketOf("a"), tc.size, tc.load, true, ""}}, got)
 		require.Greater(t, r2, r1)
 		r1 = r2
 	}

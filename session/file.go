@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // A sessions file is the declarative form of a set of sessions, read by
@@ -122,7 +123,7 @@ func (e *FileError) Error() string {
 func (e *FileError) Is(target error) bool { return target == ErrMalformed }
 
 // fileFields are the fields of an entry, in the order they are written.
-var fileFields = []string{"id", "url", "interval", "paused", "labels"}
+var fileFields = []string{"id", "url", "interval", "paused", "labels", "selector"}
 
 // ParseFile reads a sessions file (YAML or JSON) and checks it whole: the
 // shape of the document, every field of every entry (unknown and repeated
@@ -306,6 +307,16 @@ func readField(e *Entry, name string, v *yaml.Node) string {
 			return p
 		}
 		e.Session.Labels = labels
+	case "selector":
+		sel, ok := scalar(v)
+		if !ok {
+			return `selector must be a string like "zone=eu-1,egress=static"`
+		}
+		c, err := nodes.CanonicalSelector(sel)
+		if err != nil {
+			return fmt.Sprintf("selector: %v", err)
+		}
+		e.Session.Selector = c
 	}
 	return ""
 }
@@ -414,6 +425,7 @@ type fileEntry struct {
 	Interval string            `json:"interval" yaml:"interval"`
 	Paused   bool              `json:"paused,omitempty" yaml:"paused,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
+	Selector string            `json:"selector,omitempty" yaml:"selector,omitempty"`
 }
 
 // fileHeader opens a YAML file written by EncodeFile.
@@ -444,7 +456,7 @@ func EncodeFile(w io.Writer, sessions []Session, format FileFormat) error {
 	}
 	_, _ = bw.WriteString(open)
 	for i, s := range sessions {
-		e := fileEntry{ID: s.ID, URL: s.URL, Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels}
+		e := fileEntry{ID: s.ID, URL: s.URL, Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels, Selector: s.Selector}
 		if i > 0 {
 			_, _ = bw.WriteString(sep)
 		}

@@ -95,6 +95,10 @@ type BucketSize struct {
 	// Weights.Complete); a reader whose loads were incomplete rereads them
 	// all (Weights) when it turns true.
 	Complete bool
+	// Selector is the canonical selector of the unit ("" for the bucket's
+	// own unit, whose Size counts every id of the bucket; a selector's
+	// Size counts its active sessions in the bucket).
+	Selector string
 }
 
 // Changes returns the index buckets changed after revision since, with
@@ -123,14 +127,14 @@ func (s *Store) Changes(ctx context.Context, since int64) (changed []BucketSize,
 	complete := reply[1] == int64(1)
 	rev = since
 	for i := 2; i < len(reply); i += 4 {
-		b, err := strconv.Atoi(fmt.Sprint(reply[i]))
-		if err != nil || b < 0 || b >= keyspace.SessionBuckets {
+		b, sel, ok := ParseUnit(fmt.Sprint(reply[i]))
+		if !ok {
 			continue // not written by Store
 		}
 		if score, err := strconv.ParseFloat(fmt.Sprint(reply[i+1]), 64); err == nil {
 			rev = max(rev, int64(score))
 		}
-		changed = append(changed, BucketSize{Bucket: b, Size: sizeOf(reply[i+2]), Load: sizeOf(reply[i+3]), Complete: complete})
+		changed = append(changed, BucketSize{Bucket: b, Selector: sel, Size: sizeOf(reply[i+2]), Load: sizeOf(reply[i+3]), Complete: complete})
 	}
 	return changed, rev, false, nil
 }

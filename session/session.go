@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // Limits on a session.
@@ -35,7 +36,7 @@ var ErrMalformed = errors.New("session: malformed")
 // that breaks a rule and the rule. errors.Is(err, ErrMalformed) holds for
 // it, and errors.Is(err, keyspace.ErrInvalidID) for a bad id.
 type FieldError struct {
-	// Field is "id", "url" or "interval".
+	// Field is "id", "url", "interval" or "selector".
 	Field string
 	// Reason says which rule the field breaks, e.g. "1ms is below the
 	// minimum 10ms". It never quotes the URL, which may hold a password.
@@ -68,6 +69,21 @@ type Session struct {
 	Paused bool `json:"paused,omitempty"`
 	// Labels are free-form metadata handed to the poll.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Selector, if set ("zone=eu-1,egress=static", see nodes.ParseLabels),
+	// restricts the session to workers whose labels include every pair of
+	// it: it is placed only among them and polled by no other worker. A
+	// session no live worker matches is polled by nobody (and reported).
+	Selector string `json:"selector,omitempty"`
+}
+
+// SelectorKey is the canonical form of the session's selector (pairs sorted
+// by key; "" for none, or when invalid, which Validate rejects).
+func (s Session) SelectorKey() string {
+	c, err := nodes.CanonicalSelector(s.Selector)
+	if err != nil {
+		return ""
+	}
+	return c
 }
 
 // Validate reports whether s may be stored and polled: a valid id, a
@@ -96,6 +112,9 @@ func (s Session) Validate() error {
 		return &FieldError{Field: "interval", Reason: fmt.Sprintf("%v is below the minimum %v", d, MinInterval)}
 	case d > MaxInterval:
 		return &FieldError{Field: "interval", Reason: fmt.Sprintf("%v is above the maximum %v", d, MaxInterval)}
+	}
+	if _, err := nodes.CanonicalSelector(s.Selector); err != nil {
+		return &FieldError{Field: "selector", Reason: err.Error()}
 	}
 	return nil
 }

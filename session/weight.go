@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,23 +60,55 @@ func (s Session) Load() int {
 	return PollsPerDay(s.Interval.D())
 }
 
-// Unit is the name of the placement unit of bucket b: the field of the
-// sizes and loads hashes and the member of the change record.
+// Placement units.
+//
+// Sessions without a selector are placed by index bucket, as they always
+// were; sessions with selector S are placed in a bucket space of their
+// own, unit (S, b), among the workers whose labels match S only (see
+// assign.NewFleetIn). A unit is named "b" or "b|S" (S canonical,
+// nodes.CanonicalSelector): the field of the sizes and loads hashes and the
+// member of the change record. The size of "b" is the number of ids in
+// index bucket b (all selectors); the size of "b|S" the number of active
+// sessions of bucket b with selector S, counted from their values like
+// the loads.
+
+// Unit is the name of the placement unit of bucket b without a selector.
 func Unit(b int) string { return strconv.Itoa(b) }
 
+// UnitOf is the name of the placement unit of bucket b and the canonical
+// selector sel ("" for none).
+func UnitOf(b int, sel string) string {
+	if sel == "" {
+		return Unit(b)
+	}
+	return strconv.Itoa(b) + "|" + sel
+}
+
+// ParseUnit splits a unit name into its bucket and selector; ok is false
+// for a name Store does not write.
+func ParseUnit(u string) (b int, sel string, ok bool) {
+	num, sel, _ := strings.Cut(u, "|")
+	b, err := strconv.Atoi(num)
+	if err != nil || b < 0 || b >= keyspace.SessionBuckets || (strings.Contains(u, "|") && sel == "") {
+		return 0, "", false
+	}
+	return b, sel, true
+}
+
 // valueLoad is the placement unit and load a stored value contributes:
-// its bucket and Load when it decodes, load 0 otherwise (missing,
-// malformed: nobody polls it).
-func valueLoad(id string, raw []byte, present bool) (unit string, load int) {
+// its unit and Load when it decodes (active: polled by someone), the
+// bucket's unit and load 0 otherwise (missing, malformed: nobody polls it).
+func valueLoad(id string, raw []byte, present bool) (unit string, load int, active bool) {
 	unit = Unit(keyspace.BucketOf(id))
 	if !present {
-		return unit, 0
+		return unit, 0, false
 	}
 	sess, err := Decode(id, raw)
 	if err != nil {
-		return unit, 0
+		return unit, 0, false
 	}
-	return unit, sess.Load()
+	u, l := valueLoadOf(sess)
+	return u, l, !sess.Paused
 }
 
 // changeSet accumulates the size and load changes of placement units for
@@ -99,10 +132,20 @@ func (c changeSet) add(unit string, size, load int64) {
 // bucket's size changes by added.
 func (c changeSet) replaced(id string, oldRaw []byte, oldPresent bool, newRaw []byte, newPresent bool, added int64) {
 	c.add(Unit(keyspace.BucketOf(id)), added, 0)
-	ou, ol := valueLoad(id, oldRaw, oldPresent)
-	nu, nl := valueLoad(id, newRaw, newPresent)
-	c.add(ou, 0, -int64(ol))
-	c.add(nu, 0, int64(nl))
+	ou, ol, oa := valueLoad(id, oldRaw, oldPresent)
+	nu, nl, na := valueLoad(id, newRaw, newPresent)
+	c.add(ou, -selectorCount(ou, oa), -int64(ol))
+	c.add(nu, selectorCount(nu, na), int64(nl))
+}
+
+// selectorCount is what an active session counts in the size of a
+// selector's unit: 1; 0 in a bucket's unit (counted by SADD and SREM) or
+// when not active.
+func selectorCount(unit string, active bool) int64 {
+	if active && strings.Contains(unit, "|") {
+		return 1
+	}
+	return 0
 }
 
 // args flattens the set into the ARGV of session_changed.lua, by unit.
@@ -127,6 +170,28 @@ type Weights struct {
 	Loads []int
 	// Complete says the loads count every session (see RebuildLoads).
 	Complete bool
+	// Spaces are the units of the sessions with a selector, by canonical
+	// selector: their active sessions and loads per bucket.
+	Spaces map[string]*Space
+}
+
+// Space is the sizes (active sessions) and loads per bucket of one
+// selector's units.
+type Space struct {
+	Sizes, Loads []int
+}
+
+// space returns the Space of sel, made on first use.
+func (w *Weights) space(sel string) *Space {
+	if w.Spaces == nil {
+		w.Spaces = map[string]*Space{}
+	}
+	sp, ok := w.Spaces[sel]
+	if !ok {
+		sp = &Space{Sizes: make([]int, keyspace.SessionBuckets), Loads: make([]int, keyspace.SessionBuckets)}
+		w.Spaces[sel] = sp
+	}
+	return sp
 }
 
 // Plannable is what to plan with: the loads when complete, else the sizes
@@ -160,8 +225,10 @@ func (s *Store) Weights(ctx context.Context) (Weights, error) {
 	}
 	w := Weights{Rev: rev, Sizes: make([]int, keyspace.SessionBuckets), Loads: make([]int, keyspace.SessionBuckets)}
 	for k, v := range sizes.Val() {
-		if b, err := strconv.Atoi(k); err == nil && b >= 0 && b < len(w.Sizes) {
+		if b, sel, ok := ParseUnit(k); ok && sel == "" {
 			w.Sizes[b] = sizeOf(v)
+		} else if ok {
+			w.space(sel).Sizes[b] = sizeOf(v)
 		}
 	}
 	for k, v := range loads.Val() {
@@ -169,8 +236,10 @@ func (s *Store) Weights(ctx context.Context) (Weights, error) {
 			w.Complete = v == "1"
 			continue
 		}
-		if b, err := strconv.Atoi(k); err == nil && b >= 0 && b < len(w.Loads) {
+		if b, sel, ok := ParseUnit(k); ok && sel == "" {
 			w.Loads[b] = sizeOf(v)
+		} else if ok {
+			w.space(sel).Loads[b] = sizeOf(v)
 		}
 	}
 	return w, nil
@@ -192,7 +261,7 @@ var ErrBusy = errors.New("session: the index kept changing")
 // counts twice in its unit: run it while writers are quiet, or again. It
 // returns the total load written.
 func (s *Store) RebuildLoads(ctx context.Context) (int64, error) {
-	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionLoads()}
+	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionLoads(), s.keys.SessionSizes()}
 	for range maxRebuildTries {
 		snap, err := s.Load(ctx)
 		if err != nil {
@@ -201,14 +270,14 @@ func (s *Store) RebuildLoads(ctx context.Context) (int64, error) {
 		cs := make(changeSet)
 		for _, sess := range snap.Sessions {
 			u, l := valueLoadOf(sess)
-			cs.add(u, 0, int64(l))
+			cs.add(u, selectorCount(u, !sess.Paused), int64(l))
 		}
 		args := []any{snap.Rev}
 		var total int64
 		for _, u := range slices.Sorted(maps.Keys(cs)) {
-			if l := cs[u][1]; l != 0 {
-				args = append(args, u, l)
-				total += l
+			if d := cs[u]; d[0] != 0 || d[1] != 0 {
+				args = append(args, u, d[0], d[1])
+				total += d[1]
 			}
 		}
 		rev, err := redis.NewScript(lua.SessionLoads).Run(ctx, s.client, keys, args...).Int64()
@@ -225,7 +294,7 @@ func (s *Store) RebuildLoads(ctx context.Context) (int64, error) {
 	return 0, fmt.Errorf("rebuild loads: %w", ErrBusy)
 }
 
-// valueLoadOf is valueLoad of a decoded session.
+// valueLoadOf is the unit and load of a decoded session.
 func valueLoadOf(sess Session) (unit string, load int) {
-	return Unit(keyspace.BucketOf(sess.ID)), sess.Load()
+	return UnitOf(keyspace.BucketOf(sess.ID), sess.SelectorKey()), sess.Load()
 }

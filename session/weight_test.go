@@ -77,7 +77,7 @@ func TestLoadsKeptByEveryWrite(t *testing.T) {
 	require.Equal(t, 24, w.Loads[keyspace.BucketOf("a")])
 	got, _, _, err := s.Changes(ctx, w.Rev-1)
 	require.NoError(t, err)
-	require.Equal(t, []BucketSize{{keyspace.BucketOf("a"), 1, 24, true}}, got)
+	require.Equal(t, []BucketSize{{keyspace.BucketOf("a"), 1, 24, true, ""}}, got)
 
 	var many []Session
 	for i := range 300 {
@@ -221,4 +221,61 @@ func writeOld(t *testing.T, c *redis.Client, ss ...Session) {
 		require.NoError(t, c.ZAdd(ctx, keys.SessionChanges(), redis.Z{Score: float64(rev), Member: bucket}).Err())
 		require.NoError(t, c.HIncrBy(ctx, keys.SessionSizes(), fmt.Sprint(bucket), 1).Err())
 	}
+}
+
+// TestSelectorUnits: a session with a selector weighs in its selector's
+// unit of its bucket ("b|zone=eu"), counted from its value: its size is 1
+// while active, and a change of selector moves size and load; a rebuild
+// counts the same.
+func TestSelectorUnits(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s := newStore(t, c)
+	ctx := ctxT(t)
+	b := keyspace.BucketOf("z")
+	eu := every("z", time.Second)
+	eu.Selector = "zone=eu"
+	require.NoError(t, s.Put(ctx, eu))
+	w, err := s.Weights(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, w.Sizes[b], "the bucket's size counts every id")
+	require.Zero(t, w.Loads[b], "the bucket's own unit does not weigh it")
+	require.Equal(t, 1, w.Spaces["zone=eu"].Sizes[b])
+	require.Equal(t, 86400, w.Spaces["zone=eu"].Loads[b])
+	got, _, _, err := s.Changes(ctx, w.Rev-1)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []BucketSize{{b, 1, 0, true, ""}, {b, 1, 86400, true, "zone=eu"}}, got)
+
+	us := every("z", time.Hour)
+	us.Selector = "zone=us,tier=1" // canonical: tier=1,zone=us
+	require.NoError(t, s.Put(ctx, us))
+	require.NoError(t, s.Pause(ctx, "z"))
+	require.NoError(t, s.Resume(ctx, "z"))
+	w, err = s.Weights(ctx)
+	require.NoError(t, err)
+	require.Zero(t, w.Spaces["zone=eu"].Sizes[b])
+	require.Zero(t, w.Spaces["zone=eu"].Loads[b])
+	require.Equal(t, 1, w.Spaces["tier=1,zone=us"].Sizes[b])
+	require.Equal(t, 24, w.Spaces["tier=1,zone=us"].Loads[b])
+
+	require.NoError(t, s.Pause(ctx, "z"))
+	w, err = s.Weights(ctx)
+	require.NoError(t, err)
+	require.Zero(t, w.Spaces["tier=1,zone=us"].Sizes[b], "paused: not active")
+
+	// A rebuild counts the same units.
+	require.NoError(t, s.Resume(ctx, "z"))
+	before, err := s.Weights(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.HDel(ctx, keys.SessionSizes(), UnitOf(b, "tier=1,zone=us")).Err())
+	require.NoError(t, c.HSet(ctx, keys.SessionLoads(), UnitOf(b, "zone=eu"), 5).Err())
+	_, err = s.RebuildLoads(ctx)
+	require.NoError(t, err)
+	after, err := s.Weights(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.Spaces["tier=1,zone=us"], after.Spaces["tier=1,zone=us"])
+	require.Nil(t, after.Spaces["zone=eu"], "a stale unit is cleared")
+
+	bad := every("y", time.Second)
+	bad.Selector = "zone"
+	require.ErrorIs(t, s.Put(ctx, bad), ErrMalformed)
 }

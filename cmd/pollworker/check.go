@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,11 +34,12 @@ const (
 	checkNotPlanned     = "not-planned-owner"
 	checkEviction       = "eviction-policy"
 	checkIndexSizes     = "index-sizes"
+	checkUnplaceable    = "unplaceable"
 )
 
 // allChecks lists them in the order they are reported.
 var allChecks = []string{checkHolderNotLive, checkPrevious, checkDuplicateID, checkUnknownSession,
-	checkNoLease, checkNotPlanned, checkEviction, checkIndexSizes}
+	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkIndexSizes}
 
 // Flags of check.
 const (
@@ -97,6 +99,8 @@ func checkCommand() *cli.Command {
 			"  not-planned-owner                   more than --max-not-planned leases held, at both reads, by a live\n" +
 			"                                      worker that the plan does not place them on\n" +
 			"  eviction-policy                     maxmemory-policy is not noeviction: leases can be evicted\n" +
+			"  unplaceable                         active sessions whose selector no live worker's labels match\n" +
+			"                                      (polled by nobody; not also reported as session-without-lease)\n" +
 			"  index-sizes                         the index's bucket sizes hash disagrees with SCARD of a bucket\n\n" +
 			"Checks Redis refuses (CONFIG or SCAN under a restricted ACL) are skipped with a note.\n" +
 			"--grace 0 reads once: session-without-lease then reports sessions between two rounds, and\n" +
@@ -151,6 +155,9 @@ type fleetRead struct {
 	pl       placement
 	active   []string
 	holdings map[string]lease.Holding // active session -> its lease
+	// unplaceable are the active sessions whose selector no live worker
+	// matches, by selector (not in active: nobody should hold them).
+	unplaceable map[string][]string
 	// at is the server clock right after the leases were read.
 	at time.Time
 }
@@ -168,11 +175,17 @@ func readFleet(ctx context.Context, a admin) (fleetRead, []session.Session, []se
 	if err != nil {
 		return fleetRead{}, nil, nil, err
 	}
-	r := fleetRead{pl: pl, holdings: map[string]lease.Holding{}}
+	pl.learn(sessions)
+	r := fleetRead{pl: pl, holdings: map[string]lease.Holding{}, unplaceable: map[string][]string{}}
 	for _, s := range sessions {
-		if !s.Paused {
-			r.active = append(r.active, s.ID)
+		if s.Paused {
+			continue
 		}
+		if sel := s.SelectorKey(); pl.Unplaceable(sel) {
+			r.unplaceable[sel] = append(r.unplaceable[sel], s.ID)
+			continue
+		}
+		r.active = append(r.active, s.ID)
 	}
 	if len(r.active) > 0 {
 		hs, err := lease.Inspect(ctx, a.client, a.keys, r.active, 0)
@@ -221,6 +234,15 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 	var leaseProblems []checkProblem
 	r.Leases, leaseProblems = checkLeases(first, last, maxNotPlanned, &r.Notes)
 	r.Problems = append(r.Problems, leaseProblems...)
+	r.Checks = append(r.Checks, checkUnplaceable)
+	for _, sel := range slices.Sorted(maps.Keys(last.unplaceable)) {
+		ids := last.unplaceable[sel]
+		if _, before := first.unplaceable[sel]; !before {
+			continue // a worker may just be restarting: only what both reads saw
+		}
+		r.Problems = append(r.Problems, checkProblem{checkUnplaceable, fmt.Sprintf("selector %s: %d active sessions and no live worker whose labels match it: polled by nobody%s",
+			sel, len(ids), sample(ids[:min(len(ids), maxProblemLines)], len(ids))), len(ids)})
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
@@ -309,7 +331,7 @@ func checkLeases(first, last fleetRead, maxNotPlanned int, notes *[]string) (int
 		}
 		if h.Owner == "" {
 			if h0 := first.holdings[id]; h0.Owner == "" {
-				add(checkNoLease, fmt.Sprintf("session %s has no lease%s; planned owner %s", id, sinceText(elapsed), orNobody(last.pl.Plan.OwnerOf(id))))
+				add(checkNoLease, fmt.Sprintf("session %s has no lease%s; planned owner %s", id, sinceText(elapsed), orNobody(last.pl.OwnerOf(id))))
 			}
 			continue
 		}
@@ -329,9 +351,9 @@ func checkLeases(first, last fleetRead, maxNotPlanned int, notes *[]string) (int
 		case !current:
 			add(checkPrevious, fmt.Sprintf("session %s: lease held by a previous incarnation %s of %s (nobody polls it until it expires in %s)",
 				id, o.Incarnation, o.Holder, msDuration(h.Remaining.Milliseconds())))
-		case last.pl.Plan.OwnerOf(id) != o.Holder:
+		case last.pl.OwnerOf(id) != o.Holder:
 			h0 := first.holdings[id]
-			if h0.Owner == h.Owner && first.pl.Plan.OwnerOf(id) != o.Holder {
+			if h0.Owner == h.Owner && first.pl.OwnerOf(id) != o.Holder {
 				notPlanned++
 				if len(notPlannedIDs) < maxProblemLines {
 					notPlannedIDs = append(notPlannedIDs, id)

@@ -69,7 +69,7 @@ func TestCheckHealthyFleet(t *testing.T) {
 	res := runApp(t, "check", "--redis-url", f.url, "--grace", "0")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	require.Contains(t, res.stdout, "note: duplicate-id: skipped with --grace 0")
-	require.Contains(t, res.stdout, "ok: 7 checks")
+	require.Contains(t, res.stdout, "ok: 8 checks")
 	require.Empty(t, res.stderr)
 }
 

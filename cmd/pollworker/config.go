@@ -239,6 +239,7 @@ type workerOptions struct {
 	LossQuarantine    time.Duration // < 0: the lease TTL; 0: off
 	MaxPolls          int           // 0: no bound
 	Weight            float64       // capacity relative to the peers; 0: 1
+	Labels            string        // k=v,…
 	ErrorBackoff      time.Duration // 0: off
 	WaitReplicas      int
 	HTTPAddr          string
@@ -304,6 +305,10 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 	if nodes.ValidateWeight(o.Weight) != nil {
 		return workerConfig{}, fmt.Errorf("%w: --weight (%g) must be from 0.001 to %d", errInvalidConfig, o.Weight, nodes.MaxWeight)
 	}
+	labels, err := nodes.ParseLabels(o.Labels)
+	if err != nil {
+		return workerConfig{}, fmt.Errorf("%w: --labels: %w", errInvalidConfig, err)
+	}
 	if o.MaxPolls < 0 {
 		return workerConfig{}, fmt.Errorf("%w: --max-polls (%d) must not be negative (0 = no bound)", errInvalidConfig, o.MaxPolls)
 	}
@@ -348,6 +353,7 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 			MaxErrorBackoff:   time.Duration(zeroMeansOff(int64(o.ErrorBackoff))),
 			WaitReplicas:      o.WaitReplicas,
 			Weight:            o.Weight,
+			Labels:            labels,
 		},
 		HTTPAddr:  o.HTTPAddr,
 		LogLevel:  level,

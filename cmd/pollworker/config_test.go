@@ -221,6 +221,7 @@ func TestEnvVars(t *testing.T) {
 		"POLLWORKER_LOG_LEVEL":          "warn",
 		"POLLWORKER_LOG_FORMAT":         "console",
 		"POLLWORKER_WEIGHT":             "2.5",
+		"POLLWORKER_LABELS":             "zone=eu-1,egress=static",
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -239,6 +240,7 @@ drain-timeout:      5s
 loss-quarantine:    7s
 wait-replicas:      0
 weight:             2.5
+labels:             egress=static,zone=eu-1
 http-addr:          127.0.0.1:9999
 log-level:          warn
 log-format:         console

@@ -42,6 +42,7 @@ const (
 	reasonOrphan              = "orphan_adopted_by_watcher"
 	reasonSettling            = "held_back_after_move"
 	reasonContended           = "contended"
+	reasonNoMatchingWorker    = "no_matching_worker"
 )
 
 // explanation is what `pollworker explain SESSION` reports: the facts read
@@ -67,6 +68,9 @@ type explanation struct {
 	// PlanUnit is what the ranking's planned loads count: "polls/day", or
 	// "sessions" for an index whose loads are incomplete.
 	PlanUnit string `json:"plan_unit"`
+	// NoMatchingWorker is set for a session whose selector no live
+	// worker's labels match: it is polled by nobody.
+	NoMatchingWorker bool `json:"no_matching_worker"`
 	// MovedByBound is set when the balance bound moved the bucket off its
 	// rendezvous owner (Ranking[0]).
 	MovedByBound bool `json:"moved_by_balance_bound"`
@@ -92,6 +96,9 @@ type explanation struct {
 type sessionDefinition struct {
 	IntervalMs int64 `json:"interval_ms"`
 	Paused     bool  `json:"paused"`
+	// Selector is the session's selector (canonical), "" for none: only
+	// workers whose labels match it are ranked, and may poll it.
+	Selector string `json:"selector,omitempty"`
 }
 
 // rankedWorker is one live worker in a session's ranking.
@@ -195,7 +202,7 @@ func explainSession(ctx context.Context, client redis.UniversalClient, keys keys
 	switch {
 	case err == nil:
 		e.Found = true
-		e.Definition = &sessionDefinition{IntervalMs: time.Duration(s.Interval).Milliseconds(), Paused: s.Paused}
+		e.Definition = &sessionDefinition{IntervalMs: time.Duration(s.Interval).Milliseconds(), Paused: s.Paused, Selector: s.SelectorKey()}
 	case errors.Is(err, session.ErrNotFound):
 	case errors.Is(err, session.ErrMalformed):
 		e.Found = true
@@ -207,14 +214,22 @@ func explainSession(ctx context.Context, client redis.UniversalClient, keys keys
 	if err != nil {
 		return explanation{}, err
 	}
-	for _, w := range pl.Plan.Fleet().Rank(id) {
-		e.Ranking = append(e.Ranking, rankedWorker{ID: w, Incarnation: pl.Infos[w].Incarnation, Planned: pl.Plan.Load(w), Cap: pl.Plan.Cap(w),
+	plan := pl.Plan
+	if e.Definition != nil && e.Definition.Selector != "" {
+		plan = pl.PlanOf(e.Definition.Selector) // ranked among the matching workers only
+		e.NoMatchingWorker = plan.Fleet().Len() == 0
+	}
+	for _, w := range plan.Fleet().Rank(id) {
+		e.Ranking = append(e.Ranking, rankedWorker{ID: w, Incarnation: pl.Infos[w].Incarnation, Planned: plan.Load(w), Cap: plan.Cap(w),
 			Weight: weightOf(pl.Infos, w)})
 	}
 	e.PlanUnit = pl.loadUnit()
-	e.Planned = pl.Plan.Owner(e.Bucket)
-	e.MovedByBound = e.Planned != "" && !pl.Plan.Preferred(e.Bucket)
-	e.Watcher = pl.Plan.Watcher(e.Bucket)
+	if plan != pl.Plan {
+		e.PlanUnit = "polls/day" // a selector's units are always weighed by load
+	}
+	e.Planned = plan.Owner(e.Bucket)
+	e.MovedByBound = e.Planned != "" && !plan.Preferred(e.Bucket)
+	e.Watcher = plan.Watcher(e.Bucket)
 
 	holdings, err := lease.Inspect(ctx, client, keys, []string{id}, 0)
 	if err != nil {
@@ -326,6 +341,8 @@ func why(e explanation) (reason, sentence string) {
 		return reasonMalformed, "no worker polls it: its stored definition is malformed (" + e.Malformed + ")" + held
 	case e.Definition.Paused:
 		return reasonPaused, "paused: no worker polls it" + held
+	case e.NoMatchingWorker:
+		return reasonNoMatchingWorker, fmt.Sprintf("no live worker matches its selector %s: nobody polls it until a worker whose --labels include it joins", e.Definition.Selector) + held
 	case l == nil:
 		return whyUnowned(e)
 	case !l.Live:
@@ -407,6 +424,9 @@ func printExplanation(w io.Writer, e explanation) {
 			state = "paused"
 		}
 		fmt.Fprintf(tw, "definition:\tinterval %s, %s\n", msDuration(e.Definition.IntervalMs), state)
+		if e.Definition.Selector != "" {
+			fmt.Fprintf(tw, "selector:\t%s (ranked among the live workers whose labels match it)\n", e.Definition.Selector)
+		}
 	}
 	planned := orNobody(e.Planned)
 	if e.Planned != "" {

@@ -61,6 +61,10 @@ func TestWhy(t *testing.T) {
 			e.Definition = &sessionDefinition{IntervalMs: 1000, Paused: true}
 			held("ghost", func(l *leaseFacts) { l.Live, l.Current = false, false })(e)
 		}), wantReason: reasonPaused, wantWhy: "held by ghost, which is not live, until it expires in 25s"},
+		{name: "no worker matches the selector", give: base(func(e *explanation) {
+			e.Definition = &sessionDefinition{IntervalMs: 1000, Selector: "zone=eu"}
+			e.Ranking, e.Planned, e.Watcher, e.NoMatchingWorker = []rankedWorker{}, "", "", true
+		}), wantReason: reasonNoMatchingWorker, wantWhy: "no live worker matches its selector zone=eu: nobody polls it"},
 		{name: "no live worker", give: base(func(e *explanation) { e.Ranking, e.Planned, e.Watcher = nil, "", "" }),
 			wantReason: reasonNoWorker, wantWhy: "unowned: there is no live worker"},
 		{name: "quarantine", give: base(func(e *explanation) { e.Loss.QuarantineLeftMs = 12000 }),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pollworker/pollworker/assign"
@@ -21,17 +22,29 @@ import (
 // incomplete). explain and check call it, so that what they report is
 // what the workers do.
 func planFor(m nodes.Membership, infos map[string]nodes.Info, weights []int) *assign.Plan {
-	ids := m.Placeable()
-	ms := make([]assign.Member, len(ids))
-	for i, id := range ids {
-		ms[i] = assign.Member{ID: id, Weight: 1}
-		if info, ok := infos[id]; ok {
-			ms[i].Weight = info.PlanWeight()
+	return planSpace(m, infos, "", weights)
+}
+
+// planSpace is planFor for the units of selector sel ("" for the sessions
+// without one): a fleet of the placeable members whose labels match it
+// (poller/buckets.go planSpaces), with its own rankings. With no matching
+// member, the plan places nothing.
+func planSpace(m nodes.Membership, infos map[string]nodes.Info, sel string, weights []int) *assign.Plan {
+	var ms []assign.Member
+	for _, id := range m.Placeable() {
+		info, ok := infos[id]
+		if sel != "" && (!ok || !info.Labels.MatchesSelector(sel)) {
+			continue
 		}
+		mem := assign.Member{ID: id, Weight: 1}
+		if ok {
+			mem.Weight = info.PlanWeight()
+		}
+		ms = append(ms, mem)
 	}
-	f, err := assign.NewFleet(ms...)
+	f, err := assign.NewFleetIn(sel, ms...)
 	if err != nil { // PlanWeight returns only valid weights
-		f = assign.NewFleetIDs(ids...)
+		f, _ = assign.NewFleetIn(sel)
 	}
 	return f.Plan(weights, poller.DefaultBalanceSlack)
 }
@@ -50,7 +63,64 @@ type placement struct {
 	Sizes []int
 	// Weights are the sizes and loads; the plan weighs Weights.Plannable.
 	Weights session.Weights
-	Plan    *assign.Plan
+	// Plan places the sessions without a selector.
+	Plan *assign.Plan
+	// Spaces place the sessions of each selector (canonical) among the
+	// matching workers; a plan of no worker when none matches.
+	Spaces map[string]*assign.Plan
+	// selectors are the sessions' canonical selectors, by id, once learn
+	// was given the sessions (OwnerOf needs them).
+	selectors map[string]string
+}
+
+// learn records the selectors of sessions, for OwnerOf, and plans the
+// selectors the index's loads did not name (a session written behind the
+// store's back, or a selector whose loads are not counted yet).
+func (p *placement) learn(sessions []session.Session) {
+	p.selectors = make(map[string]string)
+	if p.Spaces == nil {
+		p.Spaces = make(map[string]*assign.Plan)
+	}
+	for _, s := range sessions {
+		if sel := s.SelectorKey(); sel != "" {
+			p.selectors[s.ID] = sel
+			if _, ok := p.Spaces[sel]; !ok {
+				p.Spaces[sel] = planSpace(p.Members, p.Infos, sel, nil)
+			}
+		}
+	}
+}
+
+// PlanOf is the plan that places sessions of the canonical selector sel.
+func (p placement) PlanOf(sel string) *assign.Plan {
+	if sel == "" {
+		return p.Plan
+	}
+	if sp, ok := p.Spaces[sel]; ok {
+		return sp
+	}
+	return planSpace(p.Members, p.Infos, sel, nil)
+}
+
+// OwnerOf is the planned owner of session id ("" for none: no worker, or
+// none matching its selector); learn must have seen the sessions.
+func (p placement) OwnerOf(id string) string {
+	return p.PlanOf(p.selectors[id]).OwnerOf(id)
+}
+
+// Unplaceable reports whether no live placeable worker matches the
+// canonical selector sel (never for "": any worker will do).
+func (p placement) Unplaceable(sel string) bool {
+	return sel != "" && p.PlanOf(sel).Fleet().Len() == 0
+}
+
+// PlannedLoad is the load all plans place on worker id.
+func (p placement) PlannedLoad(id string) int {
+	n := p.Plan.Load(id)
+	for _, sp := range p.Spaces {
+		n += sp.Load(id)
+	}
+	return n
 }
 
 // readPlacement reads the membership (pruning expired members, as every
@@ -77,6 +147,10 @@ func readPlacement(ctx context.Context, client redis.UniversalClient, keys keysp
 		p.Infos[info.ID] = info
 	}
 	p.Plan = planFor(m, p.Infos, w.Plannable())
+	p.Spaces = make(map[string]*assign.Plan, len(w.Spaces))
+	for sel, sp := range w.Spaces {
+		p.Spaces[sel] = planSpace(m, p.Infos, sel, sp.Loads)
+	}
 	return p, nil
 }
 
@@ -102,4 +176,11 @@ func (p placement) liveHolder(holder, incarnation string) (live, current bool) {
 	}
 	info, ok := p.Infos[holder]
 	return true, incarnation == "" || !ok || info.Incarnation == "" || info.Incarnation == incarnation
+}
+
+// placementMetrics exports what the placement rules leave unplaced.
+func placementMetrics(c *poller.Coordinator) []prometheus.Collector {
+	return []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pollworker_sessions_unplaceable",
+		Help: "Active sessions whose selector no live worker's labels match: polled by nobody until one joins. A fleet-wide figure, the same on every worker (use max)."},
+		func() float64 { return float64(c.Unplaceable()) })}
 }

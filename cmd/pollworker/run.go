@@ -49,6 +49,8 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 			Usage: "polls run at once at most; a poll due while all run waits for one to end (counted as deferred, and late when it starts later than a tenth of its interval); the leases and heartbeats never wait; 0 = no bound"},
 		&cli.FloatFlag{Name: "weight", Value: 1, Sources: fromEnv("weight"),
 			Usage: "this worker's capacity relative to its peers: a worker of weight 2 is planned twice the poll load of one of weight 1 (carried in its heartbeat; from 0.001 to 1000)"},
+		&cli.StringFlag{Name: "labels", Sources: fromEnv("labels"),
+			Usage: "this worker's labels, key=value,…: a session with a --selector is polled only by workers whose labels include it (carried in the heartbeat; fixed for the process)"},
 		&cli.DurationFlag{Name: "error-backoff", Value: poller.DefaultMaxErrorBackoff, Sources: fromEnv("error-backoff"),
 			Usage: "a session whose polls keep failing waits longer between polls: (2^min(k,5) - 1) × its interval more after k failures in a row, at most this, with jitter; a success resets it; 0 = off"},
 		&cli.DurationFlag{Name: "loss-quarantine", Value: -1, DefaultText: "the lease TTL", Sources: fromEnv("loss-quarantine"),
@@ -87,6 +89,7 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 				MaxPolls:          int(cmd.Int("max-polls")),
 				ErrorBackoff:      cmd.Duration("error-backoff"),
 				Weight:            cmd.Float("weight"),
+				Labels:            cmd.String("labels"),
 				WaitReplicas:      int(cmd.Int("wait-replicas")),
 				HTTPAddr:          cmd.String("http-addr"),
 				LogLevel:          cmd.String("log-level"),
@@ -127,6 +130,7 @@ func printConfig(w io.Writer, cfg workerConfig) {
 		{"loss-quarantine", quarantineText(cfg.Poller)},
 		{"wait-replicas", strconv.Itoa(cfg.Poller.WaitReplicas)},
 		{"weight", strconv.FormatFloat(cfg.Poller.Weight, 'g', -1, 64)},
+		{"labels", nodes.Labels(cfg.Poller.Labels).String()},
 		{"http-addr", httpAddr},
 		{"log-level", cfg.LogLevel.String()},
 		{"log-format", cfg.LogFormat},
@@ -176,6 +180,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		return configError(err)
 	}
 	reg.MustRegister(pollMetrics(coord)...)
+	reg.MustRegister(placementMetrics(coord)...)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -92,7 +93,7 @@ func sessionsAddCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "add",
 		Usage:     "add a session (polled with HTTP GET on its interval)",
-		UsageText: "pollworker sessions add --id ID --url URL --interval 5s [--label k=v ...] [--paused] [--replace]",
+		UsageText: "pollworker sessions add --id ID --url URL --interval 5s [--label k=v ...] [--selector k=v,...] [--paused] [--replace]",
 		// --label a=b,c keeps its comma: one label per --label.
 		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
@@ -102,6 +103,7 @@ func sessionsAddCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "label", Usage: "metadata key=value; repeat for several"},
 			&cli.BoolFlag{Name: "paused", Usage: "add it paused (polled by nobody until resumed)"},
 			&cli.BoolFlag{Name: "replace", Usage: "overwrite an existing session of that id"},
+			&cli.StringFlag{Name: "selector", Usage: "key=value,…: only workers whose --labels include all of these poll it"},
 		},
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			labels, err := parseLabels(cmd.StringSlice("label"))
@@ -114,6 +116,10 @@ func sessionsAddCommand() *cli.Command {
 				Interval: session.Duration(cmd.Duration("interval")),
 				Paused:   cmd.Bool("paused"),
 				Labels:   labels,
+				Selector: cmd.String("selector"),
+			}
+			if c, err := nodes.CanonicalSelector(s.Selector); err == nil {
+				s.Selector = c
 			}
 			err = s.Validate()
 			if err == nil {

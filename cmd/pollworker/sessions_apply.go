@@ -30,6 +30,7 @@ const applyDescription = `Makes the sessions in Redis what FILE says (YAML or JS
       url: https://api.example.com/health
       interval: 30s
       labels: {team: core}     # optional; the file's labels replace the stored ones
+      selector: zone=eu-1      # optional; only workers with --labels including it poll it
       paused: false            # optional; see below
 
 The whole file is checked before anything is written: every id, URL and
@@ -282,6 +283,7 @@ func changedFields(old, want session.Session) []string {
 	}
 	add("interval", old.Interval.D().String(), want.Interval.D().String())
 	add("labels", formatLabels(old.Labels), formatLabels(want.Labels))
+	add("selector", dashIfEmpty(old.SelectorKey()), dashIfEmpty(want.SelectorKey()))
 	add("paused", strconv.FormatBool(old.Paused), strconv.FormatBool(want.Paused))
 	return lines
 }
@@ -372,4 +374,12 @@ func sessionsExportCommand() *cli.Command {
 			})
 		}),
 	}
+}
+
+// dashIfEmpty is s, or "-" for "".
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -57,6 +57,18 @@ type clusterStatus struct {
 	// PollBalance compares the poll rates the live workers hold, each
 	// over its weight: max over mean of rate/weight.
 	PollBalance float64 `json:"poll_balance"`
+	// Unplaceable are the active sessions whose selector no live,
+	// placeable worker's labels match: polled by nobody until one joins.
+	Unplaceable unplaceable `json:"unplaceable"`
+}
+
+// unplaceable counts the sessions with no matching worker.
+type unplaceable struct {
+	Count int `json:"count"`
+	// BySelector counts them per selector.
+	BySelector map[string]int `json:"by_selector"`
+	// Sample are the first (by id) of them.
+	Sample []string `json:"sample"`
 }
 
 // nodeStatus is one live worker.
@@ -81,6 +93,8 @@ type nodeStatus struct {
 	Planned int `json:"planned"`
 	// Weight is the capacity the worker declared (--weight; 1 when unset).
 	Weight float64 `json:"weight"`
+	// Labels are the worker's labels (--labels), from its heartbeat.
+	Labels map[string]string `json:"labels,omitempty"`
 	// PollsPerSecond is the poll rate of the active sessions whose lease
 	// this worker holds (the sum of 1/interval).
 	PollsPerSecond float64 `json:"polls_per_second"`
@@ -281,7 +295,7 @@ func findUnknownLeases(ctx context.Context, client redis.UniversalClient, keys k
 
 // buildStatus combines what computeStatus read.
 func buildStatus(pl placement, sessions []session.Session, problems []session.Problem, holdings []lease.Holding) clusterStatus {
-	m, plan := pl.Members, pl.Plan
+	m := pl.Members
 	st := clusterStatus{
 		ServerTime:      time.UnixMilli(m.ServerTimeMs).UTC(),
 		Nodes:           make([]nodeStatus, len(m.Nodes)),
@@ -300,6 +314,7 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 		if n, ok := byID[info.ID]; ok {
 			n.Host, n.PID, n.Version, n.Started, n.Incarnation = info.Host, info.PID, info.Version, info.Started, info.Incarnation
 			n.Weight = info.PlanWeight()
+			n.Labels = info.Labels
 			if info.TTLMs > 0 {
 				n.HeartbeatAgeMs = max(info.TTLMs-n.ExpiresInMs, 0)
 			}
@@ -308,8 +323,19 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 
 	// The placement the workers compute (readPlacement: the same planner,
 	// from the index's bucket loads and the weights the workers read).
+	pl.learn(sessions)
 	for i := range st.Nodes {
-		st.Nodes[i].Planned = plan.Load(st.Nodes[i].ID)
+		st.Nodes[i].Planned = pl.PlannedLoad(st.Nodes[i].ID)
+	}
+	st.Unplaceable = unplaceable{BySelector: map[string]int{}, Sample: []string{}}
+	for _, s := range sessions { // sorted by id
+		if sel := s.SelectorKey(); !s.Paused && pl.Unplaceable(sel) {
+			st.Unplaceable.Count++
+			st.Unplaceable.BySelector[sel]++
+			if len(st.Unplaceable.Sample) < maxUnownedShown {
+				st.Unplaceable.Sample = append(st.Unplaceable.Sample, s.ID)
+			}
+		}
 	}
 	st.PlanUnit = pl.loadUnit()
 	interval := make(map[string]time.Duration, len(sessions))
@@ -347,7 +373,7 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 				n.PollsPerSecond += float64(time.Second) / float64(d)
 			}
 			st.Leases.ByLive++
-			if plan.OwnerOf(h.Session) != o.Holder {
+			if pl.OwnerOf(h.Session) != o.Holder {
 				st.Leases.NotPlanned++
 			}
 			continue

@@ -6,11 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // flagScanLeases makes status look for leases of sessions not in the store.
@@ -61,7 +65,7 @@ func printStatus(w io.Writer, st clusterStatus) {
 	fmt.Fprintf(w, "live nodes: %d\n", len(st.Nodes))
 	if len(st.Nodes) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  ID\tHOST\tPID\tVERSION\tSTARTED\tINCARNATION\tLAST HEARTBEAT\tEXPIRES IN\tWEIGHT\tLEASES\tPOLLS/S")
+		fmt.Fprintln(tw, "  ID\tHOST\tPID\tVERSION\tSTARTED\tINCARNATION\tLAST HEARTBEAT\tEXPIRES IN\tWEIGHT\tLABELS\tLEASES\tPOLLS/S")
 		for _, n := range st.Nodes {
 			started := "-"
 			if !n.Started.IsZero() {
@@ -71,8 +75,9 @@ func printStatus(w io.Writer, st clusterStatus) {
 			if n.HeartbeatAgeMs >= 0 {
 				age = shortDuration(time.Duration(n.HeartbeatAgeMs)*time.Millisecond) + " ago"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%g\t%d\t%.2f\n", n.ID, dash(n.Host), dashInt(n.PID), dash(n.Version), started,
-				dash(n.Incarnation), age, shortDuration(time.Duration(n.ExpiresInMs)*time.Millisecond), n.Weight, n.Leases, n.PollsPerSecond)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\t%d\t%.2f\n", n.ID, dash(n.Host), dashInt(n.PID), dash(n.Version), started,
+				dash(n.Incarnation), age, shortDuration(time.Duration(n.ExpiresInMs)*time.Millisecond), n.Weight,
+				dash(nodes.Labels(n.Labels).String()), n.Leases, n.PollsPerSecond)
 		}
 		_ = tw.Flush()
 	}
@@ -97,6 +102,15 @@ func printStatus(w io.Writer, st clusterStatus) {
 			shortDuration(time.Duration(h.ExpiresInMs)*time.Millisecond), h.Leases)
 	}
 	fmt.Fprintf(w, "unowned active sessions: %d%s\n", l.Unowned, sample(st.UnownedSample, l.Unowned))
+	if u := st.Unplaceable; u.Count > 0 {
+		sels := slices.Sorted(maps.Keys(u.BySelector))
+		parts := make([]string, len(sels))
+		for i, sel := range sels {
+			parts[i] = fmt.Sprintf("%s: %d", sel, u.BySelector[sel])
+		}
+		fmt.Fprintf(w, "UNPLACEABLE: %d active sessions whose selector no live worker's labels match, polled by nobody (%s)%s\n",
+			u.Count, strings.Join(parts, "; "), sample(u.Sample, u.Count))
+	}
 	var cordoned []string
 	for _, n := range st.Nodes {
 		if n.Cordoned {

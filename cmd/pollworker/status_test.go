@@ -398,3 +398,29 @@ func placementOf(m nodes.Membership, sessions []session.Session) placement {
 	}
 	return placement{Members: m, Sizes: sizes, Weights: session.Weights{Sizes: sizes}, Plan: planFor(m, nil, sizes)}
 }
+
+// TestStatusUnplaceable: an active session whose selector no live
+// worker's labels match is counted and shown, per selector; one that a
+// worker matches, or a paused one, is not; a lease held by its planned
+// owner among the matching workers is not "off its planned worker".
+func TestStatusUnplaceable(t *testing.T) {
+	m := nodes.Membership{Version: 1, Nodes: []string{"w1", "w2"}, ExpiryMs: []int64{10_000, 10_000}, ServerTimeMs: 1}
+	sel := func(id, s string, paused bool) session.Session {
+		return session.Session{ID: id, URL: "http://x/", Interval: session.Duration(time.Second), Selector: s, Paused: paused}
+	}
+	sessions := []session.Session{sel("a", "zone=eu", false), sel("b", "zone=mars", false), sel("c", "zone=mars", true), sel("d", "", false)}
+	pl := placementOf(m, sessions)
+	pl.Infos = map[string]nodes.Info{"w1": {ID: "w1", Labels: nodes.Labels{"zone": "eu"}}, "w2": {ID: "w2"}}
+	pl.Plan = planFor(m, pl.Infos, pl.Sizes)
+	pl.Spaces = nil
+	st := buildStatus(pl, sessions, nil, []lease.Holding{{Session: "a", Owner: "w1#0123456789abcdef"}})
+	require.Equal(t, 1, st.Unplaceable.Count)
+	require.Equal(t, map[string]int{"zone=mars": 1}, st.Unplaceable.BySelector)
+	require.Equal(t, []string{"b"}, st.Unplaceable.Sample)
+	require.Zero(t, st.Leases.NotPlanned, "a is planned on w1, the only eu worker")
+	require.Equal(t, map[string]string{"zone": "eu"}, st.Nodes[0].Labels)
+	var out strings.Builder
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "UNPLACEABLE: 1 active sessions whose selector no live worker's labels match, polled by nobody (zone=mars: 1) (b)")
+	require.Contains(t, out.String(), "zone=eu")
+}

@@ -52,13 +52,14 @@ td,th{border:1px solid #ccc;padding:.3em .7em;text-align:left}.err{color:#b00}</
 <p>This worker: <b id="self">{{.Self}}</b>, {{if .Ready}}<span id="ready">ready</span>{{else}}<span id="ready" class="err">not ready</span>{{end}}.</p>
 {{if .Err}}<p class="err" id="error">Redis: {{.Err}}</p>{{else}}
 <h2>Live workers ({{len .Status.Nodes}})</h2>
-<table id="nodes"><tr><th>id</th><th>host</th><th>version</th><th>incarnation</th><th>weight</th><th>leases</th><th>polls/s</th><th>last heartbeat</th><th>expires in</th></tr>
-{{range .Status.Nodes}}<tr class="node"><td>{{.ID}}</td><td>{{.Host}}</td><td>{{.Version}}</td><td>{{.Incarnation}}</td><td>{{.Weight}}</td><td>{{.Leases}}</td><td>{{printf "%.2f" .PollsPerSecond}}</td><td>{{if ge .HeartbeatAgeMs 0}}{{ms .HeartbeatAgeMs}} ago{{end}}</td><td>{{ms .ExpiresInMs}}</td></tr>
+<table id="nodes"><tr><th>id</th><th>host</th><th>version</th><th>incarnation</th><th>weight</th><th>labels</th><th>leases</th><th>polls/s</th><th>last heartbeat</th><th>expires in</th></tr>
+{{range .Status.Nodes}}<tr class="node"><td>{{.ID}}</td><td>{{.Host}}</td><td>{{.Version}}</td><td>{{.Incarnation}}</td><td>{{.Weight}}</td><td class="labels">{{range $k, $v := .Labels}}{{$k}}={{$v}} {{end}}</td><td>{{.Leases}}</td><td>{{printf "%.2f" .PollsPerSecond}}</td><td>{{if ge .HeartbeatAgeMs 0}}{{ms .HeartbeatAgeMs}} ago{{end}}</td><td>{{ms .ExpiresInMs}}</td></tr>
 {{end}}</table>
 <p>Sessions: {{.Status.Sessions.Active}} active, {{.Status.Sessions.Paused}} paused, {{.Status.Sessions.Malformed}} malformed.
 Unowned: <b id="unowned">{{.Status.Leases.Unowned}}</b>{{range .Status.UnownedSample}} {{.}}{{end}}.
 Held by a holder not polling them: <b id="not-polled" {{if .Status.NotPolledSample}}class="err"{{end}}>{{.Status.Leases.ByPrevious}} by previous incarnations, {{.Status.Leases.ByOthers}} by workers not live</b>{{range .Status.NotPolledSample}} {{.}}{{end}}.
 Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}} of leases, {{printf "%.2f" .Status.PollBalance}} of polls per second per unit of weight.</p>
+<p>No matching worker (a selector no live worker's labels match; polled by nobody): <b id="unplaceable" {{if .Status.Unplaceable.Count}}class="err"{{end}}>{{.Status.Unplaceable.Count}}</b>{{range $sel, $n := .Status.Unplaceable.BySelector}} [{{$sel}}: {{$n}}]{{end}}{{range .Status.Unplaceable.Sample}} {{.}}{{end}}.</p>
 {{if .Status.OtherHolders}}<table id="other-holders"><tr><th>holder not polling</th><th>incarnation</th><th>why</th><th>leases</th><th>expire within</th></tr>
 {{range .Status.OtherHolders}}<tr><td>{{.ID}}</td><td>{{.Incarnation}}</td><td>{{if .Previous}}previous incarnation of a live id{{else}}not live{{end}}</td><td>{{.Leases}}</td><td>{{ms .ExpiresInMs}}</td></tr>
 {{end}}</table>{{end}}

@@ -1,26 +1,38 @@
--- session_loads.lua: replace the loads hash with loads counted from the
--- definitions (the repair of an index written before loads were kept), if
--- no write was recorded since the count began.
+-- session_loads.lua: replace the loads hash (and the sizes of the selector
+-- units) with counts from the definitions (the repair of an index written
+-- before loads were kept), if no write was recorded since the count began.
 -- KEYS[1]=session revision counter, KEYS[2]=changes sorted set,
--- KEYS[3]=loads hash (all three in one slot)
+-- KEYS[3]=loads hash, KEYS[4]=sizes hash (all four in one slot)
 -- ARGV[1]=revision read before the definitions were counted,
--- ARGV[2i]=a placement unit, ARGV[2i+1]=its load (polls per day)
+-- ARGV[3i-1]=a placement unit ("b" or "b|selector"), ARGV[3i]=its active
+-- sessions (used for selector units only: a bucket's size is its index
+-- set's), ARGV[3i+1]=its load (polls per day)
 -- returns the new revision, or -1 (nothing written) when the revision moved.
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 if cur ~= tonumber(ARGV[1]) then
   return -1
 end
-local old = redis.call('HKEYS', KEYS[3])
 local rev = redis.call('INCR', KEYS[1])
-for _, f in ipairs(old) do
+for _, f in ipairs(redis.call('HKEYS', KEYS[3])) do
   if f ~= 'complete' then
     redis.call('ZADD', KEYS[2], rev, f)
   end
 end
 redis.call('DEL', KEYS[3])
-for i = 2, #ARGV, 2 do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+  if string.find(f, '|', 1, true) then
+    redis.call('ZADD', KEYS[2], rev, f)
+    redis.call('HDEL', KEYS[4], f)
+  end
+end
+for i = 2, #ARGV, 3 do
   redis.call('ZADD', KEYS[2], rev, ARGV[i])
+  if string.find(ARGV[i], '|', 1, true) and tonumber(ARGV[i + 1]) ~= 0 then
+    redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
+  end
+  if tonumber(ARGV[i + 2]) ~= 0 then
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 2])
+  end
 end
 redis.call('HSET', KEYS[3], 'complete', '1')
 return rev
