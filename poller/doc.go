@@ -43,6 +43,13 @@
 //   - Every worker computes placement with package assign from the same
 //     inputs (the live members and the bucket sizes), so workers that see
 //     the same membership agree on every session's preferred worker.
+//   - A StatefulPoller's state (State, package state) is read after the
+//     lease is acquired and before the first poll under it, so it holds
+//     every earlier holder's last save; State.Save is fenced by the poll's
+//     lease in Redis, so a holder whose lease has moved on can never
+//     overwrite its successor's state. After a crash the successor keeps
+//     the schedule the saved record gives (its poll's due time + the
+//     interval).
 //   - A panic in Poll is recovered and counted; it stops neither the
 //     session's loop nor any other session.
 //   - Run stops, with an error matching nodes.ErrDuplicateID, when another
