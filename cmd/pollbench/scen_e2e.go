@@ -67,7 +67,7 @@ func e2eSizesFor(mode string) e2eSizes {
 	default:
 		return e2eSizes{perWorker: []int{1000, 5000, 10000, 20000}, runs: 3, interval: time.Second, warm: 3 * time.Second,
 			warmOurs: 11 * time.Second, window: 6 * time.Second, refine: true, overload: true, changesAt: 5000,
-			fleetWorkers: 3, fleetSessions: 10000, adds: 50, startTimeout: 90 * time.Second}
+			fleetWorkers: 3, fleetSessions: 10000, adds: 50, startTimeout: 60 * time.Second}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,7 +26,10 @@ import (
 // of (next due, session); each due session is polled on a goroutine of its
 // own by one keep-alive http.Client; session i's phase within the interval
 // is a hash of its id (as Prometheus spreads scrape offsets), and each
-// session stays on its grid (due += interval, no drift). With Redis set,
+// session stays on its grid (due += interval, no drift). As in a
+// Prometheus scrape loop, a session whose previous poll is still running
+// when the next falls due skips that one (counted), so that a slow target
+// cannot pile up requests and connections without bound. With Redis set,
 // every result is queued and written by one pipelined XADD per flush.
 //
 // The e2e scenario runs it as a child process of pollbench (so its CPU and
@@ -144,8 +148,16 @@ func runLimit(ctx context.Context, cfg limitConfig) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	inFlight := make([]atomic.Bool, len(cfg.IDs))
+	var skipped atomic.Int64
+	defer func() {
+		if n := skipped.Load(); n > 0 {
+			fmt.Fprintf(os.Stderr, "limit: %d polls skipped, the previous still running\n", n)
+		}
+	}()
 	poll := func(i int) {
 		defer wg.Done()
+		defer inFlight[i].Store(false)
 		start := time.Now()
 		status, err := limitGet(ctx, hc, urls[i], cfg.IDs[i], cfg.Worker, cfg.Interval)
 		if rec != nil {
@@ -170,8 +182,12 @@ func runLimit(ctx context.Context, cfg limitConfig) error {
 		}
 		now := time.Now()
 		for !h[0].due.After(now) {
-			wg.Add(1)
-			go poll(h[0].i)
+			if i := h[0].i; inFlight[i].CompareAndSwap(false, true) {
+				wg.Add(1)
+				go poll(i)
+			} else {
+				skipped.Add(1)
+			}
 			h[0].due = h[0].due.Add(cfg.Interval)
 			heap.Fix(&h, 0)
 		}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"sort"
 	"strconv"
 	"time"
 
 	"github.com/pollworker/pollworker/bench"
+	"github.com/pollworker/pollworker/internal/redisstats"
 )
 
 // The stages of the e2e scenario and the rows they report.
@@ -287,13 +289,13 @@ func (x *e2e) fleet(ctx context.Context, per int) ([]Row, error) {
 	if err := sleepCtx(ctx, x.sz.warmOurs); err != nil {
 		return nil, err
 	}
-	from := x.target.now()
+	from, load := x.target.now(), x.loadMeter(procs)
 	if err := sleepCtx(ctx, min(x.sz.window, 5*time.Second)); err != nil {
 		return nil, err
 	}
 	st := analyze(x.target.since(mark), from-x.sz.interval, from, x.target.now(), x.sz.interval)
 	rows := []Row{{Figure: "fleet, " + at + ": polls/s ÷ sessions/s", Target: "≥ 0.98", Ours: one(st.perSec / float64(n)),
-		Met: met(st.perSec >= 0.98*float64(n)), Note: fmt.Sprintf("busiest/mean 10 ms slot %.2f, lateness p99 %.1f ms", st.busiestSlot, st.lateP99)}}
+		Met: met(st.perSec >= 0.98*float64(n)), Note: fmt.Sprintf("busiest/mean 10 ms slot %.2f, lateness p99 %.1f ms; %s", st.busiestSlot, st.lateP99, load())}}
 
 	// Sessions added one by one with the CLI: from the start of
 	// `pollworker sessions add` to the first poll at the target.
@@ -337,7 +339,7 @@ func (x *e2e) fleet(ctx context.Context, per int) ([]Row, error) {
 
 	// SIGTERM of w-0: for each of its sessions, its last poll by w-0 →
 	// the first poll by another worker.
-	tk := x.target.now()
+	tk, load := x.target.now(), x.loadMeter(procs[1:])
 	if err := procs[0].stop(20 * time.Second); err != nil {
 		rows = append(rows, Row{Figure: "fleet: SIGTERM of w-0", Note: err.Error()})
 	}
@@ -346,6 +348,7 @@ func (x *e2e) fleet(ctx context.Context, per int) ([]Row, error) {
 	if err := sleepCtx(ctx, 5*x.sz.interval); err != nil {
 		return rows, err
 	}
+	handoffLoad := load()
 	last, next := map[string]time.Duration{}, map[string]time.Duration{}
 	for _, a := range x.target.since(tk - 2*x.sz.interval) {
 		if a.worker == "w-0" {
@@ -372,13 +375,39 @@ func (x *e2e) fleet(ctx context.Context, per int) ([]Row, error) {
 	rows = append(rows,
 		Row{Figure: fmt.Sprintf("fleet, %s: SIGTERM of one worker, last poll by the old owner → first by the new (gap)", at),
 			Target: "reported", Unit: "ms", Ours: gs,
-			Note: fmt.Sprintf("per-session distribution (median, p99; max %.0f ms); %d sessions of the stopped worker, %d not polled by another within %v after its exit; SIGTERM → exit %v",
-				gs.Max, len(last), missing, 5*x.sz.interval, drained.Round(time.Millisecond))},
+			Note: fmt.Sprintf("per-session distribution (median, p99; max %.0f ms); %d sessions of the stopped worker, %d not polled by another within %v after its exit; SIGTERM → exit %v; from SIGTERM to 5 s after the exit, survivors' %s",
+				gs.Max, len(last), missing, 5*x.sz.interval, drained.Round(time.Millisecond), handoffLoad)},
 		Row{Figure: fmt.Sprintf("fleet, %s: SIGTERM handoff gap − interval (late against the schedule)", at),
 			Target: "p99 ≤ 250 ms", Unit: "ms", Ours: ls, Met: met(missing == 0 && !math.IsNaN(ls.P99) && ls.P99 <= 250),
 			Note: "the schedule passes to the successor, so a punctual handoff has gap = interval; the target applies to the excess"})
 	return rows, nil
 }
+
+// loadMeter starts measuring CPU: the returned func says, since the call,
+// the % of one core used by each of procs, redis-server, pollbench and the
+// whole machine (2 cores = 200 %).
+func (x *e2e) loadMeter(procs []*e2eProc) func() string {
+	t0, busy0, self0 := time.Now(), machineBusy(), must(procCPU(os.Getpid()))
+	rs0, _ := redisstats.Read(context.Background(), x.e.admin)
+	cpu0 := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		cpu0[i] = must(procCPU(p.cmd.Process.Pid))
+	}
+	return func() string {
+		win := time.Since(t0).Seconds()
+		pct := func(d time.Duration) float64 { return 100 * d.Seconds() / win }
+		out := "CPU, % of one core: workers"
+		for i, p := range procs {
+			out += fmt.Sprintf(" %.0f", pct(must(procCPU(p.cmd.Process.Pid))-cpu0[i]))
+		}
+		rs1, _ := redisstats.Read(context.Background(), x.e.admin)
+		return out + fmt.Sprintf(", redis-server %.0f, pollbench (target + proxy) %.0f, whole machine %.0f of 200",
+			100*rs1.Delta(rs0).CPUSeconds/win, pct(must(procCPU(os.Getpid()))-self0), pct(machineBusy()-busy0))
+	}
+}
+
+// must drops the error of a /proc read (0 for a process gone).
+func must(d time.Duration, _ error) time.Duration { return d }
 
 // e2eTiny runs the limit loop in-process for the smoke test: no binary,
 // no child process.
