@@ -61,6 +61,7 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		&cli.BoolFlag{Name: "dry-run", Usage: "validate the configuration, print it and exit without connecting"},
 	)
 	flags = append(flags, recordFlags()...)
+	flags = append(flags, httpFlags()...)
 	return &cli.Command{
 		Name:  "run",
 		Usage: "run a worker until SIGTERM or SIGINT",
@@ -100,6 +101,9 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 			}
 			rc, err := parseRecording(cmd)
 			if err != nil {
+				return configError(err)
+			}
+			if rc.HTTP, err = parseHTTPOptions(cmd); err != nil {
 				return configError(err)
 			}
 			if cmd.Bool("dry-run") {
@@ -167,6 +171,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	if rec != nil {
 		reg.MustRegister(recorderMetrics(rec)...)
 	}
+	reg.MustRegister(httpPollMetrics(hp)...)
 	obs, err := metrics.New(reg, metrics.WithBuildInfo(version, builtFrom))
 	if err != nil {
 		return err
@@ -196,7 +201,8 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		ready := &readiness{coordinator: coord.Ready, ping: func(ctx context.Context) error { return client.Ping(ctx).Err() }}
 		srv = &http.Server{
 			Handler: healthHandler(ready.Ready, func() bool { return coord.PollStats().Behind }, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-				statusPageHandler(coord.ID(), ready.Ready, (&pageReader{client: client, keys: cfg.Keys}).read, events)),
+				statusPageConfig{self: coord.ID(), ready: ready.Ready, read: (&pageReader{client: client, keys: cfg.Keys}).read,
+					events: events, failing: hp.Failing}.handler()),
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("http")),
 		}
@@ -466,12 +472,48 @@ func recordFlags() []cli.Flag {
 	}
 }
 
-// recording is the validated recording configuration of the run command.
+// recording is the validated configuration of the run command's HTTP
+// poller: recording, and HTTP the politeness flags.
 type recording struct {
 	Mode   httppoll.RecordMode
 	MaxLen int64
 	Flush  time.Duration
 	Queue  int
+	HTTP   httpOptions
+}
+
+// Bounds of the HTTP poller's flags.
+const (
+	minPollTimeout = 10 * time.Millisecond
+	maxPollTimeout = 5 * time.Minute
+)
+
+// httpFlags are the run command's flags for the HTTP requests.
+func httpFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "max-per-host", Value: httppoll.DefaultMaxPerHost, Sources: fromEnv("max-per-host"),
+			Usage: "requests in flight to one host (host:port of the URL) at most, per worker; a poll waits for a slot at most half its timeout (so that the request it sends has the other half), then fails as a timeout; 0 = no bound"},
+		&cli.DurationFlag{Name: "poll-timeout", Value: httppoll.DefaultTimeout, Sources: fromEnv("poll-timeout"),
+			Usage: "bound on one poll (the wait for a slot of its host, the request and reading the body), and never more than the session's interval; from 10ms to 5m"},
+	}
+}
+
+// httpOptions are the validated values of httpFlags.
+type httpOptions struct {
+	MaxPerHost  int // 0: no bound
+	PollTimeout time.Duration
+}
+
+// parseHTTPOptions validates the httpFlags of cmd.
+func parseHTTPOptions(cmd *cli.Command) (httpOptions, error) {
+	o := httpOptions{MaxPerHost: int(cmd.Int("max-per-host")), PollTimeout: cmd.Duration("poll-timeout")}
+	switch {
+	case o.MaxPerHost < 0:
+		return httpOptions{}, fmt.Errorf("%w: --max-per-host (%d) must not be negative (0 = no bound)", errInvalidConfig, o.MaxPerHost)
+	case o.PollTimeout < minPollTimeout || o.PollTimeout > maxPollTimeout:
+		return httpOptions{}, fmt.Errorf("%w: --poll-timeout (%v) must be from %v to %v", errInvalidConfig, o.PollTimeout, minPollTimeout, maxPollTimeout)
+	}
+	return o, nil
 }
 
 // parseRecording validates the recording flags of cmd. Each error names
@@ -504,11 +546,14 @@ func parseRecording(cmd *cli.Command) (recording, error) {
 // coordinator's heartbeat, renewals and rounds wait for.
 func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.Poller, *httppoll.Recorder, func(), error) {
 	hc := httppoll.Config{
-		Keys:      cfg.Keys,
-		Worker:    cfg.Poller.ID,
-		UserAgent: "pollworker/" + version,
-		Logger:    log,
-		Record:    rc.Mode,
+		Keys:         cfg.Keys,
+		Worker:       cfg.Poller.ID,
+		UserAgent:    "pollworker/" + version,
+		Logger:       log,
+		Record:       rc.Mode,
+		MaxPerHost:   zeroMeansOff(rc.HTTP.MaxPerHost),
+		Timeout:      rc.HTTP.PollTimeout,
+		ErrorBackoff: cfg.Poller.MaxErrorBackoff,
 	}
 	if rc.Mode == httppoll.RecordNone {
 		hp, err := httppoll.New(hc)
@@ -570,6 +615,39 @@ func recorderMetrics(rec *httppoll.Recorder) []prometheus.Collector {
 		counter("pollworker_results_flushes_total", "Pipelined writes of queued poll results.",
 			func(s httppoll.RecorderStats) uint64 { return s.Flushes }),
 	}
+}
+
+// httpPollMetrics exports the HTTP poller's counters, every label at 0
+// from the start.
+func httpPollMetrics(hp *httppoll.Poller) []prometheus.Collector {
+	counter := func(name, help string, labels prometheus.Labels, v func(httppoll.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
+			func() float64 { return float64(v(hp.Stats())) })
+	}
+	var out []prometheus.Collector
+	for _, o := range httppoll.Outcomes {
+		out = append(out, counter("pollworker_http_polls_total",
+			"HTTP polls by outcome: ok (a response below 400 but 304), not_modified (304), client_error (4xx), server_error (5xx), timeout, error (no response), cancelled (the lease ended).",
+			prometheus.Labels{"outcome": o.String()}, func(s httppoll.Stats) uint64 { return s.Polls[o] }))
+	}
+	for _, r := range []struct {
+		result string
+		v      func(httppoll.Stats) uint64
+	}{
+		{"saved", func(s httppoll.Stats) uint64 { return s.StateSaves }},
+		{"stale", func(s httppoll.Stats) uint64 { return s.StateStale }},
+		{"too_large", func(s httppoll.Stats) uint64 { return s.StateTooLarge }},
+		{"failed", func(s httppoll.Stats) uint64 { return s.StateFailed }},
+	} {
+		out = append(out, counter("pollworker_http_state_saves_total",
+			"Saves of the HTTP poller's session state by result: saved, stale (the lease had moved on), too_large, failed (Redis); none is retried.",
+			prometheus.Labels{"result": r.result}, r.v))
+	}
+	return append(out,
+		counter("pollworker_http_changes_total", "HTTP polls whose status, error class or 2xx body differed from the session's saved state.",
+			nil, func(s httppoll.Stats) uint64 { return s.Changes }),
+		counter("pollworker_http_host_waits_total", "HTTP polls that waited for a slot of their host (--max-per-host).",
+			nil, func(s httppoll.Stats) uint64 { return s.HostWaits }))
 }
 
 // pollMetrics exports the poll scheduler's figures: a worker whose late

@@ -71,11 +71,12 @@ func withAdminSteps(ctx context.Context, cmd *cli.Command, fn func(ctx context.C
 func sessionsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "sessions",
-		Usage: "add, list, pause, resume, remove, apply and export sessions",
+		Usage: "add, list, get, pause, resume, remove, apply and export sessions",
 		Flags: adminFlags(),
 		Commands: []*cli.Command{
 			sessionsAddCommand(),
 			sessionsListCommand(),
+			sessionsGetCommand(),
 			sessionsEachCommand(eachOp{name: "pause", usage: "stop polling sessions, keeping them", done: "paused",
 				apply: (*session.Store).Pause, check: checkWellFormed}),
 			sessionsEachCommand(eachOp{name: "resume", usage: "poll paused sessions again", done: "resumed",
@@ -361,17 +362,26 @@ func sessionsListCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
 		Usage: "list the sessions and the malformed entries",
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+			&cli.BoolFlag{Name: "wide", Usage: "add the HTTP poller's saved state of each session (last status, latency, last success, failures in a row, last change, saved by; see `sessions get`)"},
+		},
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
 				sessions, problems, err := a.store.List(ctx)
 				if err != nil {
 					return err
 				}
-				if cmd.Bool("json") {
-					return printSessionsJSON(cmd.Root().Writer, sessions, problems)
+				var states map[string]*stateView // nil without --wide
+				if cmd.Bool("wide") {
+					if states, err = loadStates(ctx, a, sessions); err != nil {
+						return err
+					}
 				}
-				printSessions(cmd.Root().Writer, sessions, problems)
+				if cmd.Bool("json") {
+					return printSessionsJSON(cmd.Root().Writer, sessions, problems, states)
+				}
+				printSessions(cmd.Root().Writer, sessions, problems, states)
 				return nil
 			})
 		}),
@@ -385,6 +395,8 @@ type listedSession struct {
 	Interval string            `json:"interval"`
 	Paused   bool              `json:"paused"`
 	Labels   map[string]string `json:"labels,omitempty"`
+	// State is the saved state, with --wide only (null when none).
+	State *stateView `json:"state,omitempty"`
 }
 
 // malformedEntry is a malformed entry as printed by sessions list and
@@ -402,24 +414,33 @@ func malformedEntries(problems []session.Problem) []malformedEntry {
 	return out
 }
 
-func printSessionsJSON(w io.Writer, sessions []session.Session, problems []session.Problem) error {
+// printSessionsJSON prints the sessions, with their states when states is
+// not nil (--wide).
+func printSessionsJSON(w io.Writer, sessions []session.Session, problems []session.Problem, states map[string]*stateView) error {
 	out := struct {
 		Sessions  []listedSession  `json:"sessions"`
 		Malformed []malformedEntry `json:"malformed"`
 	}{Sessions: make([]listedSession, len(sessions)), Malformed: malformedEntries(problems)}
 	for i, s := range sessions {
-		out.Sessions[i] = listedSession{ID: s.ID, URL: redactURL(s.URL), Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels}
+		out.Sessions[i] = listedOf(s)
+		out.Sessions[i].State = states[s.ID]
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
 }
 
-func printSessions(w io.Writer, sessions []session.Session, problems []session.Problem) {
+// printSessions prints the sessions as a table, with the columns of their
+// states when states is not nil (--wide).
+func printSessions(w io.Writer, sessions []session.Session, problems []session.Problem, states map[string]*stateView) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	paused := 0
 	if len(sessions) > 0 {
-		fmt.Fprintln(tw, "ID\tURL\tINTERVAL\tPAUSED\tLABELS")
+		fmt.Fprint(tw, "ID\tURL\tINTERVAL\tPAUSED\tLABELS")
+		if states != nil {
+			fmt.Fprint(tw, wideColumns)
+		}
+		fmt.Fprintln(tw)
 	}
 	for _, s := range sessions {
 		p := "no"
@@ -427,7 +448,11 @@ func printSessions(w io.Writer, sessions []session.Session, problems []session.P
 			p = "yes"
 			paused++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", s.ID, redactURL(s.URL), s.Interval.D(), p, formatLabels(s.Labels))
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s", s.ID, redactURL(s.URL), s.Interval.D(), p, formatLabels(s.Labels))
+		if states != nil {
+			fmt.Fprint(tw, wideRow(states[s.ID]))
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "%d sessions: %d active, %d paused; %d malformed\n", len(sessions), len(sessions)-paused, paused, len(problems))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/poller"
 )
@@ -42,6 +43,7 @@ func (r *recentEvents) list() []poller.Event {
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	"ms":    func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() },
 	"clock": func(t time.Time) string { return t.UTC().Format("15:04:05.000") },
+	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
 <title>pollworker {{.Self}}</title>
@@ -65,6 +67,10 @@ Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}} of leases, {{p
 {{end}}</table>{{end}}
 {{with .Status.UnknownLeases}}{{if .Scanned}}<p>Leases of sessions not in the store (SCAN at {{clock .At}}): <b id="unknown-leases">{{.Count}}</b>{{range .Lease}} {{.Session}} by {{.Holder}}{{end}}.</p>{{end}}{{end}}
 {{end}}
+{{if .FailingShown}}<h2>Failing sessions polled by this worker ({{.FailingCount}})</h2>
+{{if .Failing}}<table id="failing"><tr><th>session</th><th>failures in a row</th><th>last status</th><th>failing since</th><th>last poll</th><th>token</th></tr>
+{{range .Failing}}<tr class="failing"><td>{{.Session}}</td><td>{{.Failures}}</td><td>{{if .Status}}{{.Status}}{{else}}{{.Error}}{{end}}</td><td>{{stamp .Since}}</td><td>{{stamp .LastPoll}}</td><td>{{.Token}}</td></tr>
+{{end}}</table>{{if gt .FailingMore 0}}<p>… and {{.FailingMore}} more (<code>pollworker sessions list --wide</code>).</p>{{end}}{{else}}<p id="failing-none">None: every session's last poll succeeded.</p>{{end}}{{end}}
 <h2>Recent lease events of this worker</h2>
 <table id="events"><tr><th>time</th><th>event</th><th>session</th><th>token</th><th>reason</th></tr>
 {{range .Events}}<tr><td>{{clock .At}}</td><td>{{.Type}}</td><td>{{.Session}}</td><td>{{.Token}}</td><td>{{.Reason}}</td></tr>
@@ -103,11 +109,30 @@ func (p *pageReader) read(ctx context.Context) (clusterStatus, error) {
 	return st, nil
 }
 
+// pageFailingMax is how many failing sessions the status page lists.
+const pageFailingMax = 100
+
 // statusPageHandler serves the read-only status page at /: the deployment
 // as computeStatus reads it, and this worker's recent lease events. The
 // worker is shown ready only when ready() is true and the page's own read
 // of Redis succeeded.
 func statusPageHandler(self string, ready func() bool, read func(ctx context.Context) (clusterStatus, error), events *recentEvents) http.Handler {
+	return statusPageConfig{self: self, ready: ready, read: read, events: events}.handler()
+}
+
+// statusPageConfig is what the status page shows: statusPageHandler's
+// arguments, and failing, if set, the sessions this worker polls whose
+// last poll failed (httppoll.Poller.Failing, read from memory).
+type statusPageConfig struct {
+	self    string
+	ready   func() bool
+	read    func(ctx context.Context) (clusterStatus, error)
+	events  *recentEvents
+	failing func() []httppoll.FailingSession
+}
+
+func (c statusPageConfig) handler() http.Handler {
+	self, ready, read, events := c.self, c.ready, c.read, c.events
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
@@ -117,12 +142,23 @@ func statusPageHandler(self string, ready func() bool, read func(ctx context.Con
 		defer cancel()
 		st, err := read(ctx)
 		data := struct {
-			Self   string
-			Ready  bool
-			Status clusterStatus
-			Err    error
-			Events []poller.Event
-		}{Self: self, Status: st, Err: err, Events: events.list()}
+			Self         string
+			Ready        bool
+			Status       clusterStatus
+			Err          error
+			Events       []poller.Event
+			FailingShown bool
+			Failing      []httppoll.FailingSession
+			FailingMore  int
+			FailingCount int
+		}{Self: self, Status: st, Err: err, Events: events.list(), FailingShown: c.failing != nil}
+		if c.failing != nil {
+			data.Failing = c.failing()
+			data.FailingCount = len(data.Failing)
+			if n := len(data.Failing); n > pageFailingMax {
+				data.Failing, data.FailingMore = data.Failing[:pageFailingMax], n-pageFailingMax
+			}
+		}
 		// A page that could not read Redis does not call the worker ready
 		// right above the error; /readyz (the same ready func) agrees
 		// within its PING's second.
