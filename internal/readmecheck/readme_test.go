@@ -36,7 +36,13 @@ func embeddingSnippet(t *testing.T, readme string) string {
 func TestEmbeddingSnippetBuilds(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	require.NoError(t, err)
-	code := embeddingSnippet(t, string(readme))
+	buildSnippet(t, embeddingSnippet(t, string(readme)))
+}
+
+// buildSnippet builds and vets code, a README snippet that must be a
+// complete, gofmt-formatted main package of this module.
+func buildSnippet(t *testing.T, code string) {
+	t.Helper()
 	require.True(t, strings.HasPrefix(code, "package main\n"), "the snippet is a complete program: it starts with package main")
 	formatted, err := format.Source([]byte(code))
 	require.NoError(t, err)
@@ -51,12 +57,12 @@ func TestEmbeddingSnippetBuilds(t *testing.T) {
 	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "embedding"), src)
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOPROXY=off")
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "README.md's embedding snippet does not build:\n%s", out)
+	require.NoError(t, err, "README.md's snippet does not build:\n%s", out)
 
 	vet := exec.Command("go", "vet", src)
 	vet.Env = cmd.Env
 	out, err = vet.CombinedOutput()
-	require.NoError(t, err, "go vet of README.md's embedding snippet:\n%s", out)
+	require.NoError(t, err, "go vet of README.md's snippet:\n%s", out)
 }
 
 func TestEmbeddingSnippetExtraction(t *testing.T) {
