@@ -199,10 +199,11 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 			return fmt.Errorf("health server: %w", err)
 		}
 		ready := &readiness{coordinator: coord.Ready, ping: func(ctx context.Context) error { return client.Ping(ctx).Err() }}
+		behind := func() bool { return coord.PollStats().Behind }
 		srv = &http.Server{
-			Handler: healthHandler(ready.Ready, func() bool { return coord.PollStats().Behind }, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			Handler: healthHandler(ready.Ready, behind, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 				statusPageConfig{self: coord.ID(), ready: ready.Ready, read: (&pageReader{client: client, keys: cfg.Keys}).read,
-					events: events, failing: hp.Failing}.handler()),
+					events: events, failing: hp.Failing, behind: behind}.handler()),
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("http")),
 		}

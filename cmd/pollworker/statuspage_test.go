@@ -145,6 +145,24 @@ func TestStatusPageNotReadyAboveRedisError(t *testing.T) {
 	}
 }
 
+// TestStatusPageSaysBehind: a worker that is behind is shown ready and
+// behind.
+func TestStatusPageSaysBehind(t *testing.T) {
+	for _, behind := range []bool{false, true} {
+		h := statusPageConfig{self: "w1", ready: func() bool { return true }, events: newRecentEvents(1),
+			read:   func(context.Context) (clusterStatus, error) { return clusterStatus{}, nil },
+			behind: func() bool { return behind }}.handler()
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		require.Contains(t, w.Body.String(), `<span id="ready">ready</span>`)
+		if behind {
+			require.Contains(t, w.Body.String(), `<span id="behind" class="err">behind:`)
+		} else {
+			require.NotContains(t, w.Body.String(), `id="behind"`)
+		}
+	}
+}
+
 // TestReadyzFollowsRedisWithinASecond (issue 10, item 11): /readyz stayed
 // 200 for up to a renew interval after Redis stopped. With 5s intervals it
 // must turn 503 within about a second (the cached PING), not 5s.
