@@ -29,8 +29,9 @@
 //
 // # Non-guarantees
 //
-//   - The state has no TTL: it lives as long as the session, and is deleted
-//     with it only when someone calls Store.Delete (pollworker sessions rm).
+//   - The state has no TTL: it outlives its session until someone calls
+//     Store.Delete (pollworker sessions rm does not, so a session added
+//     again under the same id goes on from its state).
 //     Under a maxmemory policy that evicts (allkeys-*), or after a data loss
 //     of Redis, it may be lost; a lost state reads as never saved (Token 0).
 //   - A save is not replicated synchronously: a failover to a replica that

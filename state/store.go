@@ -176,9 +176,8 @@ func (s *Store) Save(ctx context.Context, l *lease.Lease, polledAt time.Time, da
 }
 
 // Delete removes the state of session, whoever wrote it: for a session
-// that is removed (pollworker sessions rm). A later Load reads it as never
-// saved. It is not fenced: a holder still polling the session may save
-// again after it.
+// removed for good. A later Load reads it as never saved. It is not
+// fenced: a holder still polling the session may save again after it.
 func (s *Store) Delete(ctx context.Context, session string) error {
 	if err := keyspace.ValidateID(session); err != nil {
 		return err
