@@ -44,9 +44,11 @@ type bucket struct {
 // weighing is what the plan weighs besides the membership: the bucket
 // loads and the members' weights.
 type weighing struct {
-	loads    []int  // bucket -> polls per day (session.PollsPerDay)
-	complete bool   // loads count every session: plan by loads, else by sizes
-	fleetKey string // the members, weights and labels the fleet was built for
+	loads     []int    // bucket -> polls per day (session.PollsPerDay)
+	complete  bool     // loads count every session: plan by loads, else by sizes
+	fleetKey  string   // the members, weights and labels the fleet was built for
+	memberKey string   // the members, weights and labels last read
+	cordoned  []string // the cordoned members when they were read
 
 	// Placement rules: the sessions with a selector are placed by unit
 	// (selector, bucket), each selector's units among the placeable
@@ -208,18 +210,11 @@ func (c *Coordinator) ownerOf(id string) string {
 // this worker needs (at most maxLoadPerRound definitions per round; a
 // round that stops short asks for another). It reports false when Redis
 // could not be read.
-func (c *Coordinator) refresh(ctx context.Context) bool {
+func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
 	c.news.peerNews.Store(false) // news from now on asks for another round
 	m, err := c.registry.Members(rctx)
-	if err != nil {
-		c.health.redisOK.Store(false)
-		c.cfg.Observer.RedisError("members")
-		c.log.Warn("discovery failed", zap.Error(err))
-		return false
-	}
-	infos, err := c.registry.Get(rctx, m.Placeable()...)
 	if err != nil {
 		c.health.redisOK.Store(false)
 		c.cfg.Observer.RedisError("members")
@@ -233,8 +228,21 @@ func (c *Coordinator) refresh(ctx context.Context) bool {
 		c.watchOrphans()
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
-	ms, labels, key := weighMembers(m.Placeable(), infos) // cordoned workers take nothing
-	c.view.weighing.members, c.view.weighing.labels = ms, labels
+	// The members' weights and labels, from their heartbeats: read when the
+	// membership changed, and in every full round (a worker restarted at
+	// once under the same id, with other flags, changes no membership).
+	if membersChanged || full || !slices.Equal(m.Cordoned, c.view.weighing.cordoned) {
+		infos, err := c.registry.Get(rctx, m.Placeable()...)
+		if err != nil {
+			c.health.redisOK.Store(false)
+			c.cfg.Observer.RedisError("members")
+			c.log.Warn("discovery failed", zap.Error(err))
+			return false
+		}
+		c.view.weighing.cordoned = m.Cordoned
+		c.view.weighing.members, c.view.weighing.labels, c.view.weighing.memberKey = weighMembers(m.Placeable(), infos) // cordoned workers take nothing
+	}
+	ms, key := c.view.weighing.members, c.view.weighing.memberKey
 	if fleetChanged := key != c.view.weighing.fleetKey || c.view.fleet == nil; fleetChanged {
 		fleet, err := assign.NewFleet(ms...)
 		if err != nil { // PlanWeight returns only valid weights

@@ -28,7 +28,7 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 	c.startRound()
 	c.reapWorkers(ctx)
 	c.retryContended()
-	if !c.refresh(ctx) {
+	if !c.refresh(ctx, full) {
 		return
 	}
 	// Only a live worker that its peers count as live takes sessions.

@@ -235,6 +235,9 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 	r.Leases, leaseProblems = checkLeases(first, last, maxNotPlanned, &r.Notes)
 	r.Problems = append(r.Problems, leaseProblems...)
 	r.Checks = append(r.Checks, checkUnplaceable)
+	if !last.pl.Weights.Complete && len(sessions) > 0 {
+		r.Notes = append(r.Notes, "poll loads: incomplete (an index written before loads were kept): the workers balance by session counts; pollworker sessions reweigh counts them")
+	}
 	for _, sel := range slices.Sorted(maps.Keys(last.unplaceable)) {
 		ids := last.unplaceable[sel]
 		if _, before := first.unplaceable[sel]; !before {

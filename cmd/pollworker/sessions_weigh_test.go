@@ -72,3 +72,18 @@ func TestSessionsApplyKeepsLoadsAndSelectors(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "poll loads counted: 43224 polls/day")
 }
+
+// TestCheckNotesIncompleteLoads: check notes an index whose loads are
+// incomplete (the workers then balance by counts), and stops once they
+// are counted.
+func TestCheckNotesIncompleteLoads(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	r := runApp(t, "sessions", "--redis-url", srv.URL(), "add", "--id", "a", "--url", "http://x/a", "--interval", "1s")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = runApp(t, "check", "--redis-url", srv.URL(), "--grace", "0")
+	require.NotContains(t, r.stdout, "poll loads: incomplete")
+	require.NoError(t, client.HDel(context.Background(), keyspace.Space{}.SessionLoads(), "complete").Err())
+	r = runApp(t, "check", "--redis-url", srv.URL(), "--grace", "0")
+	require.Contains(t, r.stdout, "poll loads: incomplete")
+}
