@@ -10,6 +10,7 @@
 //	<prefix>:{sessions}:rev       change counter, incremented by every write
 //	<prefix>:{sessions}:changes   bucket -> revision of its last change
 //	<prefix>:{sessions}:sizes     bucket -> number of ids in it
+//	<prefix>:{sessions}:loads     placement unit -> polls per day (weight.go)
 //
 // so that a worker learns what changed with one round trip per round
 // (Store.Changes: nothing, or the buckets changed since the revision it has
@@ -50,6 +51,12 @@
 //     the size off by one (the next write to that bucket does not repair
 //     it). Sizes only weigh buckets for balance; ownership and safety do
 //     not depend on them.
+//   - Loads (polls per day per placement unit, weight.go) are counted the
+//     same way, from the value each write replaces (SET … GET, GETDEL): a
+//     writer that dies before its change record, or a value written behind
+//     the store's back, leaves a unit's load off until Store.RebuildLoads.
+//     Loads and selectors weigh and group sessions for placement only; a
+//     worker checks a session's selector itself before it polls it.
 //   - A Snapshot is not atomic: it may mix the states before and after a
 //     concurrent write (its Rev then differs from the counter, see above).
 //   - Put and Delete of the same id racing each other may leave the index
