@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -472,13 +473,18 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	out := response{status: resp.StatusCode,
 		etag:         bounded(resp.Header.Get("ETag"), MaxETagBytes),
 		lastModified: bounded(resp.Header.Get("Last-Modified"), MaxLastModifiedBytes)}
-	var sink io.Writer = io.Discard
+	body := io.LimitReader(resp.Body, MaxBodyBytes)
 	var h hash.Hash
-	if conditional {
+	if conditional && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		// Only a 2xx body is kept (State.BodySHA256). A pooled buffer:
+		// io.Copy into a hash would allocate 32 KiB per poll.
 		h = sha256.New()
-		sink = h
+		buf := copyBufs.Get().(*[]byte)
+		_, err = io.CopyBuffer(h, body, *buf)
+		copyBufs.Put(buf)
+	} else {
+		_, err = io.Copy(io.Discard, body)
 	}
-	_, err = io.Copy(sink, io.LimitReader(resp.Body, MaxBodyBytes))
 	_ = resp.Body.Close()
 	if err != nil {
 		return out, fmt.Errorf("read body: %w", withoutURL(err))
@@ -488,6 +494,9 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	}
 	return out, nil
 }
+
+// copyBufs are the buffers that response bodies are hashed through.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}
 
 // bounded is v, or "" when it is longer than max bytes.
 func bounded(v string, max int) string {
