@@ -80,9 +80,9 @@ func (c *Coordinator) stateful() StatefulPoller {
 // prepareState loads w's state before its first poll under its lease, and
 // reports whether w should poll now. After a crash (no graceful handoff
 // mark, so the lease does not say when the next poll was due) a saved
-// record whose poll started less than an interval ago puts the first poll
-// at that start + the interval, on this worker's clock, instead of now: the
-// session keeps its schedule. Then it returns false, having moved w's next
+// record whose poll was due less than an interval ago puts the first poll
+// one interval after that due time, on this worker's clock, instead of
+// now: the session keeps its schedule. Then it returns false, having moved w's next
 // poll there (deferPoll). A load that fails is a failed poll (retried at
 // the next one, after the backoff); the poller never runs without its
 // state.
@@ -117,7 +117,7 @@ func (c *Coordinator) prepareState(w *worker, now time.Time) (pollNow, failed bo
 	if !ok || since < 0 || since >= iv {
 		return true, false
 	}
-	// The load's reply arrived just now: the poll started `since` ago.
+	// The load's reply arrived just now: the saved poll was due `since` ago.
 	at := c.cfg.Clock.Now().Add(iv - since)
 	if !at.After(now) {
 		return true, false
@@ -130,11 +130,13 @@ func (c *Coordinator) prepareState(w *worker, now time.Time) (pollNow, failed bo
 // success) put its next poll at `at` rather than one interval after the
 // turn's due time: w.next is moved one interval (and deferSlack) before
 // `at`, so that the scheduler's next = w.next + interval, moved later by
-// its spread step toward the session's phase, lands on `at`: the previous
-// holder's due times were on that phase, and `at` (one of them + the
-// interval, carried in ms through Redis) is within a millisecond or two of
-// it, so the step takes it there rather than one step past it. Called from
-// w's poll goroutine.
+// its spread step toward the session's phase, is where the previous
+// holder's own schedule would have put it: on `at` when its due times were
+// on the phase already (`at`, carried in ms through Redis, is then within
+// a millisecond or two of the phase, and the slack keeps the step from
+// taking it one whole step past), else one step (at most min(interval/10,
+// 200ms)) later, as its next poll would have been. Called from w's poll
+// goroutine.
 func (s *scheduler) deferPoll(w *worker, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
