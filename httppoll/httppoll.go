@@ -259,7 +259,7 @@ type stateSlot interface {
 
 // poll runs one poll of s under l; st is nil without saved state.
 func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st stateSlot) error {
-	prev, hadPrev := p.previous(s.ID, l, st)
+	prev, hadPrev := p.previous(s, l, st)
 	start := p.cfg.Clock.Now()
 	resp, err := p.get(ctx, s, l, prev, st != nil)
 	latency := p.cfg.Clock.Since(start)
@@ -297,11 +297,11 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 }
 
 // previous is the state of s before this poll: the saved one if st has a
-// readable one, else (without saved state) only the failures under l that
-// this Poller remembers.
-func (p *Poller) previous(id string, l *lease.Lease, st stateSlot) (State, bool) {
+// readable one for s's URL, else (without saved state) only the failures
+// under l that this Poller remembers.
+func (p *Poller) previous(s session.Session, l *lease.Lease, st stateSlot) (State, bool) {
 	if st == nil {
-		n, since := p.failing.failures(id, l)
+		n, since := p.failing.failures(s.ID, l)
 		return State{Failures: n, FailingSince: since}, false
 	}
 	rec := st.Last()
@@ -311,7 +311,12 @@ func (p *Poller) previous(id string, l *lease.Lease, st stateSlot) (State, bool)
 	prev, err := DecodeState(rec.Data)
 	if err != nil {
 		p.log.Info("saved state of the session unreadable; starting it afresh",
-			zap.String("session", id), zap.Uint64("state_token", rec.Token), zap.Error(err))
+			zap.String("session", s.ID), zap.Uint64("state_token", rec.Token), zap.Error(err))
+		return State{}, false
+	}
+	if prev.URLHash != urlHash(s.URL) {
+		// The session now polls another URL (sessions add --replace):
+		// the old URL's validators and body mean nothing there.
 		return State{}, false
 	}
 	return prev, true
@@ -322,7 +327,7 @@ func (p *Poller) previous(id string, l *lease.Lease, st stateSlot) (State, bool)
 func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response, class errClass,
 	start time.Time, latency time.Duration) State {
 	next := prev
-	next.Version, next.Worker, next.Polled = StateVersion, p.cfg.Worker, start.UTC()
+	next.Version, next.Worker, next.Polled, next.URLHash = StateVersion, p.cfg.Worker, start.UTC(), urlHash(s.URL)
 	next.Status, next.Error = resp.status, class.String()
 	next.LatencyMS = float64(latency.Microseconds()) / 1000
 	if resp.status >= 200 && resp.status < 300 || resp.status == http.StatusNotModified {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"time"
 )
 
@@ -48,6 +50,10 @@ type State struct {
 	// Worker ("worker") is the worker that saved it: after a handoff, the
 	// previous holder until the new one saves.
 	Worker string `json:"worker"`
+	// URLHash ("url_fnv") is the FNV-1a 64 hash of the URL polled, in hex:
+	// a session whose URL changed (sessions add --replace) starts afresh,
+	// so that no validator of another URL is ever sent.
+	URLHash string `json:"url_fnv"`
 	// Polled ("polled") is when the last saved poll started, on the saving
 	// worker's clock.
 	Polled time.Time `json:"polled"`
@@ -113,6 +119,13 @@ func (st State) encode() []byte {
 		panic(fmt.Sprintf("httppoll: encode state: %v", err))
 	}
 	return b
+}
+
+// urlHash is State.URLHash of rawURL.
+func urlHash(rawURL string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(rawURL))
+	return strconv.FormatUint(h.Sum64(), 16)
 }
 
 // Latency is LatencyMS as a duration.

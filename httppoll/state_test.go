@@ -123,7 +123,7 @@ func TestConditionalRequests(t *testing.T) {
 	require.Empty(t, h.Get("If-None-Match"), "nothing saved yet: unconditional")
 	require.Empty(t, h.Get("If-Modified-Since"))
 	first := slot.saved(t)
-	require.Equal(t, State{Version: StateVersion, Worker: "w1", Polled: clk.Now(), Status: 200,
+	require.Equal(t, State{Version: StateVersion, Worker: "w1", URLHash: urlHash(tg.URL), Polled: clk.Now(), Status: 200,
 		ETag: `"v1"`, LastModified: "Tue, 24 Nov 2026 00:00:00 GMT", BodySHA256: sha256Hex("one"),
 		LastSuccess: clk.Now(), Changed: clk.Now(), LatencyMS: first.LatencyMS}, first)
 
@@ -302,4 +302,22 @@ func TestCancelledPollSavesNothing(t *testing.T) {
 func sha256Hex(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:])
+}
+
+// TestURLChangeStartsAfresh: a session whose URL changed (sessions add
+// --replace) never sends the old URL's validators to the new one.
+func TestURLChangeStartsAfresh(t *testing.T) {
+	tg := newTarget(t)
+	tg.set(func(tg *target) { tg.etag = `"v1"` })
+	p := newPoller(t, Config{Record: RecordNone})
+	slot := &fakeSlot{}
+	require.NoError(t, p.poll(ctxT(t), sess(tg.URL+"/a", time.Second), nil, slot))
+	require.NoError(t, p.poll(ctxT(t), sess(tg.URL+"/a", time.Second), nil, slot))
+	require.Equal(t, `"v1"`, tg.last(t).Get("If-None-Match"))
+
+	require.NoError(t, p.poll(ctxT(t), sess(tg.URL+"/b", time.Second), nil, slot))
+	require.Empty(t, tg.last(t).Get("If-None-Match"), "not the validator of /a")
+	require.Equal(t, urlHash(tg.URL+"/b"), slot.saved(t).URLHash)
+	require.Equal(t, 200, slot.saved(t).Status)
+	require.Zero(t, p.Stats().Changes, "a new URL starts afresh: no change counted")
 }
