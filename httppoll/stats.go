@@ -22,9 +22,14 @@ const (
 	numOutcomes
 )
 
-// Outcomes lists every Outcome, in order.
-var Outcomes = []Outcome{OutcomeOK, OutcomeNotModified, OutcomeClientError, OutcomeServerError,
-	OutcomeTimeout, OutcomeError, OutcomeCancelled}
+// Outcomes returns every Outcome, in order.
+func Outcomes() []Outcome {
+	out := make([]Outcome, numOutcomes)
+	for i := range out {
+		out[i] = Outcome(i)
+	}
+	return out
+}
 
 // String is the outcome's metric label: "ok", "not_modified",
 // "client_error", "server_error", "timeout", "error" or "cancelled".

@@ -626,7 +626,7 @@ func httpPollMetrics(hp *httppoll.Poller) []prometheus.Collector {
 			func() float64 { return float64(v(hp.Stats())) })
 	}
 	var out []prometheus.Collector
-	for _, o := range httppoll.Outcomes {
+	for _, o := range httppoll.Outcomes() {
 		out = append(out, counter("pollworker_http_polls_total",
 			"HTTP polls by outcome: ok (a response below 400 but 304), not_modified (304), client_error (4xx), server_error (5xx), timeout, error (no response), cancelled (the lease ended).",
 			prometheus.Labels{"outcome": o.String()}, func(s httppoll.Stats) uint64 { return s.Polls[o] }))
