@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -190,4 +191,48 @@ func TestRunHTTPFlags(t *testing.T) {
 	}
 	res := runApp(t, "run", "--dry-run", "--max-per-host", "0", "--poll-timeout", "30s")
 	require.Equal(t, exitOK, res.code, res.stderr)
+}
+
+// TestSessionsListWideChunks: list --wide loads the states stateChunk
+// sessions at a time and shows those of every chunk.
+func TestSessionsListWideChunks(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	store, err := session.NewStore(client, keyspace.Space{})
+	require.NoError(t, err)
+	n := stateChunk + 5
+	all := make([]session.Session, n)
+	for i := range all {
+		all[i] = session.Session{ID: fmt.Sprintf("c%05d", i), URL: "https://example.com/", Interval: session.Duration(time.Second)}
+	}
+	require.NoError(t, store.PutMany(ctxT(t), all))
+	saved := time.Now().Add(-time.Minute).UnixMilli()
+	for _, i := range []int{0, stateChunk - 1, stateChunk, n - 1} {
+		st := httppoll.State{Version: httppoll.StateVersion, Worker: fmt.Sprintf("w%d", i), Status: 200 + i%7}
+		data, err := json.Marshal(st)
+		require.NoError(t, err)
+		require.NoError(t, client.HSet(ctxT(t), keyspace.Space{}.State(all[i].ID), "data", data, "token", 7,
+			"saved", saved, "polled", saved).Err())
+	}
+
+	r := runApp(t, "sessions", "--redis-url", srv.URL(), "list", "--wide")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	rows := 0
+	for _, line := range strings.Split(r.stdout, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasPrefix(f[0], "c") {
+			continue
+		}
+		rows++
+		i, err := strconv.Atoi(f[0][1:])
+		require.NoError(t, err)
+		switch i {
+		case 0, stateChunk - 1, stateChunk, n - 1:
+			require.Equal(t, strconv.Itoa(200+i%7), f[5], line)
+			require.Equal(t, fmt.Sprintf("w%d", i), f[len(f)-1], line)
+		default:
+			require.Equal(t, "-", f[5], line)
+		}
+	}
+	require.Equal(t, n, rows)
 }
