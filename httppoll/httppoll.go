@@ -351,7 +351,7 @@ func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response
 		}
 		next.Failures++
 	}
-	next.BackoffMS = errorBackoff(next.Failures, s.Interval.D(), p.cfg.ErrorBackoff).Milliseconds()
+	next.BackoffMS = poller.ErrorBackoff(next.Failures, s.Interval.D(), p.cfg.ErrorBackoff).Milliseconds()
 	if !hadPrev || changed(prev, next) {
 		next.Changed = next.Polled
 	}
@@ -370,17 +370,6 @@ func changed(prev, next State) bool {
 		return status
 	}
 	return content(prev.Status) != content(next.Status) || prev.Error != next.Error || prev.BodySHA256 != next.BodySHA256
-}
-
-// errorBackoff is how much longer than interval the coordinator waits after
-// failures polls failed in a row with poller.Config.MaxErrorBackoff max,
-// before its jitter: (2^min(k,5) - 1) × interval, at most max (see the
-// poller package's scheduler).
-func errorBackoff(failures int, interval, max time.Duration) time.Duration {
-	if failures == 0 || max <= 0 {
-		return 0
-	}
-	return min(time.Duration((1<<min(failures, 5))-1)*interval, max)
 }
 
 // save saves next as s's state through st, within SaveTimeout, and logs

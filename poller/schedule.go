@@ -223,13 +223,24 @@ func (s *scheduler) backoffLocked(w *worker, failed bool) time.Duration {
 		s.stats.Backoff++
 	}
 	w.failures++
-	iv := w.sess.Interval.D()
-	extra := min(time.Duration((1<<min(w.failures, 5))-1)*iv, s.maxBackoff)
+	extra := ErrorBackoff(w.failures, w.sess.Interval.D(), s.maxBackoff)
 	if extra <= 0 {
 		return 0
 	}
 	jitter := time.Duration(hrw.Bucket(fmt.Sprintf("%s#%d", w.sess.ID, w.failures), 1000)) * extra / 10000
 	return extra - extra/10 + 2*jitter
+}
+
+// ErrorBackoff is how much longer than interval a session waits for its
+// next poll after failures consecutive failed polls, before jitter:
+// (2^min(failures,5) - 1) × interval, at most max; 0 after none or when
+// max is not positive (backoff off). The scheduler takes up to a tenth off
+// or adds it, from a hash of the session and the count.
+func ErrorBackoff(failures int, interval, max time.Duration) time.Duration {
+	if failures <= 0 || max <= 0 {
+		return 0
+	}
+	return min(time.Duration((1<<min(failures, 5))-1)*interval, max)
 }
 
 // admitLocked settles the due polls waiting for a slot while slots are

@@ -23,6 +23,7 @@ import (
 	"github.com/pollworker/pollworker/metrics"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/state"
 )
 
 // httpShutdownTimeout bounds the health server's shutdown after the drain.
@@ -180,6 +181,13 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	pc := cfg.Poller
 	pc.Client, pc.Poller, pc.Logger, pc.Version, pc.Observer = client, hp, base, version, obs
 	pc.OnEvent = events.add
+	// The HTTP poller's fenced state (one script call per changed poll, and
+	// the loads before a session's first poll here) goes through a small
+	// pool of its own: a burst of saves at a fleet's start, or a slow
+	// Redis, never holds a connection the heartbeat and renewals wait for.
+	stateClient := cfg.newClientNamed(cfg.Redis.ClientName+":state", statePoolSize)
+	defer func() { _ = stateClient.Close() }()
+	pc.StateStore = state.NewStore(stateClient, cfg.Keys)
 	coord, err := poller.New(pc)
 	if err != nil {
 		return configError(err)
@@ -457,6 +465,9 @@ const (
 	// recordPoolSize is the connection pool of the recording client (per
 	// master in Cluster): one flush at a time, plus one for a redial.
 	recordPoolSize = 2
+	// statePoolSize is the connection pool of the per-session state client
+	// (per master): saves are one short script call each.
+	statePoolSize = 8
 )
 
 // recordFlags are the run command's flags for recording results.
