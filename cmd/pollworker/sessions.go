@@ -395,6 +395,8 @@ type listedSession struct {
 	Interval string            `json:"interval"`
 	Paused   bool              `json:"paused"`
 	Labels   map[string]string `json:"labels,omitempty"`
+	// Selector is the labels a worker needs to poll it (empty: any worker).
+	Selector string `json:"selector,omitempty"`
 	// State is the saved state, with --wide only (null when none).
 	State *stateView `json:"state,omitempty"`
 }
@@ -436,7 +438,7 @@ func printSessions(w io.Writer, sessions []session.Session, problems []session.P
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	paused := 0
 	if len(sessions) > 0 {
-		fmt.Fprint(tw, "ID\tURL\tINTERVAL\tPAUSED\tLABELS")
+		fmt.Fprint(tw, "ID\tURL\tINTERVAL\tPAUSED\tLABELS\tSELECTOR")
 		if states != nil {
 			fmt.Fprint(tw, wideColumns)
 		}
@@ -448,7 +450,7 @@ func printSessions(w io.Writer, sessions []session.Session, problems []session.P
 			p = "yes"
 			paused++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s", s.ID, redactURL(s.URL), s.Interval.D(), p, formatLabels(s.Labels))
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s", s.ID, redactURL(s.URL), s.Interval.D(), p, formatLabels(s.Labels), orDash(s.Selector))
 		if states != nil {
 			fmt.Fprint(tw, wideRow(states[s.ID]))
 		}

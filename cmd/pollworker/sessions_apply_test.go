@@ -152,10 +152,10 @@ func TestSessionsApplyExport(t *testing.T) {
 	require.Equal(t, "created 3, updated 0, unchanged 0, pruned 0\n", r.stdout)
 	r = cli("list")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Equal(t, `ID     URL                                INTERVAL  PAUSED  LABELS
-web-1  https://bob:xxxxx@example.com/one  1m0s      no      -
-web-2  https://example.com/two            30s       no      team=core
-web-3  https://example.com/three          5s        yes     -
+	require.Equal(t, `ID     URL                                INTERVAL  PAUSED  LABELS     SELECTOR
+web-1  https://bob:xxxxx@example.com/one  1m0s      no      -          -
+web-2  https://example.com/two            30s       no      team=core  -
+web-3  https://example.com/three          5s        yes     -          -
 3 sessions: 2 active, 1 paused; 0 malformed
 `, r.stdout)
 	applied := redisState(t, client)

@@ -95,7 +95,7 @@ type stateView struct {
 
 // listedOf is s as listed, its URL's password hidden.
 func listedOf(s session.Session) listedSession {
-	return listedSession{ID: s.ID, URL: redactURL(s.URL), Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels}
+	return listedSession{ID: s.ID, URL: redactURL(s.URL), Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels, Selector: s.Selector}
 }
 
 // newStateView reads rec; nil when nothing was saved.
@@ -188,6 +188,7 @@ func printSessionView(w io.Writer, v sessionView) {
 	row("interval", "%s", s.Interval)
 	row("paused", "%s", paused)
 	row("labels", "%s", formatLabels(s.Labels))
+	row("selector", "%s", orDash(s.Selector))
 	if l := v.Lease; l != nil {
 		row("lease", "held by %s (incarnation %s), expires in %v", l.Holder, l.Incarnation, time.Duration(l.ExpiresInMs)*time.Millisecond)
 	} else {
@@ -202,7 +203,7 @@ func printSessionView(w io.Writer, v sessionView) {
 	default:
 		h := st.HTTP
 		row("state", "saved %s by %s under token %d", stamp(st.Saved, st.now), h.Worker, st.Token)
-		row("last poll", "%s", stamp(h.Polled, st.now))
+		row("last saved poll", "%s", stamp(h.Polled, st.now))
 		row("status", "%s, in %v", outcomeText(h), h.Latency())
 		row("last success", "%s", stamp(h.LastSuccess, st.now))
 		if h.Failures > 0 {

@@ -89,7 +89,7 @@ func TestSessionsGetAndListWide(t *testing.T) {
 		`paused:\s+no`,
 		`lease:\s+held by w1 \(incarnation \S+\), expires in \S+`,
 		`state:\s+saved ` + stampRE + ` by w1 under token \d+`,
-		`last poll:\s+` + stampRE,
+		`last saved poll:\s+` + stampRE,
 		`status:\s+304, in \S+`,
 		`last success:\s+` + stampRE,
 		`failures:\s+0`,
@@ -135,10 +135,10 @@ func TestSessionsGetAndListWide(t *testing.T) {
 	// sessions list --wide: the state's columns.
 	r = cli("list", "--wide")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Regexp(t, `(?m)^ID\s+URL\s+INTERVAL\s+PAUSED\s+LABELS\s+STATUS\s+LATENCY\s+LAST SUCCESS\s+FAILURES\s+LAST CHANGE\s+SAVED BY$`, r.stdout)
-	require.Regexp(t, `(?m)^s-bad\s+\S+/bad\s+100ms\s+no\s+-\s+503\s+\S+\s+-\s+[1-9]\d*\s+(\d+s ago|just now)\s+w1$`, r.stdout)
-	require.Regexp(t, `(?m)^s-idle\s+\S+/idle\s+1s\s+yes\s+-\s+-\s+-\s+-\s+-\s+-\s+-$`, r.stdout)
-	require.Regexp(t, `(?m)^s-ok\s+\S+/ok\s+100ms\s+no\s+-\s+304\s+\S+\s+(\d+s ago|just now)\s+0\s+(\d+s ago|just now)\s+w1$`, r.stdout)
+	require.Regexp(t, `(?m)^ID\s+URL\s+INTERVAL\s+PAUSED\s+LABELS\s+SELECTOR\s+STATUS\s+LATENCY\s+LAST SUCCESS\s+FAILURES\s+LAST CHANGE\s+SAVED BY$`, r.stdout)
+	require.Regexp(t, `(?m)^s-bad\s+\S+/bad\s+100ms\s+no\s+-\s+-\s+503\s+\S+\s+-\s+[1-9]\d*\s+(\d+s ago|just now)\s+w1$`, r.stdout)
+	require.Regexp(t, `(?m)^s-idle\s+\S+/idle\s+1s\s+yes\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-$`, r.stdout)
+	require.Regexp(t, `(?m)^s-ok\s+\S+/ok\s+100ms\s+no\s+-\s+-\s+304\s+\S+\s+(\d+s ago|just now)\s+0\s+(\d+s ago|just now)\s+w1$`, r.stdout)
 	r = cli("list", "--wide", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var listed struct {
@@ -220,7 +220,7 @@ func TestSessionsListWideChunks(t *testing.T) {
 	rows := 0
 	for _, line := range strings.Split(r.stdout, "\n") {
 		f := strings.Fields(line)
-		if len(f) < 6 || !strings.HasPrefix(f[0], "c") {
+		if len(f) < 7 || !strings.HasPrefix(f[0], "c") {
 			continue
 		}
 		rows++
@@ -228,10 +228,10 @@ func TestSessionsListWideChunks(t *testing.T) {
 		require.NoError(t, err)
 		switch i {
 		case 0, stateChunk - 1, stateChunk, n - 1:
-			require.Equal(t, strconv.Itoa(200+i%7), f[5], line)
+			require.Equal(t, strconv.Itoa(200+i%7), f[6], line)
 			require.Equal(t, fmt.Sprintf("w%d", i), f[len(f)-1], line)
 		default:
-			require.Equal(t, "-", f[5], line)
+			require.Equal(t, "-", f[6], line)
 		}
 	}
 	require.Equal(t, n, rows)

@@ -60,9 +60,9 @@ func TestSessionsRoundTrip(t *testing.T) {
 
 	r = cli("list")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Equal(t, `ID  URL                             INTERVAL  PAUSED  LABELS
-s1  https://example.com/a           2s        no      -
-s2  http://bob:xxxxx@example.com/b  250ms     yes     -
+	require.Equal(t, `ID  URL                             INTERVAL  PAUSED  LABELS  SELECTOR
+s1  https://example.com/a           2s        no      -       -
+s2  http://bob:xxxxx@example.com/b  250ms     yes     -       -
 2 sessions: 1 active, 1 paused; 1 malformed
   malformed bad: session: malformed: url missing or blank
 `, r.stdout)
