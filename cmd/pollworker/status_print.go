@@ -210,9 +210,9 @@ func watch(ctx context.Context, w io.Writer, period, timeout time.Duration, draw
 			if failSince.IsZero() {
 				failSince = now
 			}
-			fmt.Fprintf(&frame, "ERROR at %s (failing since %s): %v\n", now.Format(time.TimeOnly), failSince.Format(time.TimeOnly), err)
+			fmt.Fprintf(&frame, "ERROR at %s (failing since %s): %v\n", now.Format("15:04:05 MST"), failSince.Format("15:04:05 MST"), err)
 			if good != nil {
-				fmt.Fprintf(&frame, "\nlast successful refresh, at %s (%s ago):\n", goodAt.Format(time.TimeOnly), now.Sub(goodAt).Round(time.Second))
+				fmt.Fprintf(&frame, "\nlast successful refresh, at %s (%s ago):\n", goodAt.Format("15:04:05 MST"), now.Sub(goodAt).Round(time.Second))
 				frame.Write(good)
 			}
 		}

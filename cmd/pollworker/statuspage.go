@@ -42,7 +42,7 @@ func (r *recentEvents) list() []poller.Event {
 
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	"ms":    func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() },
-	"clock": func(t time.Time) string { return t.UTC().Format("15:04:05.000") },
+	"clock": func(t time.Time) string { return t.UTC().Format("15:04:05.000 MST") },
 	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
