@@ -201,6 +201,11 @@ func (s *Store) LoadBatched(ctx context.Context, session string) (Record, error)
 	}
 	select {
 	case <-r.done:
+		if r.err != nil && ctx.Err() != nil {
+			// The batch failed as the caller's time ran out (its read
+			// deadline is the caller's): report the caller's deadline.
+			return Record{}, ctx.Err()
+		}
 		return r.rec, r.err
 	case <-ctx.Done():
 		return Record{}, ctx.Err()

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -27,7 +28,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	c := &Cluster{}
 	args := []string{"--cluster", "create"}
 	for range n {
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+		s := StartPort(t, clusterPort(t), "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
 			"--cluster-config-file", "nodes.conf")
 		c.Servers = append(c.Servers, s)
 		args = append(args, s.Addr())
@@ -75,4 +76,25 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
+}
+
+// clusterPort returns a loopback port p that was free a moment ago with
+// p+10000 free too: a cluster node also listens on its bus port, p+10000,
+// and a node whose bus port is taken exits at start.
+func clusterPort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		p := FreePort(t)
+		if p+10000 > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return p
+	}
+	t.Fatalf("redistest: no free port p with p+10000 free on 127.0.0.1")
+	return 0
 }
