@@ -127,9 +127,14 @@ func scaled(ttl time.Duration) timings {
 // startOurs starts a pollworker coordinator named id whose client connects
 // to addr ("" = the server directly); its polls go to rec.
 func (e *env) startOurs(id, addr string, t timings, rec *bench.Recorder, hooks ...ourHooks) (*member, error) {
+	return e.startWeighted(id, addr, 0, t, rec, hooks...)
+}
+
+// startWeighted is startOurs of a worker declaring weight (0 means 1).
+func (e *env) startWeighted(id, addr string, weight float64, t timings, rec *bench.Recorder, hooks ...ourHooks) (*member, error) {
 	client := e.client(addr, 0)
 	c, err := poller.New(poller.Config{
-		Client: client, Keys: e.keys, ID: id,
+		Client: client, Keys: e.keys, ID: id, Weight: weight,
 		Poller: poller.PollFunc(func(_ context.Context, s session.Session, _ *lease.Lease) error {
 			for _, h := range hooks {
 				h.poll(s.ID, id)

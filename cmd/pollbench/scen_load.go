@@ -12,7 +12,6 @@ import (
 	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/bench"
 	"github.com/pollworker/pollworker/keyspace"
-	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
@@ -223,7 +222,7 @@ func fleetBalance(ctx context.Context, e *env, sz sizes, rng *rand.Rand, fn, fw,
 		if i == 0 {
 			members[i].Weight = 2
 		}
-		m, err := e.startWeighted(id, members[i].Weight, t, rec)
+		m, err := e.startWeighted(id, "", members[i].Weight, t, rec)
 		if err != nil {
 			return 0, err
 		}
@@ -269,26 +268,4 @@ func holdings(ms []*member) []int {
 		out[i] = m.count()
 	}
 	return out
-}
-
-// startWeighted starts a coordinator like startOurs, declaring weight.
-func (e *env) startWeighted(id string, weight float64, t timings, rec *bench.Recorder) (*member, error) {
-	client := e.client("", 0)
-	c, err := poller.New(poller.Config{
-		Client: client, Keys: e.keys, ID: id, Weight: weight,
-		Poller: poller.PollFunc(func(_ context.Context, s session.Session, _ *lease.Lease) error {
-			rec.Poll(s.ID, id)
-			return nil
-		}),
-		LeaseTTL: t.ttl, RenewInterval: t.renew, HeartbeatInterval: t.heartbeat,
-		DiscoveryInterval: t.discovery, DrainTimeout: t.drain, Logger: e.logger,
-	})
-	if err != nil {
-		_ = client.Close()
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &member{id: id, coord: c, client: client, cancel: cancel, done: make(chan error, 1)}
-	go func() { m.done <- c.Run(ctx) }()
-	return m, nil
 }
