@@ -55,7 +55,7 @@ td,th{border:1px solid #ccc;padding:.3em .7em;text-align:left}.err{color:#b00}</
 {{if .Err}}<p class="err" id="error">Redis: {{.Err}}</p>{{else}}
 <h2>Live workers ({{len .Status.Nodes}})</h2>
 <table id="nodes"><tr><th>id</th><th>host</th><th>version</th><th>incarnation</th><th>weight</th><th>labels</th><th>leases</th><th>polls/s</th><th>last heartbeat</th><th>expires in</th></tr>
-{{range .Status.Nodes}}<tr class="node"><td>{{.ID}}</td><td>{{.Host}}</td><td>{{.Version}}</td><td>{{.Incarnation}}</td><td>{{.Weight}}</td><td class="labels">{{range $k, $v := .Labels}}{{$k}}={{$v}} {{end}}</td><td>{{.Leases}}</td><td>{{printf "%.2f" .PollsPerSecond}}</td><td>{{if ge .HeartbeatAgeMs 0}}{{ms .HeartbeatAgeMs}} ago{{end}}</td><td>{{ms .ExpiresInMs}}</td></tr>
+{{range .Status.Nodes}}<tr class="node"><td>{{.ID}}{{if .Cordoned}} <b class="err cordoned">cordoned</b>{{end}}</td><td>{{.Host}}</td><td>{{.Version}}</td><td>{{.Incarnation}}</td><td>{{.Weight}}</td><td class="labels">{{range $k, $v := .Labels}}{{$k}}={{$v}} {{end}}</td><td>{{.Leases}}</td><td>{{printf "%.2f" .PollsPerSecond}}</td><td>{{if ge .HeartbeatAgeMs 0}}{{ms .HeartbeatAgeMs}} ago{{end}}</td><td>{{ms .ExpiresInMs}}</td></tr>
 {{end}}</table>
 <p>Sessions: {{.Status.Sessions.Active}} active, {{.Status.Sessions.Paused}} paused, {{.Status.Sessions.Malformed}} malformed.
 Unowned: <b id="unowned">{{.Status.Leases.Unowned}}</b>{{range .Status.UnownedSample}} {{.}}{{end}}.

@@ -53,6 +53,13 @@ func TestStatusPageServesLiveNodes(t *testing.T) {
 		return code == 200 && strings.Contains(body, "<td>page-w1</td>") && strings.Contains(body, "<td>page-w2</td>") &&
 			strings.Contains(body, `id="unowned">0<`)
 	}, 10*time.Second, 20*time.Millisecond)
+	// A cordoned worker is marked on the page.
+	r := runApp(t, "drain", "--redis-url", srv.URL(), "page-w2")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Eventually(t, func() bool {
+		_, body := get("http://" + addr + "/")
+		return strings.Contains(body, `<td>page-w2 <b class="err cordoned">cordoned</b></td>`) && strings.Contains(body, "<td>page-w1</td>")
+	}, 10*time.Second, 20*time.Millisecond)
 	code, _ := get("http://" + addr + "/nope")
 	require.Equal(t, 404, code)
 }
