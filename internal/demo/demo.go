@@ -4,8 +4,8 @@
 // what happened.
 //
 // It is a client of the library like any other. Its predictions come from
-// the planner the workers use (package assign), with the bucket sizes the
-// workers read (session.Store.Sizes); what it reports as having happened
+// the planner the workers use (package assign), with the bucket weights the
+// workers read (session.Store.Weights); what it reports as having happened
 // comes from what it recorded (every poll, timed around Poller.Poll, and
 // every lease event the workers report); its end-of-run checks are those of
 // package history, shared with the integration tests.
@@ -231,7 +231,7 @@ func (d *demo) addSessions(ctx context.Context) error {
 		s := session.Session{
 			ID:       id,
 			URL:      d.targets[i%len(d.targets)].url + "/poll/" + id,
-			Interval: session.Duration(time.Duration(200+(i*37)%301) * time.Millisecond),
+			Interval: session.Duration(sessionInterval(i)),
 			Labels:   map[string]string{"demo": "true"},
 		}
 		if err := d.store.Put(ctx, s); err != nil {
@@ -242,16 +242,23 @@ func (d *demo) addSessions(ctx context.Context) error {
 	return nil
 }
 
+// sessionInterval is the poll interval of the demo's i-th session (from
+// 0): 200ms to 500ms, so that sessions weigh differently.
+func sessionInterval(i int) time.Duration {
+	return time.Duration(200+(i*37)%301) * time.Millisecond
+}
+
 // plan asks the planner where the sessions go among workers, as the
-// workers themselves do: same bucket sizes (read from the store), same
-// slack. plain is the placement without the bound, to explain it.
+// workers themselves do: same bucket weights (the poll loads the writers
+// keep, read from the store: session.Weights.Plannable), same slack.
+// plain is the placement without the bound, to explain it.
 func (d *demo) plan(ctx context.Context, workers []string) (plan, plain *assign.Plan, err error) {
-	_, sizes, err := d.store.Sizes(ctx)
+	w, err := d.store.Weights(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("demo: read bucket sizes: %w", err)
+		return nil, nil, fmt.Errorf("demo: read bucket weights: %w", err)
 	}
 	f := assign.NewFleetIDs(workers...)
-	return f.Plan(sizes, BalanceSlack), f.Plan(sizes, -1), nil
+	return f.Plan(w.Plannable(), BalanceSlack), f.Plan(w.Plannable(), -1), nil
 }
 
 // electionCommand is the command line that runs the leader-election

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,7 +37,7 @@ func (d *demo) script(ctx context.Context, start time.Time) error {
 	d.rec.logf(&before, "%d sessions on %d HTTP targets, embedded Redis at %s; starting %s",
 		len(d.sessions), len(d.targets), d.mr.Addr(), strings.Join(names, ", "))
 	d.rec.logf(&before, "leader election on this Redis, from the repository in another terminal: %s", d.electionCommand())
-	d.rec.logf(&before, "the planner places them: %s", planned(plan, plain))
+	d.rec.logf(&before, "the planner places them: %s", planned(plan, plain, d.sessions))
 	for _, n := range names {
 		if err := d.startWorker(ctx, n); err != nil {
 			return err
@@ -55,7 +56,7 @@ func (d *demo) script(ctx context.Context, start time.Time) error {
 	}
 	before = d.rec.snapshot()
 	d.rec.logf(&before, "stopping %s gracefully (it holds %d sessions)", w.name, before.counts()[w.name])
-	d.rec.logf(&before, "without %s the planner puts %s; to move: %s", w.name, planned(plan, plain), formatMoves(d.moves(before.holders, plan.OwnerOf)))
+	d.rec.logf(&before, "without %s the planner puts %s; to move: %s", w.name, planned(plan, plain, d.sessions), formatMoves(d.moves(before.holders, plan.OwnerOf)))
 	err = d.stopWorker(w)
 	after := d.rec.snapshot()
 	if err != nil {
@@ -75,7 +76,7 @@ func (d *demo) script(ctx context.Context, start time.Time) error {
 	}
 	before = d.rec.snapshot()
 	d.rec.logf(&before, "%s joins; the planner gives it %d of %d sessions: %s; to move: %s",
-		name, plan.Load(name), len(d.sessions), planned(plan, plain), formatMoves(d.moves(before.holders, plan.OwnerOf)))
+		name, sessionsOf(plan, d.sessions)[name], len(d.sessions), planned(plan, plain, d.sessions), formatMoves(d.moves(before.holders, plan.OwnerOf)))
 	if err := d.startWorker(ctx, name); err != nil {
 		return err
 	}
@@ -246,26 +247,28 @@ func formatLoads(counts map[string]int, unowned int) string {
 	return strings.Join(parts, ", ")
 }
 
-// planned formats a plan's loads and caps, and the loads plain rendezvous
-// hashing would give the workers the bound held back: "worker-1 15,
-// worker-3 15 (at most 16 each; plain rendezvous hashing would give
-// worker-3 18)".
-func planned(p, plain *assign.Plan) string {
-	counts := map[string]int{}
+// planned formats the sessions a plan gives each worker and its cap, and
+// the sessions plain rendezvous hashing would give the workers the bound
+// held back: "worker-1 15, worker-3 15 (at most 48.3 polls/s each; plain
+// rendezvous hashing would give worker-3 18)". The planner weighs buckets
+// by their poll load (polls per day, see session.PollsPerDay), so its cap
+// is a poll rate, not a number of sessions.
+func planned(p, plain *assign.Plan, sessions []string) string {
+	counts, plainCounts := sessionsOf(p, sessions), sessionsOf(plain, sessions)
 	caps := map[int]bool{}
 	var over []string
 	for _, w := range p.Fleet().IDs() {
-		counts[w] = p.Load(w)
+		counts[w] += 0 // listed even with none
 		caps[p.Cap(w)] = true
 		if p.Bound(w) {
-			over = append(over, fmt.Sprintf("%s %d", w, plain.Load(w)))
+			over = append(over, fmt.Sprintf("%s %d", w, plainCounts[w]))
 		}
 	}
 	var notes []string
 	if len(caps) == 1 {
 		for c := range caps {
 			if c >= 0 {
-				notes = append(notes, fmt.Sprintf("at most %d each", c))
+				notes = append(notes, fmt.Sprintf("at most %s polls/s each", pollsPerSecond(c)))
 			}
 		}
 	}
@@ -277,6 +280,20 @@ func planned(p, plain *assign.Plan) string {
 		s += " (" + strings.Join(notes, "; ") + ")"
 	}
 	return s
+}
+
+// sessionsOf counts the sessions the plan gives each worker.
+func sessionsOf(p *assign.Plan, sessions []string) map[string]int {
+	out := map[string]int{}
+	for _, id := range sessions {
+		out[p.OwnerOf(id)]++
+	}
+	return out
+}
+
+// pollsPerSecond formats a load of polls per day as polls per second.
+func pollsPerSecond(perDay int) string {
+	return strconv.FormatFloat(float64(perDay)/86400, 'f', 1, 64)
 }
 
 // without returns names without name.
