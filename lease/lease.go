@@ -41,11 +41,10 @@ func (s State) String() string {
 // owner value never change; its deadline moves forward with each renewal.
 type Lease struct {
 	session string
-	key     string // the lease key, built once
 	token   int64
-	owner   string
-	// The key and owner value as script arguments, boxed once at
-	// acquisition so that a renewal cycle allocates nothing per lease.
+	// The lease key (built once) and the owner value, boxed once at
+	// acquisition so that a renewal cycle, which passes them as script
+	// arguments, allocates nothing per lease; always strings (key, Owner).
 	keyArg, ownerArg any
 	gap              time.Duration // release -> this acquisition, in Redis; -1 if no graceful release
 	acquired         time.Time     // local: when the acquire reply arrived
@@ -53,9 +52,8 @@ type Lease struct {
 
 	mu       sync.Mutex
 	state    State
-	deadline time.Time // local, monotonic: send time + TTL - drift
-	term     context.Context
-	cancel   context.CancelFunc
+	deadline time.Time     // local, monotonic: send time + TTL - drift
+	term     *term         // of the current Held term; cancelled once it ends
 	changed  chan struct{} // closed at the next state change; made when first asked for
 	reason   string
 	group    *expiryGroup // the timer that ends the lease at its deadline; nil once Lost or Released
@@ -71,7 +69,10 @@ func (l *Lease) Session() string { return l.session }
 func (l *Lease) Token() int64 { return l.token }
 
 // Owner is the unique value stored in the lease key for this acquisition.
-func (l *Lease) Owner() string { return l.owner }
+func (l *Lease) Owner() string { return l.ownerArg.(string) }
+
+// key is the lease key.
+func (l *Lease) key() string { return l.keyArg.(string) }
 
 // State is the current state.
 func (l *Lease) State() State {
@@ -122,10 +123,10 @@ func (l *Lease) setLocked(st State, reason string) bool {
 		return false
 	}
 	if l.state == Held {
-		l.cancel()
+		l.term.cancel()
 	}
 	if st == Held {
-		l.term, l.cancel = context.WithCancel(context.Background())
+		l.term = newTerm()
 		reason = ""
 	}
 	if st == Lost || st == Released {

@@ -96,7 +96,7 @@ type Manager struct {
 	reader                  *Reader
 	cfg                     Config
 	acquire, renew, release *redis.Script
-	notHeld                 context.Context // already cancelled: the term of a lease not Held yet, shared
+	notHeld                 *term // already cancelled: the term of a lease not Held yet, shared
 	log                     *zap.Logger
 
 	ttlArg        any       // TTL in ms, boxed once
@@ -118,8 +118,8 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	notHeld, cancel := context.WithCancel(context.Background())
-	cancel()
+	notHeld := newTerm()
+	notHeld.cancel()
 	t := newTransport(cfg.Client, cfg.Keys, cfg.BatchSize, cfg.Clock)
 	t.waitReplicas, t.waitTimeout = cfg.WaitReplicas, cfg.WaitTimeout
 	return &Manager{
@@ -424,7 +424,6 @@ func (m *Manager) adopt(session, owner string, token int64, gap, due time.Durati
 	if l, ok := m.held[session]; ok { // acquired twice in parallel calls
 		return l, nil
 	}
-	term, cancel := m.notHeld, func() {}
 	key := m.cfg.Keys.Lease(session)
 	if gap < 0 {
 		gap = -1
@@ -433,9 +432,9 @@ func (m *Manager) adopt(session, owner string, token int64, gap, due time.Durati
 	if due >= 0 {
 		nextPoll = now.Add(due)
 	}
-	l := &Lease{session: session, key: key, token: token, owner: owner, keyArg: key, ownerArg: owner,
+	l := &Lease{session: session, token: token, keyArg: key, ownerArg: owner,
 		gap: gap, acquired: now, nextPoll: nextPoll,
-		term: term, cancel: cancel, deadline: g.deadline, reason: "acquiring"}
+		term: m.notHeld, deadline: g.deadline, reason: "acquiring"}
 	if !now.Before(g.deadline) {
 		// The reply came too late to use; the key expires by itself (or a
 		// later release drops it).
@@ -541,11 +540,11 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 		args := evalsha(m.release, 2*len(b), 4*len(b)+1)
 		for _, i := range b {
 			l := todo[i].Lease
-			args = append(args, l.key, m.cfg.Keys.Released(l.session))
+			args = append(args, l.keyArg, m.cfg.Keys.Released(l.session))
 		}
 		args = append(args, m.ttlArg) // the handoff mark lives one TTL
 		for _, i := range b {
-			args = append(args, todo[i].Lease.owner)
+			args = append(args, todo[i].Lease.ownerArg)
 		}
 		for _, i := range b {
 			due := int64(-1)

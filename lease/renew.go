@@ -117,7 +117,7 @@ func (m *Manager) putRenewArgs(args []any) {
 // leaseBatches groups leases into script calls of at most BatchSize; under
 // Redis Cluster each call holds one hash slot.
 func (m *Manager) leaseBatches(leases []*Lease) [][]*Lease {
-	return chunkBySlot(leases, m.cfg.BatchSize, m.cluster, func(l *Lease) uint16 { return keyspace.Slot(l.key) })
+	return chunkBySlot(leases, m.cfg.BatchSize, m.cluster, func(l *Lease) uint16 { return keyspace.Slot(l.key()) })
 }
 
 // notRenewed returns the positions (from 0) of the leases of a renew call

@@ -118,6 +118,20 @@ func (s *scheduler) abort(w *worker) {
 	}
 }
 
+// exited returns a channel closed when w's loop has exited and no poll of
+// it runs (closed already if it has).
+func (s *scheduler) exited(w *worker) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.done == nil {
+		w.done = make(chan struct{})
+		if w.phase == exited {
+			close(w.done)
+		}
+	}
+	return w.done
+}
+
 // collect returns the workers that exited since the last call.
 func (s *scheduler) collect() []*worker {
 	s.mu.Lock()
@@ -383,7 +397,9 @@ func (s *scheduler) exitLocked(w *worker) {
 	if s.owner[w.lease] == w {
 		delete(s.owner, w.lease)
 	}
-	close(w.done)
+	if w.done != nil {
+		close(w.done)
+	}
 	s.ended = append(s.ended, w)
 	s.wake()
 }

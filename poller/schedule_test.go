@@ -68,7 +68,7 @@ func (f *schedFixture) start(id string) *worker {
 	r := f.leases.Acquire(context.Background(), []string{id})
 	require.Len(f.t, r, 1)
 	require.NotNil(f.t, r[0].Lease, "acquire %s", id)
-	w := &worker{sess: session.Session{ID: id, Interval: session.Duration(schedInterval)}, lease: r[0].Lease, done: make(chan struct{})}
+	w := &worker{sess: session.Session{ID: id, Interval: session.Duration(schedInterval)}, lease: r[0].Lease}
 	f.sched.start(w, time.Time{})
 	return w
 }
@@ -124,10 +124,10 @@ func requireNoPoll(t *testing.T, f *schedFixture) {
 	}
 }
 
-func requireDone(t *testing.T, w *worker) {
+func requireDone(t *testing.T, s *scheduler, w *worker) {
 	t.Helper()
 	select {
-	case <-w.done:
+	case <-s.exited(w):
 	case <-time.After(waitFor):
 		t.Fatalf("worker %s did not exit", w.sess.ID)
 	}
@@ -230,19 +230,19 @@ func TestSchedulerLostLeaseEndsTheLoop(t *testing.T) {
 
 	// Nothing renews: the deadline passes, both leases are lost.
 	f.clock.Step(schedTTL)
-	requireDone(t, idle)
+	requireDone(t, f.sched, idle)
 	select {
 	case <-running.ctx.Done():
 	case <-time.After(waitFor):
 		t.Fatal("poll context not cancelled when the lease was lost")
 	}
 	select {
-	case <-busy.done:
+	case <-f.sched.exited(busy):
 		t.Fatal("a loop ended while its poll was still running")
 	default:
 	}
 	close(running.finish)
-	requireDone(t, busy)
+	requireDone(t, f.sched, busy)
 	ended := append(f.sched.collect(), f.sched.collect()...)
 	require.ElementsMatch(t, []*worker{idle, busy}, ended)
 }
@@ -255,7 +255,7 @@ func TestSchedulerStopAndAbort(t *testing.T) {
 	close(f.nextPoll().finish)
 	f.waitPhase(idle, queued)
 	f.sched.stop(idle)
-	requireDone(t, idle)
+	requireDone(t, f.sched, idle)
 
 	// Stopping a polling worker lets the poll finish under its lease.
 	busy := f.start("busy")
@@ -263,14 +263,14 @@ func TestSchedulerStopAndAbort(t *testing.T) {
 	f.sched.stop(busy)
 	require.NoError(t, running.ctx.Err(), "stop does not cancel the running poll")
 	select {
-	case <-busy.done:
+	case <-f.sched.exited(busy):
 		t.Fatal("stopped loop ended before its poll returned")
 	default:
 	}
 	f.sched.abort(busy)
 	require.Error(t, running.ctx.Err(), "abort cancels the running poll")
 	close(running.finish)
-	requireDone(t, busy)
+	requireDone(t, f.sched, busy)
 	f.clock.Step(2 * schedInterval)
 	requireNoPoll(t, f)
 	require.Equal(t, lease.Held, busy.lease.State(), "the scheduler never releases; the main loop does")
@@ -295,7 +295,7 @@ func TestSchedulerLimitsPollsAtOnce(t *testing.T) {
 	require.EqualValues(t, 2, st.Deferred)
 
 	f.sched.stop(d)
-	requireDone(t, d)
+	requireDone(t, f.sched, d)
 	f.clock.Step(200 * time.Millisecond) // c is late now
 	close(pa.finish)
 	pc := f.nextPoll()

@@ -25,8 +25,11 @@ import (
 type worker struct {
 	sess  session.Session
 	lease *lease.Lease
-	state *State        // the session's state, for a StatefulPoller; nil otherwise
-	done  chan struct{} // closed when the loop has exited and no poll runs
+	state *State // the session's state, for a StatefulPoller; nil otherwise
+	// done is closed when the loop has exited and no poll runs; made on
+	// the first scheduler.exited call (most loops are never waited for).
+	// Guarded by scheduler.mu.
+	done chan struct{}
 	// Set by the main loop only.
 	stopping  bool             // stopWorker was called; release when done
 	restartAs *session.Session // start again with this definition when done (unless stopping)
@@ -54,7 +57,7 @@ func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
 // startWorkerAt starts the poll loop of s under l; polled says whether a
 // poll already began under l (a loop restarted for a new definition).
 func (c *Coordinator) startWorkerAt(s session.Session, l *lease.Lease, polled *atomic.Bool) {
-	w := &worker{sess: s, lease: l, done: make(chan struct{}), members: c.view.members.Version, polled: polled}
+	w := &worker{sess: s, lease: l, members: c.view.members.Version, polled: polled}
 	if c.stateful() != nil {
 		w.state = &State{store: c.cfg.StateStore, lease: l}
 	}
@@ -166,11 +169,12 @@ func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
 	// one stuck poll never hides the others.
 	wait := func(ctx context.Context) {
 		for id, w := range c.workers {
+			done := c.sched.exited(w)
 			select {
-			case <-w.done:
+			case <-done:
 			default:
 				select {
-				case <-w.done:
+				case <-done:
 				case <-ctx.Done():
 					continue
 				}
