@@ -201,10 +201,16 @@ func (s *Store) LoadBatched(ctx context.Context, session string) (Record, error)
 	}
 	select {
 	case <-r.done:
-		if r.err != nil && ctx.Err() != nil {
+		if r.err != nil {
 			// The batch failed as the caller's time ran out (its read
-			// deadline is the caller's): report the caller's deadline.
-			return Record{}, ctx.Err()
+			// deadline is the caller's, so the read can time out a moment
+			// before the context says so): report the caller's deadline.
+			if err := ctx.Err(); err != nil {
+				return Record{}, err
+			}
+			if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+				return Record{}, context.DeadlineExceeded
+			}
 		}
 		return r.rec, r.err
 	case <-ctx.Done():
