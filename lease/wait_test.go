@@ -33,6 +33,18 @@ func TestRealWaitReplicas(t *testing.T) {
 		info, err := rc.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	}, 10*time.Second, 20*time.Millisecond)
+	// A link that is up may not acknowledge writes yet (the replica is
+	// still loading what it was sent): wait until WAIT sees it.
+	conn := r.rdb.Conn()
+	defer func() { _ = conn.Close() }()
+	require.Eventually(t, func() bool {
+		// WAIT counts the replicas that have this connection's writes.
+		if err := conn.Set(ctx, "wait-probe", "1", 0).Err(); err != nil {
+			return false
+		}
+		n, err := conn.Do(ctx, "WAIT", 1, 100).Int()
+		return err == nil && n >= 1
+	}, 10*time.Second, 20*time.Millisecond)
 
 	res = acquireOne(t, m, "s")
 	require.NoError(t, res.Err)
