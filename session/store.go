@@ -361,6 +361,15 @@ func (s *Store) setPaused(ctx context.Context, op, id string, paused bool) error
 		}
 		sess, err := Decode(id, got.raw)
 		if err != nil {
+			// Confirm the value was malformed, not read while another
+			// writer deleted and wrote it again: EXEC fails (and the
+			// transaction is retried) if the key changed since WATCH.
+			if _, xerr := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Ping(ctx)
+				return nil
+			}); xerr != nil {
+				return xerr
+			}
 			return err
 		}
 		if sess.Paused == paused {
