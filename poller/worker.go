@@ -90,7 +90,9 @@ func (c *Coordinator) runPoll(w *worker) {
 	defer func() { c.sched.polled(w, failed) }()
 	l := w.lease
 	now := c.cfg.Clock.Now()
-	if w.ctx.Err() != nil || !now.Before(l.Deadline()) {
+	// The term itself too: a poll context made in the instant the term
+	// ended is cancelled a moment later, on a goroutine (lease/term.go).
+	if w.ctx.Err() != nil || l.Context().Err() != nil || !now.Before(l.Deadline()) {
 		return
 	}
 	if w.state != nil {
