@@ -3,6 +3,7 @@ package httppoll
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // hostLimit bounds the requests in flight to one host (Config.MaxPerHost).
@@ -25,10 +26,12 @@ func newHostLimit(max int) *hostLimit {
 	return &hostLimit{max: max, hosts: make(map[string]*hostSem)}
 }
 
-// acquire takes a slot of host, waiting while max requests to it run, until
-// ctx is done; it calls onWait before it starts waiting. It returns the
-// function that gives the slot back, or ctx's error if ctx ended first.
-func (h *hostLimit) acquire(ctx context.Context, host string, onWait func()) (release func(), err error) {
+// acquire takes a slot of host, waiting while max requests to it run, for
+// at most wait and until ctx is done; it calls onWait before it starts
+// waiting. It returns the function that gives the slot back, or the error
+// of the wait's context if that ended first. A slot free at once costs no
+// context or timer.
+func (h *hostLimit) acquire(ctx context.Context, host string, wait time.Duration, onWait func()) (release func(), err error) {
 	h.mu.Lock()
 	sem := h.hosts[host]
 	if sem == nil {
@@ -44,12 +47,14 @@ func (h *hostLimit) acquire(ctx context.Context, host string, onWait func()) (re
 	default:
 	}
 	onWait()
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	select {
 	case sem.slots <- struct{}{}:
 		return release, nil
-	case <-ctx.Done():
+	case <-wctx.Done():
 		h.unref(host, sem)
-		return nil, ctx.Err()
+		return nil, wctx.Err()
 	}
 }
 

@@ -3,6 +3,7 @@ package httppoll
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -139,4 +140,80 @@ func failingIDs(fs []FailingSession) []string {
 		out[i] = f.Session
 	}
 	return out
+}
+
+// TestIdleConnectionsClose: the connections a burst opened close once
+// unused for IdleConnTimeout, while one in steady use stays open; with a
+// negative IdleConnTimeout they stay.
+func TestIdleConnectionsClose(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		timeout time.Duration
+		closes  bool
+	}{
+		{name: "closed after the timeout", timeout: 300 * time.Millisecond, closes: true},
+		{name: "kept without a limit", timeout: -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			open := 0
+			release := make(chan struct{})
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/burst" {
+					<-release
+				}
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+				mu.Lock()
+				defer mu.Unlock()
+				switch st {
+				case http.StateNew:
+					open++
+				case http.StateClosed, http.StateHijacked:
+					open--
+				}
+			}
+			srv.Start()
+			t.Cleanup(srv.Close)
+			conns := func() int { mu.Lock(); defer mu.Unlock(); return open }
+			p, err := New(Config{Worker: "w1", Record: RecordNone, IdleConnTimeout: tt.timeout})
+			require.NoError(t, err)
+			t.Cleanup(p.CloseIdleConnections)
+
+			// A burst of 8 polls at once opens 8 connections.
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = p.Poll(context.Background(), session.Session{ID: fmt.Sprint("b", i), URL: srv.URL + "/burst", Interval: session.Duration(time.Minute)}, nil)
+				}()
+			}
+			require.Eventually(t, func() bool { return conns() == 8 }, 5*time.Second, time.Millisecond)
+			close(release)
+			wg.Wait()
+
+			// Steady polling, one at a time, reuses one of them.
+			deadline := time.Now().Add(3 * tt.timeout.Abs())
+			if !tt.closes {
+				deadline = time.Now().Add(time.Second)
+			}
+			for time.Now().Before(deadline) {
+				require.NoError(t, p.Poll(context.Background(), sess(srv.URL+"/steady", time.Minute), nil))
+				if tt.closes && conns() == 1 {
+					break
+				}
+				select {
+				case <-time.After(20 * time.Millisecond): // the pace of the steady polls
+				case <-t.Context().Done():
+				}
+			}
+			if tt.closes {
+				require.Equal(t, 1, conns(), "the burst's idle connections closed, the steady one kept")
+			} else {
+				require.Equal(t, 8, conns(), "no limit: every idle connection kept")
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package httppoll
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -50,6 +51,8 @@ const (
 	MaxBodyBytes = 64 << 10
 	// DefaultMaxPerHost is the default of Config.MaxPerHost.
 	DefaultMaxPerHost = 64
+	// DefaultIdleConnTimeout is the default of Config.IdleConnTimeout.
+	DefaultIdleConnTimeout = 4 * time.Second
 	// SaveTimeout bounds saving one session's State.
 	SaveTimeout = 2 * time.Second
 )
@@ -118,6 +121,19 @@ type Config struct {
 	// its polls change nothing an operator needs to see (see State);
 	// default DefaultStateRefresh (60s).
 	StateRefresh time.Duration
+	// IdleConnTimeout is how long a keep-alive connection of the default
+	// HTTP client stays open unused before it is closed (ignored when HTTP
+	// is set). net/http reuses the most recently used idle connection
+	// first, so the connections a burst opened (a start, a takeover) and
+	// steady polling no longer needs go idle and close after this, while
+	// the ones in use stay open. The default, DefaultIdleConnTimeout (4s),
+	// is below the keep-alive timeouts of common servers (Apache httpd and
+	// Node.js close after 5s), so that the worker closes an idle
+	// connection before the server does and no request is sent on a
+	// connection the server is closing. A session polled less often than
+	// this on a host of its own dials for each poll (TLS sessions are
+	// resumed). Negative means no limit.
+	IdleConnTimeout time.Duration
 	// ErrorBackoff is the coordinator's poller.Config.MaxErrorBackoff, so
 	// that State.BackoffMS shows the backoff it applies; 0 means
 	// poller.DefaultMaxErrorBackoff, negative no backoff.
@@ -194,6 +210,17 @@ func New(cfg Config) (*Poller, error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConns = 4096
 		tr.MaxIdleConnsPerHost = 1024
+		switch {
+		case cfg.IdleConnTimeout == 0:
+			tr.IdleConnTimeout = DefaultIdleConnTimeout
+		case cfg.IdleConnTimeout > 0:
+			tr.IdleConnTimeout = cfg.IdleConnTimeout
+		default:
+			tr.IdleConnTimeout = 0 // no limit
+		}
+		// A connection closed while idle is dialled again for a later
+		// poll: resume its TLS session rather than run a full handshake.
+		tr.TLSClientConfig = &tls.Config{ClientSessionCache: tls.NewLRUClientSessionCache(1024)}
 		cfg.HTTP = &http.Client{Transport: tr}
 	}
 	if cfg.UserAgent == "" {
@@ -327,7 +354,10 @@ func (p *Poller) previous(s session.Session, l *lease.Lease, st stateSlot) (Stat
 func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response, class errClass,
 	start time.Time, latency time.Duration) State {
 	next := prev
-	next.Version, next.Worker, next.Polled, next.URLHash = StateVersion, p.cfg.Worker, start.UTC(), urlHash(s.URL)
+	next.Version, next.Worker, next.Polled = StateVersion, p.cfg.Worker, start.UTC()
+	if !hadPrev { // else previous checked that prev.URLHash is s.URL's
+		next.URLHash = urlHash(s.URL)
+	}
 	next.Status, next.Error = resp.status, class.String()
 	next.LatencyMS = float64(latency.Microseconds()) / 1000
 	if resp.status >= 200 && resp.status < 300 || resp.status == http.StatusNotModified {
@@ -452,9 +482,7 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 		// least the other half: a slot taken with a few milliseconds left
 		// would send a request doomed to be abandoned, which the target
 		// would still serve.
-		wctx, wcancel := context.WithTimeout(ctx, timeout/2)
-		release, err := p.hosts.acquire(wctx, strings.ToLower(req.URL.Host), func() { p.stats.hostWaits.Add(1) })
-		wcancel()
+		release, err := p.hosts.acquire(ctx, strings.ToLower(req.URL.Host), timeout/2, func() { p.stats.hostWaits.Add(1) })
 		if err != nil {
 			return response{}, fmt.Errorf("no slot of the host within %v (%d requests in flight): %w", timeout/2, p.cfg.MaxPerHost, err)
 		}

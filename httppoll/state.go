@@ -102,9 +102,12 @@ type State struct {
 // DecodeState reads an encoded State. It returns an error wrapping
 // ErrState for data that is not a State of StateVersion.
 func DecodeState(data []byte) (State, error) {
-	var st State
-	if err := json.Unmarshal(data, &st); err != nil {
-		return State{}, fmt.Errorf("%w: %w", ErrState, err)
+	st, ok := decodeStateFast(data)
+	if !ok {
+		st = State{}
+		if err := json.Unmarshal(data, &st); err != nil {
+			return State{}, fmt.Errorf("%w: %w", ErrState, err)
+		}
 	}
 	if st.Version != StateVersion {
 		return State{}, fmt.Errorf("%w: version %d, this build reads %d", ErrState, st.Version, StateVersion)

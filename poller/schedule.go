@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,18 +44,30 @@ type scheduler struct {
 	// behindLate after they were due before the worker reports itself
 	// behind (schedStats.Behind); set before the first start.
 	behindSpan time.Duration
-	mu         sync.Mutex // guards everything below and the scheduling fields of every worker
-	active     int        // polls running
-	admit      []*worker  // due polls waiting for a slot, oldest first; entries no longer admitting are skipped
-	waiting    int        // workers in phase admitting
-	stats      schedStats
-	late       lateness // the current stretch of polls starting behindLate
-	queue      dueQueue // queued workers by next poll time
-	owner      map[*lease.Lease]*worker
-	timer      clock.Timer
-	armed      time.Time // when timer fires; zero when it is not armed
-	ended      []*worker // exited workers the main loop has not collected
-	done       bool      // close was called: the timer is not armed again
+	// pace, if set, paces the first polls of loops started without a
+	// schedule to keep (paceLocked); set before the first start.
+	pace bool
+	// ownGoroutine says the timer's callback already runs in a goroutine
+	// of its own (the real clock's AfterFunc), so fire can run there; fake
+	// clocks call it with their lock held.
+	ownGoroutine bool
+	// quit, closed by close, ends the idle runners (run).
+	quit    chan struct{}
+	runMu   sync.Mutex // guards idle
+	idle    []*runner  // runners waiting for a poll, in the order they went idle
+	mu      sync.Mutex // guards everything below and the scheduling fields of every worker
+	active  int        // polls running
+	paceAt  time.Time  // when the next paced first poll may start
+	admit   []*worker  // due polls waiting for a slot, oldest first; entries no longer admitting are skipped
+	waiting int        // workers in phase admitting
+	stats   schedStats
+	late    lateness // the current stretch of polls starting behindLate
+	queue   dueQueue // queued workers by next poll time
+	owner   map[*lease.Lease]*worker
+	timer   clock.Timer
+	armed   time.Time // when timer fires; zero when it is not armed
+	ended   []*worker // exited workers the main loop has not collected
+	done    bool      // close was called: the timer is not armed again
 }
 
 // phase is where a worker stands in the scheduler.
@@ -77,18 +90,85 @@ type schedStats struct {
 }
 
 func newScheduler(clk clock.WithTickerAndDelayedExecution, poll func(*worker), wake func()) *scheduler {
-	return &scheduler{clock: clk, poll: poll, wake: wake, owner: make(map[*lease.Lease]*worker)}
+	_, real := clk.(clock.RealClock)
+	return &scheduler{clock: clk, poll: poll, wake: wake, owner: make(map[*lease.Lease]*worker), ownGoroutine: real,
+		quit: make(chan struct{})}
 }
 
-// start schedules w's first poll at `at`, or now if that has passed.
+// runnerIdle is how long a runner waits for another poll before it exits.
+const runnerIdle = time.Second
+
+// runner is a goroutine that runs polls one after another (scheduler.run).
+type runner struct {
+	work chan *worker // the next poll; buffered 1, sent only by the launch that took the runner off idle
+}
+
+// launch runs s.poll(w) on a runner: the one that went idle last, if any
+// waits, else a new one. Called without s.mu held.
+func (s *scheduler) launch(w *worker) {
+	s.runMu.Lock()
+	if n := len(s.idle); n > 0 {
+		r := s.idle[n-1]
+		s.idle[n-1] = nil
+		s.idle = s.idle[:n-1]
+		s.runMu.Unlock()
+		r.work <- w
+		return
+	}
+	s.runMu.Unlock()
+	go s.run(w)
+}
+
+// run is a runner: it runs w's poll, then each poll handed to it while it
+// is idle, and exits after runnerIdle without one, or once the scheduler
+// is closed. A poll needs a deep stack (HTTP, JSON): a runner grows its
+// stack once and keeps it for the polls that follow, where a goroutine
+// per poll grows a fresh one every time. The runner idle last is given the
+// next poll, so that the runners a burst started and steady polling no
+// longer needs stay idle and exit.
+func (s *scheduler) run(w *worker) {
+	r := &runner{work: make(chan *worker, 1)}
+	idle := time.NewTimer(runnerIdle)
+	defer idle.Stop()
+	for {
+		s.poll(w)
+		s.runMu.Lock()
+		s.idle = append(s.idle, r)
+		s.runMu.Unlock()
+		idle.Reset(runnerIdle)
+		select {
+		case w = <-r.work:
+			continue
+		case <-idle.C:
+		case <-s.quit:
+		}
+		s.runMu.Lock()
+		i := slices.Index(s.idle, r)
+		if i >= 0 {
+			s.idle = slices.Delete(s.idle, i, i+1)
+		}
+		s.runMu.Unlock()
+		if i >= 0 {
+			return
+		}
+		w = <-r.work // a launch took this runner off idle just as it stopped waiting
+	}
+}
+
+// start schedules w's first poll at `at`, or now if that has passed. A
+// zero `at` means there is no schedule to keep (the session was not handed
+// over): with pace set, the first poll is then paced (paceLocked).
 func (s *scheduler) start(w *worker, at time.Time) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	s.owner[w.lease] = w
+	if at.IsZero() && s.pace {
+		at = s.paceLocked(w, now)
+	}
 	launch := s.settleLocked(w, now, maxTime(now, at))
 	s.mu.Unlock()
 	if launch {
-		go s.poll(w)
+		s.launch(w)
 	}
 }
 
@@ -145,6 +225,9 @@ func (s *scheduler) collect() []*worker {
 func (s *scheduler) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.done {
+		close(s.quit)
+	}
 	s.done = true
 	if s.timer != nil {
 		s.timer.Stop()
@@ -180,7 +263,7 @@ func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
 	}
 	s.mu.Unlock()
 	if launch {
-		go s.poll(w)
+		s.launch(w)
 	}
 }
 
@@ -197,9 +280,10 @@ func (s *scheduler) polled(w *worker, failed bool) {
 	s.active--
 	iv := w.sess.Interval.D()
 	next := w.next.Add(iv)
-	if s.align != nil {
+	if s.align != nil && !w.exact {
 		next = next.Add(s.align(w.sess.ID, iv, next))
 	}
+	w.exact = false
 	next = next.Add(s.backoffLocked(w, failed))
 	if next.Before(now) {
 		next = now
@@ -213,7 +297,7 @@ func (s *scheduler) polled(w *worker, failed bool) {
 	}
 	s.mu.Unlock()
 	for _, w := range launch {
-		go s.poll(w)
+		s.launch(w)
 	}
 }
 
@@ -319,7 +403,7 @@ func (s *scheduler) fire() {
 	s.armLocked(now) // the head may be a worker not pushed above
 	s.mu.Unlock()
 	for _, w := range launch {
-		go s.poll(w)
+		s.launch(w)
 	}
 }
 
@@ -327,7 +411,7 @@ func (s *scheduler) fire() {
 // next, given that its next poll is due at `at`: exit (stopped, or its
 // lease lost or released), wait (lease uncertain or past its deadline),
 // queue (not due yet) or poll now, which it reports; the caller then runs
-// s.poll(w) in a new goroutine.
+// s.poll(w) on a runner (launch).
 func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 	if w.stopRequested {
 		w.next = at // what a successor keeps (nextDue)
@@ -416,9 +500,14 @@ func (s *scheduler) armLocked(now time.Time) {
 	s.armed = next
 	d := next.Sub(now)
 	if s.timer == nil {
-		// The callback runs in its own goroutine: fake clocks call it with
-		// their lock held, and fire uses the clock.
-		s.timer = s.clock.AfterFunc(d, func() { go s.fire() })
+		// fire runs in a goroutine of its own: the real clock's AfterFunc
+		// gives it one; fake clocks call the callback with their lock held,
+		// and fire uses the clock.
+		if s.ownGoroutine {
+			s.timer = s.clock.AfterFunc(d, s.fire)
+		} else {
+			s.timer = s.clock.AfterFunc(d, func() { go s.fire() })
+		}
 		return
 	}
 	s.timer.Reset(d)
@@ -445,6 +534,49 @@ func (q *dueQueue) Pop() any {
 	*q = old[:len(old)-1]
 	w.index = -1
 	return w
+}
+
+// Pacing of first polls without a schedule to keep (paceLocked).
+const (
+	// firstPollGap is the least time between two paced first polls: at
+	// most 4 start per millisecond.
+	firstPollGap = 250 * time.Microsecond
+	// maxFirstPollDelay bounds how late pacing makes a first poll (and
+	// half the session's interval, if less).
+	maxFirstPollDelay = 500 * time.Millisecond
+)
+
+// paced returns when w's first poll starts by paceLocked, and now.
+func (s *scheduler) paced(w *worker) (at, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now = s.clock.Now()
+	return s.paceLocked(w, now), now
+}
+
+// paceLocked returns when w's first poll, which has no schedule to keep,
+// starts: the first such poll at once, each next one firstPollGap after
+// the one before, so that a worker taking many sessions at once (a cold
+// start, a crash takeover) does not send them all in the same instant
+// and open a connection per poll to a target; a single session added or
+// taken over is polled at once. No first poll is paced later than
+// min(interval/2, maxFirstPollDelay): past that, a burst larger than the
+// window holds at the pace is spread over the window by a hash of each
+// session's id.
+func (s *scheduler) paceLocked(w *worker, now time.Time) time.Time {
+	window := min(w.sess.Interval.D()/2, maxFirstPollDelay)
+	if window <= 0 {
+		return now
+	}
+	if s.paceAt.Before(now) {
+		s.paceAt = now
+	}
+	at := s.paceAt
+	if at.Sub(now) >= window {
+		return now.Add(time.Duration(hrw.Bucket(w.sess.ID, int(window))))
+	}
+	s.paceAt = at.Add(firstPollGap)
+	return at
 }
 
 // maxSpreadStep bounds how much one interval is lengthened to move a

@@ -38,6 +38,7 @@ type worker struct {
 
 	// Guarded by scheduler.mu.
 	phase         phase
+	exact         bool      // the next settling keeps w.next + interval exactly, without the spread step (deferPollTo)
 	index         int       // position in the scheduler's queue while queued
 	next          time.Time // when the next (or running) poll is due
 	stopRequested bool
@@ -46,10 +47,10 @@ type worker struct {
 	cancel        context.CancelFunc // cancels ctx
 }
 
-// startWorker starts the poll loop of s under l. Its first poll is now,
-// unless l was handed over gracefully by a holder whose next poll of s was
-// due later: then it keeps that schedule, so a handoff never polls a
-// session early.
+// startWorker starts the poll loop of s under l. Its first poll is now
+// (paced when many start together: scheduler.paceLocked), unless l was
+// handed over gracefully by a holder whose next poll of s was due later:
+// then it keeps that schedule, so a handoff never polls a session early.
 func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
 	c.startWorkerAt(s, l, new(atomic.Bool))
 }
@@ -62,9 +63,11 @@ func (c *Coordinator) startWorkerAt(s session.Session, l *lease.Lease, polled *a
 		w.state = &State{store: c.cfg.StateStore, lease: l}
 	}
 	c.workers[s.ID] = w
-	due, _ := l.NextPoll()
-	if polled.Load() {
-		due = time.Time{} // a restart polls with the new definition at once
+	due, _ := l.NextPoll() // zero without a handoff: the first poll is paced (scheduler.paceLocked)
+	if polled.Load() || (due.IsZero() && w.state != nil) {
+		// A restart polls with the new definition at once; a stateful
+		// loop loads its state first and is paced then (paceFirstPoll).
+		due = c.cfg.Clock.Now()
 	}
 	c.sched.start(w, due)
 }

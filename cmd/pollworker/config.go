@@ -148,6 +148,7 @@ func (c connConfig) newClientNamed(name string, poolSize int) redis.UniversalCli
 			Username: o.Username, Password: o.Password, DB: o.DB,
 			ClientName: name, TLSConfig: o.TLSConfig,
 			ContextTimeoutEnabled: true, PoolSize: poolSize,
+			PipelineReadBufferSize: pipelineBufferSize, PipelineWriteBufferSize: pipelineBufferSize,
 		})
 	case c.Cluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
@@ -161,8 +162,19 @@ func (c connConfig) newClientNamed(name string, poolSize int) redis.UniversalCli
 	if poolSize > 0 {
 		ro.PoolSize = poolSize
 	}
+	ro.PipelineReadBufferSize, ro.PipelineWriteBufferSize = pipelineBufferSize, pipelineBufferSize
 	return redis.NewClient(&ro)
 }
+
+// pipelineBufferSize sizes the read and write buffers of the connections
+// go-redis keeps for pipelines, as its regular ones (32 KiB), instead of
+// its pipeline default of 128 KiB each: a worker's pipelines are batches
+// of small commands (renewals, loads, results), which a 32 KiB buffer
+// sends and reads in a few more system calls, and a worker with three
+// clients would otherwise keep megabytes of buffers on the heap. (A
+// Cluster client makes no pipeline pool unless these are set; it is left
+// as it is.)
+const pipelineBufferSize = 32 << 10
 
 // parseRedisURL parses a redis:// or rediss:// URL. Neither the returned
 // errors nor the redacted URL contain the password: url.Parse's own errors,
@@ -243,6 +255,7 @@ type workerOptions struct {
 	ErrorBackoff      time.Duration // 0: off
 	WaitReplicas      int
 	HTTPAddr          string
+	Profiles          bool // --pprof
 	LogLevel          string
 	LogFormat         string
 }
@@ -256,6 +269,8 @@ type workerConfig struct {
 	Poller poller.Config
 	// HTTPAddr is the health server's address; "" disables it.
 	HTTPAddr string
+	// Profiles serves /debug/pprof/ on HTTPAddr (--pprof).
+	Profiles bool
 	// LogLevel and LogFormat ("json" or "console") configure the logger.
 	LogLevel  zapcore.Level
 	LogFormat string
@@ -330,6 +345,9 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 	if err := validateHTTPAddr(o.HTTPAddr); err != nil {
 		return workerConfig{}, err
 	}
+	if o.Profiles && o.HTTPAddr == "" {
+		return workerConfig{}, fmt.Errorf("%w: --pprof serves on --http-addr, which is empty (disabled)", errInvalidConfig)
+	}
 	level, err := zapcore.ParseLevel(o.LogLevel)
 	if err != nil || level < zapcore.DebugLevel || level > zapcore.ErrorLevel {
 		return workerConfig{}, fmt.Errorf("%w: --log-level %q must be debug, info, warn or error", errInvalidConfig, o.LogLevel)
@@ -356,6 +374,7 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 			Labels:            labels,
 		},
 		HTTPAddr:  o.HTTPAddr,
+		Profiles:  o.Profiles,
 		LogLevel:  level,
 		LogFormat: o.LogFormat,
 	}, nil

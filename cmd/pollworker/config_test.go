@@ -85,6 +85,8 @@ func TestParseConfigRules(t *testing.T) {
 			want: `--http-addr "9090" must be host:port, :port or empty to disable`},
 		{name: "http addr bad port", give: func(o *workerOptions) { o.HTTPAddr = "localhost:nope" },
 			want: `--http-addr "localhost:nope" must be host:port`},
+		{name: "pprof without http addr", give: func(o *workerOptions) { o.Profiles, o.HTTPAddr = true, "" },
+			want: "--pprof serves on --http-addr, which is empty (disabled)"},
 		{name: "log level", give: func(o *workerOptions) { o.LogLevel = "trace" }, want: `--log-level "trace" must be debug, info, warn or error`},
 		{name: "log level panic", give: func(o *workerOptions) { o.LogLevel = "panic" }, want: `--log-level "panic" must be`},
 		{name: "log format", give: func(o *workerOptions) { o.LogFormat = "text" }, want: `--log-format "text" must be json or console`},
@@ -242,6 +244,7 @@ wait-replicas:      0
 weight:             2.5
 labels:             egress=static,zone=eu-1
 http-addr:          127.0.0.1:9999
+pprof:              false
 log-level:          warn
 log-format:         console
 `, r.stdout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 )
@@ -16,10 +17,20 @@ import (
 //	              see poller.Coordinator.Ready)
 //	GET /metrics  Prometheus metrics, when metrics is not nil
 //	GET /         the status page, when page is not nil
+//	GET /debug/pprof/  Go's runtime profiles (net/http/pprof), when profiles
+//	              is set (--pprof: off by default, as a profile shows the
+//	              process's internals to whoever reaches the port)
 //
 // behind may be nil.
-func healthHandler(ready, behind func() bool, metrics, page http.Handler) http.Handler {
+func healthHandler(ready, behind func() bool, metrics, page http.Handler, profiles bool) http.Handler {
 	mux := http.NewServeMux()
+	if profiles {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"runtime/debug"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 
 func TestHealthHandler(t *testing.T) {
 	var ready, behind atomic.Bool
-	h := healthHandler(ready.Load, behind.Load, nil, nil)
+	h := healthHandler(ready.Load, behind.Load, nil, nil, false)
 	serve := func(method, path string) (int, string) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
@@ -38,6 +39,7 @@ func TestHealthHandler(t *testing.T) {
 		{name: "head", ready: true, method: http.MethodHead, path: "/readyz", wantCode: http.StatusOK},
 		{name: "post", method: http.MethodPost, path: "/readyz", wantCode: http.StatusMethodNotAllowed},
 		{name: "other path", path: "/", wantCode: http.StatusNotFound},
+		{name: "no profiles without --pprof", path: "/debug/pprof/", wantCode: http.StatusNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,6 +56,20 @@ func TestHealthHandler(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHealthHandlerProfiles: --pprof serves Go's profiles beside the probes.
+func TestHealthHandlerProfiles(t *testing.T) {
+	h := healthHandler(func() bool { return true }, nil, nil, nil, true)
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Equal(t, http.StatusOK, w.Code, path)
+		require.NotEmpty(t, w.Body.String(), path)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	require.Equal(t, "ready\n", w.Body.String())
 }
 
 // TestReadinessPingsAtMostOnceASecond: probes share one PING per
@@ -95,4 +111,17 @@ func TestReadinessPingsAtMostOnceASecond(t *testing.T) {
 	now = now.Add(time.Hour)
 	require.False(t, r.Ready())
 	require.Equal(t, int32(2), pings.Load())
+}
+
+// TestDefaultGCPercent: a worker runs with GOGC 75 unless the environment
+// sets GOGC, whose value then stays.
+func TestDefaultGCPercent(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(old) })
+	require.Equal(t, defaultGCPercent, setDefaultGCPercent(func(string) string { return "" }))
+	require.Equal(t, defaultGCPercent, debug.SetGCPercent(defaultGCPercent))
+
+	debug.SetGCPercent(150) // as the runtime does for GOGC=150
+	require.Equal(t, 150, setDefaultGCPercent(func(k string) string { return map[string]string{"GOGC": "150"}[k] }))
+	require.Equal(t, 150, debug.SetGCPercent(150), "left as the environment set it")
 }

@@ -181,6 +181,8 @@ func TestRunHTTPFlags(t *testing.T) {
 		{name: "per host", give: []string{"--max-per-host", "-1"}, want: "--max-per-host (-1) must not be negative (0 = no bound)"},
 		{name: "short timeout", give: []string{"--poll-timeout", "1ms"}, want: "--poll-timeout (1ms) must be from 10ms to 5m0s"},
 		{name: "long timeout", give: []string{"--poll-timeout", "6m"}, want: "--poll-timeout (6m0s) must be from 10ms to 5m0s"},
+		{name: "short idle timeout", give: []string{"--idle-conn-timeout", "1ms"}, want: "--idle-conn-timeout (1ms) must be from 100ms to 1h0m0s, or 0 (never)"},
+		{name: "negative idle timeout", give: []string{"--idle-conn-timeout", "-1s"}, want: "--idle-conn-timeout (-1s) must be from 100ms to 1h0m0s, or 0 (never)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			res := runApp(t, append([]string{"run", "--dry-run"}, tt.give...)...)
@@ -189,7 +191,7 @@ func TestRunHTTPFlags(t *testing.T) {
 			require.Contains(t, res.stderr, tt.want)
 		})
 	}
-	res := runApp(t, "run", "--dry-run", "--max-per-host", "0", "--poll-timeout", "30s")
+	res := runApp(t, "run", "--dry-run", "--max-per-host", "0", "--poll-timeout", "30s", "--idle-conn-timeout", "0")
 	require.Equal(t, exitOK, res.code, res.stderr)
 }
 

@@ -1,0 +1,117 @@
+package poller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pollworker/pollworker/session"
+)
+
+// TestPaceSpreadsFirstPollsTakenTogether: first polls without a schedule
+// go firstPollGap apart, the first at once; past the window (half the
+// interval, at most maxFirstPollDelay) a burst is spread over the window
+// by a hash of the id; a session started alone later is polled at once.
+func TestPaceSpreadsFirstPollsTakenTogether(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	s := newScheduler(clk, func(*worker) {}, func() {})
+	s.pace = true
+	now := clk.Now()
+	w := func(id string, iv time.Duration) *worker {
+		return &worker{sess: session.Session{ID: id, Interval: session.Duration(iv)}}
+	}
+	for i := range 10 {
+		require.Equal(t, now.Add(time.Duration(i)*firstPollGap), s.paceLocked(w("a", time.Second), now), "poll %d", i)
+	}
+
+	// A short interval has a short window: 4 ms holds 8 polls at the pace
+	// (interval 8 ms), the next ones fall inside it by their hash.
+	clk.Step(time.Second)
+	now = clk.Now()
+	for i := range 8 {
+		require.Equal(t, now.Add(time.Duration(i)*firstPollGap), s.paceLocked(w("b", 8*time.Millisecond), now))
+	}
+	spread := map[time.Duration]bool{}
+	for i := range 50 {
+		at := s.paceLocked(w(string(rune('c'+i)), 8*time.Millisecond), now)
+		require.False(t, at.Before(now))
+		require.Less(t, at.Sub(now), 4*time.Millisecond)
+		spread[at.Sub(now)] = true
+	}
+	require.Greater(t, len(spread), 40, "hashed over the window, not piled at its end")
+
+	// Long intervals: the window is maxFirstPollDelay.
+	clk.Step(time.Second)
+	now = clk.Now()
+	for range int(maxFirstPollDelay / firstPollGap) {
+		s.paceLocked(w("d", time.Hour), now)
+	}
+	require.Less(t, s.paceLocked(w("e", time.Hour), now).Sub(now), maxFirstPollDelay)
+
+	// Alone, a while later: at once.
+	clk.Step(time.Second)
+	require.Equal(t, clk.Now(), s.paceLocked(w("f", time.Second), clk.Now()))
+	require.Equal(t, clk.Now(), s.paceLocked(w("g", 0), clk.Now()), "no interval, no window")
+}
+
+// TestSchedulerStartPacesOnlyWithoutASchedule: start paces a zero `at`
+// (no schedule to keep), and keeps a handed-over schedule as it is.
+func TestSchedulerStartPacesOnlyWithoutASchedule(t *testing.T) {
+	f := newSchedFixture(t)
+	f.sched.pace = true
+	t0 := f.clock.Now()
+	a := f.start("a")
+	b := f.start("b")
+	first := f.nextPoll()
+	require.Equal(t, a, first.w)
+	require.Equal(t, t0, first.at)
+	phase, next := f.phaseOf(b)
+	require.Equal(t, queued, phase)
+	require.Equal(t, t0.Add(firstPollGap), next, "the second first poll is paced")
+	f.clock.Step(firstPollGap)
+	second := f.nextPoll()
+	require.Equal(t, b, second.w)
+	close(first.finish)
+	close(second.finish)
+}
+
+// TestRunnersAreReused: a poll launched while a runner is idle runs on
+// that runner (the one idle last first), not on a new goroutine; idle
+// runners exit when the scheduler closes.
+func TestRunnersAreReused(t *testing.T) {
+	ran := make(chan *worker, 8)
+	release := make(chan struct{})
+	s := newScheduler(clocktesting.NewFakeClock(time.Unix(1000, 0)), func(w *worker) {
+		ran <- w
+		<-release
+	}, func() {})
+	idle := func() int {
+		s.runMu.Lock()
+		defer s.runMu.Unlock()
+		return len(s.idle)
+	}
+	a, b, c := &worker{}, &worker{}, &worker{}
+	s.launch(a)
+	s.launch(b)
+	require.Same(t, a, <-ran)
+	require.Same(t, b, <-ran)
+	require.Zero(t, idle(), "both runners busy")
+	release <- struct{}{}
+	release <- struct{}{}
+	require.Eventually(t, func() bool { return idle() == 2 }, waitFor, time.Millisecond)
+	s.runMu.Lock()
+	last := s.idle[1]
+	s.runMu.Unlock()
+	s.launch(c)
+	require.Same(t, c, <-ran)
+	s.runMu.Lock()
+	require.Len(t, s.idle, 1)
+	require.NotSame(t, last, s.idle[0], "the runner idle last took the poll")
+	s.runMu.Unlock()
+	release <- struct{}{}
+	require.Eventually(t, func() bool { return idle() == 2 }, waitFor, time.Millisecond)
+	s.close()
+	require.Eventually(t, func() bool { return idle() == 0 }, waitFor, time.Millisecond, "idle runners exit on close")
+}
