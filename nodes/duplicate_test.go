@@ -183,3 +183,38 @@ func TestIncarnation(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidConfig, bad)
 	}
 }
+
+// TestRealSetWeight: a weight set at runtime reaches the Info key at the
+// next heartbeat; the id stays this incarnation's throughout (another
+// registry with the id is still refused, a restart's WaitForID sees the
+// id as its own), and Leave deletes the key whether or not a heartbeat
+// wrote the new weight yet.
+func TestRealSetWeight(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	r := newRegistry(t, c, "w", time.Minute)
+	heartbeat(t, r)
+	require.ErrorIs(t, r.SetWeight(5000), ErrInvalidConfig)
+
+	require.NoError(t, r.SetWeight(0.5))
+	require.Equal(t, 0.5, r.Info().Weight)
+	infos, err := r.Get(ctx, "w")
+	require.NoError(t, err)
+	require.Zero(t, infos[0].Weight, "not written before the next heartbeat")
+	require.NoError(t, r.WaitForID(ctx, time.Millisecond, nil), "the key still holds this incarnation's last claim")
+	heartbeat(t, r)
+	infos, err = r.Get(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, 0.5, infos[0].Weight)
+	require.Equal(t, 0.5, infos[0].PlanWeight())
+
+	other := newRegistry(t, c, "w", time.Minute)
+	require.ErrorIs(t, other.Heartbeat(ctx), ErrDuplicateID, "a weight change opens the id to no one else")
+
+	// Changed again and left before a heartbeat wrote it: the key goes.
+	require.NoError(t, r.SetWeight(0.25))
+	require.NoError(t, r.Leave(ctx))
+	n, err := c.Exists(ctx, r.keys.Node("w")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

@@ -74,13 +74,19 @@ type Registry struct {
 	keys   keyspace.Space
 	id     string
 	ttl    time.Duration
-	info   Info
-	value  string // info as JSON, the heartbeat key's value; unique to the incarnation
 	log    *zap.Logger
 	reader *Reader // the read side, shared with status pages and tools
 
 	claimed    atomic.Bool  // a heartbeat claimed the id at least once
 	lastExpiry atomic.Int64 // index expiry (server ms) written by the last successful heartbeat
+
+	valueMu sync.Mutex // guards info, value and written
+	info    Info
+	value   string // info as JSON, the heartbeat key's value; unique to the incarnation
+	// written is the value the last successful claim wrote ("" before
+	// one): after SetWeight, the key holds it until the next claim
+	// replaces it, and it is this incarnation's as much as value.
+	written string
 
 	mu           sync.Mutex
 	version      uint64   // guarded by mu
@@ -151,10 +157,49 @@ func (r *Registry) ID() string { return r.id }
 func (r *Registry) TTL() time.Duration { return r.ttl }
 
 // Info is what Heartbeat stores about this worker.
-func (r *Registry) Info() Info { return r.info }
+func (r *Registry) Info() Info {
+	r.valueMu.Lock()
+	defer r.valueMu.Unlock()
+	return r.info
+}
 
 // Incarnation is this registry's incarnation (see Config.Incarnation).
-func (r *Registry) Incarnation() string { return r.info.Incarnation }
+func (r *Registry) Incarnation() string { return r.Info().Incarnation }
+
+// SetWeight changes the weight this worker's Info carries (Config.Weight),
+// from the next Heartbeat on; peers plan with it at their next full round.
+// It refuses a weight ValidateWeight refuses. The Info key keeps naming
+// this incarnation throughout: the next claim replaces the value the last
+// one wrote, and Leave deletes either.
+func (r *Registry) SetWeight(w float64) error {
+	if err := ValidateWeight(w); err != nil {
+		return fmt.Errorf("%w: Weight: %w", ErrInvalidConfig, err)
+	}
+	r.valueMu.Lock()
+	defer r.valueMu.Unlock()
+	if w == r.info.Weight {
+		return nil
+	}
+	info := r.info
+	info.Weight = w
+	value, err := json.Marshal(info)
+	if err != nil {
+		return fmt.Errorf("nodes: encode info: %w", err)
+	}
+	r.info, r.value = info, string(value)
+	return nil
+}
+
+// values returns the value to write and the one the last claim wrote (the
+// same when no SetWeight came since).
+func (r *Registry) values() (value, written string) {
+	r.valueMu.Lock()
+	defer r.valueMu.Unlock()
+	if r.written == "" {
+		return r.value, r.value
+	}
+	return r.value, r.written
+}
 
 // Heartbeat claims this worker's id and marks it live for TTL from now (by
 // the Redis server's clock), in two round trips: node_claim.lua sets the Info key
@@ -303,7 +348,8 @@ func toInt64(v any) (int64, error) {
 // graceful shutdown, after the heartbeat loop has stopped (a heartbeat
 // racing with Leave re-adds the worker), with a fresh, bounded context.
 func (r *Registry) Leave(ctx context.Context) error {
-	n, err := unclaimScript.Run(ctx, r.client, []string{r.keys.Node(r.id)}, r.value).Int64()
+	value, written := r.values()
+	n, err := unclaimScript.Run(ctx, r.client, []string{r.keys.Node(r.id)}, value, written).Int64()
 	if err != nil {
 		return fmt.Errorf("leave %s: %w", r.id, err)
 	}

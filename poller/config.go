@@ -139,6 +139,15 @@ type Config struct {
 	// heartbeat (nodes.Info.Weight) so that every worker plans with it;
 	// default 0, meaning 1. See nodes.ValidateWeight.
 	Weight float64
+	// KeepWeightWhenBehind keeps Weight in the heartbeat while the worker
+	// is behind (PollStats.Behind). By default a worker that stays behind
+	// sheds load: each LeaseTTL it stays behind, the weight its heartbeat
+	// carries drops to 3/4 (to no less than a quarter of Weight), so that
+	// its peers plan less for it at their next full round and take the
+	// rest over by graceful handoffs; after 10 LeaseTTLs without being
+	// behind it takes a tenth of Weight back, and so on up to Weight. A
+	// fleet behind as a whole sheds alike everywhere and moves nothing.
+	KeepWeightWhenBehind bool
 	// Labels are this worker's labels (nodes.Labels: key=value pairs),
 	// carried in its heartbeat: a session with a selector is placed only
 	// on, and polled only by, workers whose labels match it. Fixed for the

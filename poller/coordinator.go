@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,9 @@ type Coordinator struct {
 
 	news   news   // what other goroutines tell the main loop
 	health health // what the main loop and the background loops tell readers
+
+	shedding      shedding      // the heartbeat loop's only
+	plannedWeight atomic.Uint64 // math.Float64bits of the weight the heartbeat carries (shed)
 
 	statusMu sync.Mutex
 	status   Status // published by the main loop at the end of a round
@@ -138,6 +142,7 @@ func New(cfg Config) (*Coordinator, error) {
 		},
 		workers: make(map[string]*worker),
 	}
+	c.plannedWeight.Store(math.Float64bits(reg.Info().PlanWeight()))
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
 	c.sched.align, c.sched.pace = spreadStep, true
 	c.sched.limit, c.sched.maxBackoff = cfg.MaxPolls, cfg.MaxErrorBackoff
@@ -254,6 +259,10 @@ type PollStats struct {
 	Deferred, Late int64
 	// Backoff is the number of sessions backing off after failed polls.
 	Backoff int
+	// PlannedWeight is the weight this worker's heartbeat carries, which
+	// its peers plan with: Config.Weight (1 when 0), lower while the
+	// worker sheds load after staying behind (Config.KeepWeightWhenBehind).
+	PlannedWeight float64
 	// Behind reports a worker that cannot keep up with its share: for at
 	// least one LeaseTTL, its polls have kept starting (or waiting for a
 	// slot) more than max(1s, interval/10) after they were due, with no
@@ -269,7 +278,8 @@ type PollStats struct {
 // PollStats returns the scheduler's figures now.
 func (c *Coordinator) PollStats() PollStats {
 	st, running, waiting := c.sched.snapshot()
-	return PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late, Backoff: st.Backoff, Behind: st.Behind}
+	return PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late, Backoff: st.Backoff, Behind: st.Behind,
+		PlannedWeight: c.plannedWeightNow()}
 }
 
 // Leases is the lease manager, for embedders that want to inspect leases.
@@ -348,6 +358,7 @@ func (c *Coordinator) heartbeatLoop(ctx context.Context) {
 	defer ticker.Stop()
 	joined := false
 	for {
+		c.shed()
 		rctx, cancel := c.requestCtx(ctx)
 		err := c.registry.Heartbeat(rctx)
 		cancel()

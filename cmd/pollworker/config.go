@@ -251,6 +251,7 @@ type workerOptions struct {
 	LossQuarantine    time.Duration // < 0: the lease TTL; 0: off
 	MaxPolls          int           // 0: no bound
 	Weight            float64       // capacity relative to the peers; 0: 1
+	KeepWeight        bool          // --shed-when-behind=false
 	Labels            string        // k=v,…
 	ErrorBackoff      time.Duration // 0: off
 	WaitReplicas      int
@@ -359,19 +360,20 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 	return workerConfig{
 		connConfig: conn,
 		Poller: poller.Config{
-			Keys:              conn.Keys,
-			ID:                id,
-			LeaseTTL:          o.LeaseTTL,
-			RenewInterval:     o.RenewInterval,
-			HeartbeatInterval: o.HeartbeatInterval,
-			DiscoveryInterval: o.DiscoveryInterval,
-			DrainTimeout:      o.DrainTimeout,
-			LossQuarantine:    lossQuarantine(o.LossQuarantine),
-			MaxPolls:          zeroMeansOff(o.MaxPolls),
-			MaxErrorBackoff:   time.Duration(zeroMeansOff(int64(o.ErrorBackoff))),
-			WaitReplicas:      o.WaitReplicas,
-			Weight:            o.Weight,
-			Labels:            labels,
+			Keys:                 conn.Keys,
+			ID:                   id,
+			LeaseTTL:             o.LeaseTTL,
+			RenewInterval:        o.RenewInterval,
+			HeartbeatInterval:    o.HeartbeatInterval,
+			DiscoveryInterval:    o.DiscoveryInterval,
+			DrainTimeout:         o.DrainTimeout,
+			LossQuarantine:       lossQuarantine(o.LossQuarantine),
+			MaxPolls:             zeroMeansOff(o.MaxPolls),
+			MaxErrorBackoff:      time.Duration(zeroMeansOff(int64(o.ErrorBackoff))),
+			WaitReplicas:         o.WaitReplicas,
+			Weight:               o.Weight,
+			KeepWeightWhenBehind: o.KeepWeight,
+			Labels:               labels,
 		},
 		HTTPAddr:  o.HTTPAddr,
 		Profiles:  o.Profiles,

@@ -242,6 +242,7 @@ drain-timeout:      5s
 loss-quarantine:    7s
 wait-replicas:      0
 weight:             2.5
+shed-when-behind:   true
 labels:             egress=static,zone=eu-1
 http-addr:          127.0.0.1:9999
 pprof:              false

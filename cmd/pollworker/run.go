@@ -52,6 +52,8 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 			Usage: "polls run at once at most; a poll due while all run waits for one to end (counted as deferred, and late when it starts later than a tenth of its interval); the leases and heartbeats never wait; 0 = no bound"},
 		&cli.FloatFlag{Name: "weight", Value: 1, Sources: fromEnv("weight"),
 			Usage: "this worker's capacity relative to its peers: a worker of weight 2 is planned twice the poll load of one of weight 1 (carried in its heartbeat; from 0.001 to 1000)"},
+		&cli.BoolFlag{Name: "shed-when-behind", Value: true, Sources: fromEnv("shed-when-behind"),
+			Usage: "while this worker stays behind (pollworker_behind), lower the weight its heartbeat carries to 3/4 each --lease-ttl (to a quarter of --weight at least), so that its peers take load off it; it takes a tenth back after each 10 × --lease-ttl it keeps up; --shed-when-behind=false keeps --weight"},
 		&cli.StringFlag{Name: "labels", Sources: fromEnv("labels"),
 			Usage: "this worker's labels, key=value,…: a session with a --selector is polled only by workers whose labels include it (carried in the heartbeat; fixed for the process)"},
 		&cli.DurationFlag{Name: "error-backoff", Value: poller.DefaultMaxErrorBackoff, Sources: fromEnv("error-backoff"),
@@ -95,6 +97,7 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 				MaxPolls:          int(cmd.Int("max-polls")),
 				ErrorBackoff:      cmd.Duration("error-backoff"),
 				Weight:            cmd.Float("weight"),
+				KeepWeight:        !cmd.Bool("shed-when-behind"),
 				Labels:            cmd.String("labels"),
 				WaitReplicas:      int(cmd.Int("wait-replicas")),
 				HTTPAddr:          cmd.String("http-addr"),
@@ -140,6 +143,7 @@ func printConfig(w io.Writer, cfg workerConfig) {
 		{"loss-quarantine", quarantineText(cfg.Poller)},
 		{"wait-replicas", strconv.Itoa(cfg.Poller.WaitReplicas)},
 		{"weight", strconv.FormatFloat(cfg.Poller.Weight, 'g', -1, 64)},
+		{"shed-when-behind", strconv.FormatBool(!cfg.Poller.KeepWeightWhenBehind)},
 		{"labels", nodes.Labels(cfg.Poller.Labels).String()},
 		{"http-addr", httpAddr},
 		{"pprof", strconv.FormatBool(cfg.Profiles)},
@@ -722,6 +726,8 @@ func pollMetrics(c *poller.Coordinator) []prometheus.Collector {
 			func(s poller.PollStats) float64 { return float64(s.Late) }),
 		gauge("pollworker_sessions_backoff", "Sessions polled less often after failed polls (--error-backoff).",
 			func(s poller.PollStats) float64 { return float64(s.Backoff) }),
+		gauge("pollworker_planned_weight", "The weight this worker's heartbeat carries, which its peers plan with: --weight, lower while it sheds load after staying behind (--shed-when-behind).",
+			func(s poller.PollStats) float64 { return s.PlannedWeight }),
 		gauge("pollworker_behind", "1 while this worker cannot keep up with its share: for one lease TTL its polls have kept starting, or waiting for a slot, more than max(1s, interval/10) late.",
 			func(s poller.PollStats) float64 {
 				if s.Behind {
