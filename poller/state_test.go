@@ -291,7 +291,10 @@ func TestPlainPollerReadsNoState(t *testing.T) {
 }
 
 // TestStatefulLoadsAreBatched: a worker taking 300 sessions at once reads
-// their states in a few script calls (LoadBatched), not 300.
+// their states in a few script calls (LoadBatched), not 300: 3 to 6 on a
+// quiet machine; the bound, a quarter of 300, leaves room for a loaded one,
+// where acquisitions arrive more spread out (43 was seen with three test
+// packages under -race at once) and still fails without batching.
 func TestStatefulLoadsAreBatched(t *testing.T) {
 	client := redistest.Start(t).Client(t)
 	hook := &scriptCounter{sha: redis.NewScript(lua.StateLoad).Hash()}
@@ -307,7 +310,7 @@ func TestStatefulLoadsAreBatched(t *testing.T) {
 		}
 		return true
 	}, 20*time.Second, 10*time.Millisecond)
-	require.LessOrEqual(t, hook.n.Load(), int64(30), "300 sessions' states read in %d script calls", hook.n.Load())
+	require.LessOrEqual(t, hook.n.Load(), int64(75), "300 sessions' states read in %d script calls", hook.n.Load())
 	t.Logf("300 sessions' states read in %d script calls", hook.n.Load())
 	log.check(t)
 }
