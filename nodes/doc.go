@@ -5,8 +5,9 @@
 // A worker is live while its entry in the node index (a sorted set at
 // keyspace.Space.NodeIndex, scored by expiry in Redis server milliseconds)
 // has not expired. Heartbeat first claims the id: it sets a JSON Info at
-// keyspace.Space.Node, with the TTL, only if that key is absent or holds this
-// Registry's own Info, which carries a random incarnation (scripts/lua/node_claim.lua); then
+// keyspace.Space.Node, with the TTL, only if that key is absent or holds an
+// Info of this Registry's random incarnation (scripts/lua/node_claim.lua; the
+// incarnation is compared, so the Registry may change its weight); then
 // it moves the index entry's expiry to server time + TTL. Members prunes
 // expired entries and returns the live set. The index scripts read Redis
 // TIME, so expiry is judged by one clock, the server's, never by the

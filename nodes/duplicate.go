@@ -131,8 +131,7 @@ func (r *Registry) WaitForID(ctx context.Context, every time.Duration, onWait fu
 	if err != nil {
 		return err
 	}
-	value, written := r.values()
-	if !ok || prev.Raw == value || prev.Raw == written {
+	if !ok || prev.Info.Incarnation == r.Incarnation() {
 		return nil
 	}
 	if prev.TTL < 0 {
@@ -171,16 +170,13 @@ const expiryJitterMs = 2
 
 // claim runs node_claim.lua: nil when this registry holds its id for TTL from now.
 func (r *Registry) claim(ctx context.Context) error {
-	value, written := r.values()
-	reply, err := claimScript.Run(ctx, r.client, []string{r.keys.Node(r.id)}, value, r.ttl.Milliseconds(), written).Slice()
+	info, value := r.current()
+	reply, err := claimScript.Run(ctx, r.client, []string{r.keys.Node(r.id)}, value, r.ttl.Milliseconds(), info.Incarnation).Slice()
 	if err != nil {
 		return err
 	}
 	if len(reply) == 1 {
 		if ok, _ := toInt64(reply[0]); ok == 1 {
-			r.valueMu.Lock()
-			r.written = value
-			r.valueMu.Unlock()
 			return nil
 		}
 	}

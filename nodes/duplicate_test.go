@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -217,4 +218,45 @@ func TestRealSetWeight(t *testing.T) {
 	n, err := c.Exists(ctx, r.keys.Node("w")).Result()
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+// TestRealClaimComparesIncarnations: the claim and Leave take the key as
+// this registry's whenever it holds an Info of its incarnation, whatever
+// else it says (a weight whose claim reply was lost, then changed again),
+// and as another's when it holds another incarnation or no Info at all.
+func TestRealClaimComparesIncarnations(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	r := newRegistry(t, c, "w", time.Minute)
+	heartbeat(t, r)
+	key := r.keys.Node("w")
+
+	// A claim wrote weight 0.5 but its reply was lost; the weight changes again.
+	lost := r.Info()
+	lost.Weight = 0.5
+	b, err := json.Marshal(lost)
+	require.NoError(t, err)
+	require.NoError(t, c.Set(ctx, key, b, time.Minute).Err())
+	require.NoError(t, r.SetWeight(0.25))
+	heartbeat(t, r)
+	infos, err := r.Get(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, 0.25, infos[0].Weight)
+
+	other := newRegistry(t, c, "w", time.Minute).Info()
+	for name, v := range map[string]string{"another incarnation": mustJSON(t, other), "not an Info": "garbage", "no incarnation": `{"id":"w"}`} {
+		require.NoError(t, c.Set(ctx, key, v, time.Minute).Err())
+		require.ErrorIs(t, r.Heartbeat(ctx), ErrDuplicateID, name)
+		require.NoError(t, r.Leave(ctx))
+		got, err := c.Get(ctx, key).Result()
+		require.NoError(t, err)
+		require.Equal(t, v, got, "%s: Leave keeps another's key", name)
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
 }

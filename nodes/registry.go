@@ -80,13 +80,9 @@ type Registry struct {
 	claimed    atomic.Bool  // a heartbeat claimed the id at least once
 	lastExpiry atomic.Int64 // index expiry (server ms) written by the last successful heartbeat
 
-	valueMu sync.Mutex // guards info, value and written
+	valueMu sync.Mutex // guards info and value
 	info    Info
-	value   string // info as JSON, the heartbeat key's value; unique to the incarnation
-	// written is the value the last successful claim wrote ("" before
-	// one): after SetWeight, the key holds it until the next claim
-	// replaces it, and it is this incarnation's as much as value.
-	written string
+	value   string // info as JSON, the heartbeat key's value
 
 	mu           sync.Mutex
 	version      uint64   // guarded by mu
@@ -169,8 +165,8 @@ func (r *Registry) Incarnation() string { return r.Info().Incarnation }
 // SetWeight changes the weight this worker's Info carries (Config.Weight),
 // from the next Heartbeat on; peers plan with it at their next full round.
 // It refuses a weight ValidateWeight refuses. The Info key keeps naming
-// this incarnation throughout: the next claim replaces the value the last
-// one wrote, and Leave deletes either.
+// this incarnation throughout: the claim and Leave compare incarnations,
+// not whole values.
 func (r *Registry) SetWeight(w float64) error {
 	if err := ValidateWeight(w); err != nil {
 		return fmt.Errorf("%w: Weight: %w", ErrInvalidConfig, err)
@@ -190,20 +186,16 @@ func (r *Registry) SetWeight(w float64) error {
 	return nil
 }
 
-// values returns the value to write and the one the last claim wrote (the
-// same when no SetWeight came since).
-func (r *Registry) values() (value, written string) {
+// current returns the Info and its JSON that the next claim writes.
+func (r *Registry) current() (Info, string) {
 	r.valueMu.Lock()
 	defer r.valueMu.Unlock()
-	if r.written == "" {
-		return r.value, r.value
-	}
-	return r.value, r.written
+	return r.info, r.value
 }
 
 // Heartbeat claims this worker's id and marks it live for TTL from now (by
 // the Redis server's clock), in two round trips: node_claim.lua sets the Info key
-// only if it is absent or holds this incarnation's Info, then node_heartbeat.lua
+// only if it is absent or holds an Info of this incarnation, then node_heartbeat.lua
 // moves the id's expiry in the index (and prunes expired members). The two
 // keys are separate scripts so that each touches one key (Redis Cluster).
 //
@@ -348,8 +340,7 @@ func toInt64(v any) (int64, error) {
 // graceful shutdown, after the heartbeat loop has stopped (a heartbeat
 // racing with Leave re-adds the worker), with a fresh, bounded context.
 func (r *Registry) Leave(ctx context.Context) error {
-	value, written := r.values()
-	n, err := unclaimScript.Run(ctx, r.client, []string{r.keys.Node(r.id)}, value, written).Int64()
+	n, err := unclaimScript.Run(ctx, r.client, []string{r.keys.Node(r.id)}, r.Incarnation()).Int64()
 	if err != nil {
 		return fmt.Errorf("leave %s: %w", r.id, err)
 	}

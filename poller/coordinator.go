@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +34,7 @@ type Coordinator struct {
 	news   news   // what other goroutines tell the main loop
 	health health // what the main loop and the background loops tell readers
 
-	shedding      shedding      // the heartbeat loop's only
-	plannedWeight atomic.Uint64 // math.Float64bits of the weight the heartbeat carries (shed)
+	shedding shedding // the heartbeat loop's only
 
 	statusMu sync.Mutex
 	status   Status // published by the main loop at the end of a round
@@ -142,7 +140,6 @@ func New(cfg Config) (*Coordinator, error) {
 		},
 		workers: make(map[string]*worker),
 	}
-	c.plannedWeight.Store(math.Float64bits(reg.Info().PlanWeight()))
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
 	c.sched.align, c.sched.pace = spreadStep, true
 	c.sched.limit, c.sched.maxBackoff = cfg.MaxPolls, cfg.MaxErrorBackoff
@@ -279,7 +276,7 @@ type PollStats struct {
 func (c *Coordinator) PollStats() PollStats {
 	st, running, waiting := c.sched.snapshot()
 	return PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late, Backoff: st.Backoff, Behind: st.Behind,
-		PlannedWeight: c.plannedWeightNow()}
+		PlannedWeight: c.registry.Info().PlanWeight()}
 }
 
 // Leases is the lease manager, for embedders that want to inspect leases.

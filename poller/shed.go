@@ -1,10 +1,11 @@
 package poller
 
 import (
-	"math"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // Shedding: a worker that stays behind lowers the weight its heartbeat
@@ -68,25 +69,15 @@ func (c *Coordinator) shed() {
 	if !changed {
 		return
 	}
-	base := c.cfg.Weight
-	if base == 0 {
-		base = 1
-	}
-	w := max(base*fraction, 0.001) // the least weight nodes.ValidateWeight takes
+	base := nodes.Info{Weight: c.cfg.Weight}.PlanWeight() // 0 means 1
+	w := max(base*fraction, 0.001)                        // the least weight nodes.ValidateWeight takes
 	if err := c.registry.SetWeight(w); err != nil {
 		c.log.Error("planned weight not changed", zap.Float64("weight", w), zap.Error(err))
 		return
 	}
-	c.plannedWeight.Store(math.Float64bits(w))
 	if st.Behind {
 		c.log.Warn("behind: shedding load to the other workers", zap.Float64("planned_weight", w), zap.Float64("weight", base))
 		return
 	}
 	c.log.Info("keeping up: taking load back", zap.Float64("planned_weight", w), zap.Float64("weight", base))
-}
-
-// PlannedWeight is the weight this worker's heartbeat carries: Config.Weight
-// (1 when 0), lowered while it sheds load (PollStats.PlannedWeight).
-func (c *Coordinator) plannedWeightNow() float64 {
-	return math.Float64frombits(c.plannedWeight.Load())
 }

@@ -1,13 +1,17 @@
--- node_claim.lua: KEYS[1]=node info key; ARGV[1]=this registry's info (JSON, unique to its incarnation), ARGV[2]=ttl ms,
--- ARGV[3]=the info this registry's last claim wrote (optional; differs from ARGV[1] after a weight change)
--- returns {1} when claimed, {0, current value, its PTTL ms} when another value holds KEYS[1]
+-- node_claim.lua: KEYS[1]=node info key; ARGV[1]=this registry's info (JSON), ARGV[2]=ttl ms, ARGV[3]=its incarnation
+-- returns {1} when claimed, {0, current value, its PTTL ms} when another incarnation holds KEYS[1]
 -- Claims the node id for one incarnation: sets KEYS[1] to ARGV[1] for ARGV[2]
--- ms only if KEYS[1] is absent or already holds ARGV[1] or ARGV[3]. The
--- value is the registry's Info, which carries its random incarnation, so
--- two processes with the same id never hold the claim at once.
+-- ms only if KEYS[1] is absent or holds an Info of incarnation ARGV[3]
+-- (random per process, so two processes with the same id never hold the
+-- claim at once; comparing the incarnation, not the whole value, lets the
+-- holder change its Info, its weight, whether or not the reply of its
+-- last claim reached it). A value that is not such an Info is another's.
 local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] and cur ~= (ARGV[3] or ARGV[1]) then
-  return {0, cur, redis.call('PTTL', KEYS[1])}
+if cur and cur ~= ARGV[1] then
+  local ok, info = pcall(cjson.decode, cur)
+  if not (ok and type(info) == 'table' and info['incarnation'] == ARGV[3]) then
+    return {0, cur, redis.call('PTTL', KEYS[1])}
+  end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1}

@@ -1,12 +1,13 @@
--- node_unclaim.lua: KEYS[1]=node info key; ARGV[1]=this registry's info, ARGV[2]=the info its last claim wrote (optional);
--- returns 1 deleted, 0 absent, -1 held by another value
--- Gives up the claim of claim.lua: deletes KEYS[1] only if it holds ARGV[1]
--- or ARGV[2] (both are this incarnation's).
+-- node_unclaim.lua: KEYS[1]=node info key; ARGV[1]=this registry's incarnation;
+-- returns 1 deleted, 0 absent, -1 held by another incarnation
+-- Gives up the claim of claim.lua: deletes KEYS[1] only if it holds an Info
+-- of incarnation ARGV[1].
 local cur = redis.call('GET', KEYS[1])
 if cur == false then
   return 0
 end
-if cur ~= ARGV[1] and cur ~= (ARGV[2] or ARGV[1]) then
+local ok, info = pcall(cjson.decode, cur)
+if not (ok and type(info) == 'table' and info['incarnation'] == ARGV[1]) then
   return -1
 end
 redis.call('DEL', KEYS[1])
