@@ -308,8 +308,8 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 	}
 	p.record(ctx, res, class)
 	if class != classCanceled {
-		next := p.next(prev, hadPrev, s, resp, class, start, latency)
-		if hadPrev && st != nil && changed(prev, next) {
+		next, outcomeChanged := p.next(prev, hadPrev, s, resp, class, start, latency)
+		if hadPrev && outcomeChanged { // hadPrev: a saved state, so st is set
 			p.stats.changes.Add(1)
 		}
 		p.failing.update(s.ID, l, next)
@@ -350,10 +350,11 @@ func (p *Poller) previous(s session.Session, l *lease.Lease, st stateSlot) (Stat
 }
 
 // next is the state after a poll that started at start, took latency and
-// got resp (failing with class), following prev.
+// got resp (failing with class), following prev, and whether the outcome
+// changed from prev's (changed).
 func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response, class errClass,
-	start time.Time, latency time.Duration) State {
-	next := prev
+	start time.Time, latency time.Duration) (next State, outcomeChanged bool) {
+	next = prev
 	next.Version, next.Worker, next.Polled = StateVersion, p.cfg.Worker, start.UTC()
 	if !hadPrev { // else previous checked that prev.URLHash is s.URL's
 		next.URLHash = urlHash(s.URL)
@@ -382,10 +383,11 @@ func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response
 		next.Failures++
 	}
 	next.BackoffMS = poller.ErrorBackoff(next.Failures, s.Interval.D(), p.cfg.ErrorBackoff).Milliseconds()
-	if !hadPrev || changed(prev, next) {
+	outcomeChanged = changed(prev, next)
+	if !hadPrev || outcomeChanged {
 		next.Changed = next.Polled
 	}
-	return next
+	return next, outcomeChanged
 }
 
 // changed reports whether a poll's outcome differs from the saved one in
@@ -407,7 +409,8 @@ func changed(prev, next State) bool {
 func (p *Poller) save(ctx context.Context, st stateSlot, id string, next State) {
 	ctx, cancel := context.WithTimeout(ctx, SaveTimeout)
 	defer cancel()
-	err := st.Save(ctx, next.encode())
+	data := next.encode()
+	err := st.Save(ctx, data)
 	switch {
 	case err == nil:
 		p.stats.stateSaves.Add(1)
@@ -421,7 +424,7 @@ func (p *Poller) save(ctx context.Context, st stateSlot, id string, next State) 
 	case errors.Is(err, state.ErrTooLarge):
 		p.stats.stateTooLarge.Add(1)
 		p.log.Error("session state not saved: too large", zap.String("session", id),
-			zap.Int("bytes", len(next.encode())), zap.Error(err))
+			zap.Int("bytes", len(data)), zap.Error(err))
 	case !p.saveFailing.Swap(true):
 		p.stats.stateFailed.Add(1)
 		p.log.Warn("saving session state failed; further failures are logged at debug level",

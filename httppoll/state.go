@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"time"
+
+	"github.com/pollworker/pollworker/hrw"
 )
 
 // StateVersion is the version of the State encoding this package writes
@@ -126,9 +127,7 @@ func (st State) encode() []byte {
 
 // urlHash is State.URLHash of rawURL.
 func urlHash(rawURL string) string {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(rawURL))
-	return strconv.FormatUint(h.Sum64(), 16)
+	return strconv.FormatUint(hrw.HashKey(rawURL), 16) // FNV-1a 64
 }
 
 // Latency is LatencyMS as a duration.

@@ -44,11 +44,14 @@ type bucket struct {
 // weighing is what the plan weighs besides the membership: the bucket
 // loads and the members' weights.
 type weighing struct {
-	loads     []int    // bucket -> polls per day (session.PollsPerDay)
-	complete  bool     // loads count every session: plan by loads, else by sizes
-	fleetKey  string   // the members, weights and labels the fleet was built for
-	memberKey string   // the members, weights and labels last read
-	cordoned  []string // the cordoned members when they were read
+	loads     []int  // bucket -> polls per day (session.PollsPerDay)
+	complete  bool   // loads count every session: plan by loads, else by sizes
+	fleetKey  string // the members, weights and labels the fleet was built for
+	memberKey string // the members, weights and labels last read
+	// readVersion is the membership version whose weights and labels were
+	// read last (a cordon or uncordon bumps the version too); a read that
+	// failed leaves it, so the next round reads again.
+	readVersion uint64
 
 	// Placement rules: the sessions with a selector are placed by unit
 	// (selector, bucket), each selector's units among the placeable
@@ -228,10 +231,11 @@ func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
 		c.watchOrphans()
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
-	// The members' weights and labels, from their heartbeats: read when the
-	// membership changed, and in every full round (a worker restarted at
-	// once under the same id, with other flags, changes no membership).
-	if membersChanged || full || !slices.Equal(m.Cordoned, c.view.weighing.cordoned) {
+	// The members' weights and labels, from their heartbeats: read for each
+	// new membership (until a read succeeds), and in every full round (a
+	// worker restarted at once under the same id, with other flags, or one
+	// shedding load, changes no membership).
+	if full || m.Version != c.view.weighing.readVersion {
 		infos, err := c.registry.Get(rctx, m.Placeable()...)
 		if err != nil {
 			c.health.redisOK.Store(false)
@@ -239,7 +243,7 @@ func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
 			c.log.Warn("discovery failed", zap.Error(err))
 			return false
 		}
-		c.view.weighing.cordoned = m.Cordoned
+		c.view.weighing.readVersion = m.Version
 		c.view.weighing.members, c.view.weighing.labels, c.view.weighing.memberKey = weighMembers(m.Placeable(), infos) // cordoned workers take nothing
 	}
 	ms, key := c.view.weighing.members, c.view.weighing.memberKey

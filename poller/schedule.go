@@ -143,8 +143,12 @@ func (s *scheduler) run(w *worker) {
 		case <-s.quit:
 		}
 		s.runMu.Lock()
-		i := slices.Index(s.idle, r)
-		if i >= 0 {
+		i := slices.Index(s.idle, r) // 0 mostly: runners time out in the order they went idle
+		switch {
+		case i == 0:
+			s.idle[0] = nil
+			s.idle = s.idle[1:]
+		case i > 0:
 			s.idle = slices.Delete(s.idle, i, i+1)
 		}
 		s.runMu.Unlock()
@@ -546,12 +550,21 @@ const (
 	maxFirstPollDelay = 500 * time.Millisecond
 )
 
-// paced returns when w's first poll starts by paceLocked, and now.
-func (s *scheduler) paced(w *worker) (at, now time.Time) {
+// paceFirst reports whether w's first poll, due now and with no schedule
+// to keep, starts now by paceLocked; if not, it makes the settling of w
+// after its current turn put that poll at its paced time, exactly (without
+// the spread step). Called from w's poll goroutine.
+func (s *scheduler) paceFirst(w *worker) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now = s.clock.Now()
-	return s.paceLocked(w, now), now
+	now := s.clock.Now()
+	at := s.paceLocked(w, now)
+	if !at.After(now) {
+		return true
+	}
+	w.next = at.Add(-w.sess.Interval.D())
+	w.exact = true
+	return false
 }
 
 // paceLocked returns when w's first poll, which has no schedule to keep,

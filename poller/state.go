@@ -115,30 +115,15 @@ func (c *Coordinator) prepareState(w *worker, now time.Time) (pollNow, failed bo
 	since, ok := rec.SincePolled()
 	iv := w.sess.Interval.D()
 	if !ok || since < 0 || since >= iv {
-		return c.paceFirstPoll(w), false
+		return c.sched.paceFirst(w), false
 	}
 	// The load's reply arrived just now: the saved poll was due `since` ago.
 	at := c.cfg.Clock.Now().Add(iv - since)
 	if !at.After(now) {
-		return c.paceFirstPoll(w), false
+		return c.sched.paceFirst(w), false
 	}
 	c.sched.deferPoll(w, at)
 	return false, false
-}
-
-// paceFirstPoll reports whether w, whose state has just loaded and which
-// has no schedule to keep (never polled, or overdue), polls now; if not,
-// it has moved w's poll to its paced time (scheduler.paceLocked). The
-// loops of a stateful poller are paced here, after their batched load,
-// rather than when they start: pacing the loads would split their
-// pipelines, and polls released together by one load would clump again.
-func (c *Coordinator) paceFirstPoll(w *worker) bool {
-	at, now := c.sched.paced(w)
-	if !at.After(now) {
-		return true
-	}
-	c.sched.deferPollTo(w, at)
-	return false
 }
 
 // deferPoll makes the settling of w after its current turn (polled, with a
@@ -156,16 +141,6 @@ func (s *scheduler) deferPoll(w *worker, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w.next = at.Add(-w.sess.Interval.D() - deferSlack)
-}
-
-// deferPollTo makes the settling of w after its current turn (polled,
-// with a success) put its next poll at `at` exactly, without the spread
-// step. Called from w's poll goroutine.
-func (s *scheduler) deferPollTo(w *worker, at time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w.next = at.Add(-w.sess.Interval.D())
-	w.exact = true
 }
 
 // deferSlack is how much earlier than the saved schedule a deferred first

@@ -38,7 +38,7 @@ type worker struct {
 
 	// Guarded by scheduler.mu.
 	phase         phase
-	exact         bool      // the next settling keeps w.next + interval exactly, without the spread step (deferPollTo)
+	exact         bool      // the next settling keeps w.next + interval exactly, without the spread step (paceFirst)
 	index         int       // position in the scheduler's queue while queued
 	next          time.Time // when the next (or running) poll is due
 	stopRequested bool
@@ -66,7 +66,7 @@ func (c *Coordinator) startWorkerAt(s session.Session, l *lease.Lease, polled *a
 	due, _ := l.NextPoll() // zero without a handoff: the first poll is paced (scheduler.paceLocked)
 	if polled.Load() || (due.IsZero() && w.state != nil) {
 		// A restart polls with the new definition at once; a stateful
-		// loop loads its state first and is paced then (paceFirstPoll).
+		// loop loads its state first and is paced then (scheduler.paceFirst, from prepareState).
 		due = c.cfg.Clock.Now()
 	}
 	c.sched.start(w, due)

@@ -450,7 +450,7 @@ func printSessions(w io.Writer, sessions []session.Session, problems []session.P
 			p = "yes"
 			paused++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s", s.ID, redactURL(s.URL), s.Interval.D(), p, formatLabels(s.Labels), orDash(s.Selector))
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s", s.ID, redactURL(s.URL), s.Interval.D(), p, formatLabels(s.Labels), dash(s.Selector))
 		if states != nil {
 			fmt.Fprint(tw, wideRow(states[s.ID]))
 		}

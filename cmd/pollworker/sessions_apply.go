@@ -283,7 +283,7 @@ func changedFields(old, want session.Session) []string {
 	}
 	add("interval", old.Interval.D().String(), want.Interval.D().String())
 	add("labels", formatLabels(old.Labels), formatLabels(want.Labels))
-	add("selector", dashIfEmpty(old.SelectorKey()), dashIfEmpty(want.SelectorKey()))
+	add("selector", dash(old.SelectorKey()), dash(want.SelectorKey()))
 	add("paused", strconv.FormatBool(old.Paused), strconv.FormatBool(want.Paused))
 	return lines
 }
@@ -374,12 +374,4 @@ func sessionsExportCommand() *cli.Command {
 			})
 		}),
 	}
-}
-
-// dashIfEmpty is s, or "-" for "".
-func dashIfEmpty(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -188,7 +188,7 @@ func printSessionView(w io.Writer, v sessionView) {
 	row("interval", "%s", s.Interval)
 	row("paused", "%s", paused)
 	row("labels", "%s", formatLabels(s.Labels))
-	row("selector", "%s", orDash(s.Selector))
+	row("selector", "%s", dash(s.Selector))
 	if l := v.Lease; l != nil {
 		row("lease", "held by %s (incarnation %s), expires in %v", l.Holder, l.Incarnation, time.Duration(l.ExpiresInMs)*time.Millisecond)
 	} else {
@@ -213,18 +213,11 @@ func printSessionView(w io.Writer, v sessionView) {
 		}
 		row("last change", "%s", stamp(h.Changed, st.now))
 		row("backoff", "%v", h.Backoff())
-		row("etag", "%s", orDash(h.ETag))
-		row("last-modified", "%s", orDash(h.LastModified))
-		row("body sha256", "%s", orDash(h.BodySHA256))
+		row("etag", "%s", dash(h.ETag))
+		row("last-modified", "%s", dash(h.LastModified))
+		row("body sha256", "%s", dash(h.BodySHA256))
 	}
 	_ = tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // loadStates reads the saved states of sessions with LoadMany, stateChunk
