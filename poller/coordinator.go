@@ -141,7 +141,7 @@ func New(cfg Config) (*Coordinator, error) {
 		workers: make(map[string]*worker),
 	}
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
-	c.sched.align, c.sched.pace = spreadStep, true
+	c.sched.align, c.sched.pace, c.sched.slack = spreadStep, true, TimerSlack
 	c.sched.limit, c.sched.maxBackoff = cfg.MaxPolls, cfg.MaxErrorBackoff
 	c.sched.behindSpan = cfg.LeaseTTL
 	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),

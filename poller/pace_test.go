@@ -1,6 +1,8 @@
 package poller
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -114,4 +116,38 @@ func TestRunnersAreReused(t *testing.T) {
 	require.Eventually(t, func() bool { return idle() == 2 }, waitFor, time.Millisecond)
 	s.close()
 	require.Eventually(t, func() bool { return idle() == 0 }, waitFor, time.Millisecond, "idle runners exit on close")
+}
+
+// TestTimerSlack: the timer fires up to the slack after the earliest
+// queued poll is due, at most a hundredth of the shortest interval the
+// scheduler has started.
+func TestTimerSlack(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		slack     time.Duration
+		intervals []time.Duration // of the workers started, the first queued first
+		want      time.Duration   // after the first is due
+	}{
+		{"no slack", 0, []time.Duration{time.Second}, 0},
+		{"long interval: the whole slack", 2 * time.Millisecond, []time.Duration{time.Second}, 2 * time.Millisecond},
+		{"100ms interval: a hundredth", 2 * time.Millisecond, []time.Duration{100 * time.Millisecond}, time.Millisecond},
+		{"shortest interval", 2 * time.Millisecond, []time.Duration{session.MinInterval}, session.MinInterval / 100},
+		{"a shorter interval queued behind", 2 * time.Millisecond, []time.Duration{time.Second, 20 * time.Millisecond}, 200 * time.Microsecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSchedFixture(t)
+			f.sched.slack = tc.slack
+			t0 := f.clock.Now()
+			for i, iv := range tc.intervals {
+				r := f.leases.Acquire(context.Background(), []string{fmt.Sprint("s", i)})
+				require.NotNil(t, r[0].Lease)
+				w := &worker{sess: session.Session{ID: fmt.Sprint("s", i), Interval: session.Duration(iv)}, lease: r[0].Lease}
+				f.sched.start(w, t0.Add(5*time.Millisecond+time.Duration(i)*time.Millisecond))
+			}
+			f.sched.mu.Lock()
+			armed := f.sched.armed
+			f.sched.mu.Unlock()
+			require.Equal(t, t0.Add(5*time.Millisecond+tc.want), armed)
+		})
+	}
 }

@@ -47,27 +47,33 @@ type scheduler struct {
 	// pace, if set, paces the first polls of loops started without a
 	// schedule to keep (paceLocked); set before the first start.
 	pace bool
+	// slack, if positive, is how late the timer may fire after the
+	// earliest queued poll is due, at most a hundredth of the shortest
+	// interval started, so that polls due close together start in one
+	// firing (TimerSlack); set before the first start.
+	slack time.Duration
 	// ownGoroutine says the timer's callback already runs in a goroutine
 	// of its own (the real clock's AfterFunc), so fire can run there; fake
 	// clocks call it with their lock held.
 	ownGoroutine bool
 	// quit, closed by close, ends the idle runners (run).
-	quit    chan struct{}
-	runMu   sync.Mutex // guards idle
-	idle    []*runner  // runners waiting for a poll, in the order they went idle
-	mu      sync.Mutex // guards everything below and the scheduling fields of every worker
-	active  int        // polls running
-	paceAt  time.Time  // when the next paced first poll may start
-	admit   []*worker  // due polls waiting for a slot, oldest first; entries no longer admitting are skipped
-	waiting int        // workers in phase admitting
-	stats   schedStats
-	late    lateness // the current stretch of polls starting behindLate
-	queue   dueQueue // queued workers by next poll time
-	owner   map[*lease.Lease]*worker
-	timer   clock.Timer
-	armed   time.Time // when timer fires; zero when it is not armed
-	ended   []*worker // exited workers the main loop has not collected
-	done    bool      // close was called: the timer is not armed again
+	quit     chan struct{}
+	runMu    sync.Mutex    // guards idle
+	idle     []*runner     // runners waiting for a poll, in the order they went idle
+	mu       sync.Mutex    // guards everything below and the scheduling fields of every worker
+	active   int           // polls running
+	paceAt   time.Time     // when the next paced first poll may start
+	shortest time.Duration // the shortest interval of a worker started; 0 before the first
+	admit    []*worker     // due polls waiting for a slot, oldest first; entries no longer admitting are skipped
+	waiting  int           // workers in phase admitting
+	stats    schedStats
+	late     lateness // the current stretch of polls starting behindLate
+	queue    dueQueue // queued workers by next poll time
+	owner    map[*lease.Lease]*worker
+	timer    clock.Timer
+	armed    time.Time // when the timer fires; zero when it is not armed
+	ended    []*worker // exited workers the main loop has not collected
+	done     bool      // close was called: the timer is not armed again
 }
 
 // phase is where a worker stands in the scheduler.
@@ -94,6 +100,18 @@ func newScheduler(clk clock.WithTickerAndDelayedExecution, poll func(*worker), w
 	return &scheduler{clock: clk, poll: poll, wake: wake, owner: make(map[*lease.Lease]*worker), ownGoroutine: real,
 		quit: make(chan struct{})}
 }
+
+// TimerSlack is how late a Coordinator may start a poll after it is due
+// (scheduler.slack): up to 2 ms (a hundredth of the shortest interval the
+// worker has polled, when that is less), and every poll due by then starts
+// with it. Measured with one worker polling 1,000 sessions at 1 s, where
+// polls come ~1 ms apart, firing once per poll cost about a third more CPU
+// per poll than firing once per 2 ms: each firing wakes the process from
+// idle (a timer, a thread, the runtime's sysmon). As Linux's timer slack
+// and systemd's AccuracySec do, it trades a little punctuality for fewer
+// wake-ups; polls still keep to their grid (the next is due one interval
+// after this one was due, not after it started).
+const TimerSlack = 2 * time.Millisecond
 
 // runnerIdle is how long a runner waits for another poll before it exits.
 const runnerIdle = time.Second
@@ -166,6 +184,9 @@ func (s *scheduler) start(w *worker, at time.Time) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	s.owner[w.lease] = w
+	if iv := w.sess.Interval.D(); s.shortest == 0 || iv < s.shortest {
+		s.shortest = iv
+	}
 	if at.IsZero() && s.pace {
 		at = s.paceLocked(w, now)
 	}
@@ -492,17 +513,17 @@ func (s *scheduler) exitLocked(w *worker) {
 	s.wake()
 }
 
-// armLocked points the timer at the earliest queued poll.
+// armLocked points the timer at the earliest queued poll, plus the slack.
 func (s *scheduler) armLocked(now time.Time) {
 	if s.queue.Len() == 0 || s.done {
 		return
 	}
-	next := s.queue[0].next
-	if !s.armed.IsZero() && !next.Before(s.armed) {
+	at := s.queue[0].next.Add(min(s.slack, s.shortest/100))
+	if !s.armed.IsZero() && !at.Before(s.armed) {
 		return // armed early enough; an early firing re-arms
 	}
-	s.armed = next
-	d := next.Sub(now)
+	s.armed = at
+	d := at.Sub(now)
 	if s.timer == nil {
 		// fire runs in a goroutine of its own: the real clock's AfterFunc
 		// gives it one; fake clocks call the callback with their lock held,

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -51,6 +52,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	mdOut := fs.String("md", "", "write the report as markdown to this file")
 	only := fs.String("only", "", "comma-separated scenarios to run (hrw,renew,handoff,crash,join,steady,cold,adds,e2e,load); default all")
 	cold := fs.String("cold", "", "override the cold-start size as SESSIONSxWORKERS, e.g. 1000000x50")
+	e2eOnly := fs.String("e2e-sizes", "", "run e2e only at these comma-separated sessions per worker, e.g. 1000,5000: the per-size comparison, without the overload, changes and fleet runs")
 	verbose := fs.Bool("v", false, "log the workers' warnings to stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile at the end of the run to this file")
@@ -83,6 +85,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if *cold != "" {
 		if _, err := fmt.Sscanf(*cold, "%dx%d", &sz.coldSessions, &sz.coldWorkers); err != nil {
 			return fmt.Errorf("-cold %q: want SESSIONSxWORKERS: %w", *cold, err)
+		}
+	}
+	if *e2eOnly != "" {
+		for _, f := range strings.Split(*e2eOnly, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("-e2e-sizes %q: want positive session counts separated by commas", *e2eOnly)
+			}
+			sz.e2eSizes = append(sz.e2eSizes, n)
 		}
 	}
 	if *verbose {
@@ -160,6 +171,8 @@ type sizes struct {
 	addsPace                             time.Duration // time between two adds
 	addsInterval                         time.Duration // every session's poll interval
 	addsTTL                              time.Duration // lease TTL; the other intervals are a third of it
+
+	e2eSizes []int // -e2e-sizes: only the per-size comparison at these sizes
 
 	timeout time.Duration // bound on any single wait
 	logger  *zap.Logger   // workers' logger; nil = none

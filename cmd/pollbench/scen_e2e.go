@@ -104,6 +104,9 @@ func (r e2eRun) keptUp() bool { return r.st.perSec >= 0.98*float64(r.n) }
 
 func runE2E(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	es := e2eSizesFor(sz.mode)
+	if len(sz.e2eSizes) > 0 {
+		es.perWorker, es.refine, es.overload, es.changesAt, es.fleetWorkers = sz.e2eSizes, false, false, 0, 0
+	}
 	if es.tinyInProcess {
 		return e2eTiny(ctx, es)
 	}
@@ -238,8 +241,8 @@ func (x *e2e) startWorker(id, record string) (*e2eProc, error) {
 }
 
 // startLimit starts the limit loop as a child process.
-func (x *e2e) startLimit(ids []string, record bool) (*e2eProc, error) {
-	cfg := limitConfig{IDs: ids, URLPrefix: x.target.urlPrefix(), Interval: x.sz.interval, Worker: "limit"}
+func (x *e2e) startLimit(ids []string, record bool, slack time.Duration) (*e2eProc, error) {
+	cfg := limitConfig{IDs: ids, URLPrefix: x.target.urlPrefix(), Interval: x.sz.interval, Worker: "limit", Slack: slack}
 	if record {
 		cfg.Redis, cfg.Stream, cfg.MaxLen, cfg.Flush = x.proxy.addr(), x.e.keys.Results(), 100_000, 100*time.Millisecond
 	}
@@ -358,11 +361,11 @@ func (x *e2e) ours(ctx context.Context, n int, record string) (e2eRun, error) {
 }
 
 // limit runs the limit loop on n sessions, recording or not.
-func (x *e2e) limit(ctx context.Context, n int, record bool) (e2eRun, error) {
+func (x *e2e) limit(ctx context.Context, n int, record bool, slack time.Duration) (e2eRun, error) {
 	if err := x.e.reset(ctx); err != nil {
 		return e2eRun{}, err
 	}
-	return x.runOne(ctx, n, "limit", x.sz.warm, func() (*e2eProc, error) { return x.startLimit(e2eIDs("e2e", n), record) })
+	return x.runOne(ctx, n, "limit", x.sz.warm, func() (*e2eProc, error) { return x.startLimit(e2eIDs("e2e", n), record, slack) })
 }
 
 // runOne starts a process that polls as worker, waits until it polled all

@@ -57,6 +57,10 @@ type limitConfig struct {
 	Stream    string        `json:"stream,omitempty"`
 	MaxLen    int64         `json:"maxlen,omitempty"`
 	Flush     time.Duration `json:"flush,omitempty"`
+	// Slack, if positive, lets the timer fire this long after the earliest
+	// poll is due, every poll due by then starting with it (as the worker's
+	// poller.TimerSlack): the limit on the worker's looser schedule.
+	Slack time.Duration `json:"slack,omitempty"`
 }
 
 func limitChildMain(path string) int {
@@ -172,7 +176,7 @@ func runLimit(ctx context.Context, cfg limitConfig) error {
 	defer timer.Stop()
 	for {
 		if d := time.Until(h[0].due); d > 0 {
-			timer.Reset(d)
+			timer.Reset(d + cfg.Slack)
 			select {
 			case <-ctx.Done():
 				<-recDone
