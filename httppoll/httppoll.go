@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -155,8 +154,8 @@ type Poller struct {
 	failing *failing
 	stats   stats
 
-	recordFailing atomic.Bool // the last synchronous XADD failed
-	saveFailing   atomic.Bool // the last Save failed with a Redis error
+	recordLog failureLog // synchronous XADDs (no Recorder)
+	saveLog   failureLog // Saves failing with a Redis error
 }
 
 var (
@@ -244,7 +243,8 @@ func New(cfg Config) (*Poller, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker)), failing: newFailing()}
+	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker)), failing: newFailing(),
+		recordLog: failureLog{what: "recording poll results"}, saveLog: failureLog{what: "saving session state"}}
 	if cfg.Record == RecordChanges {
 		p.changes = newChanges(cfg.ChangesMemory)
 	}
@@ -414,9 +414,7 @@ func (p *Poller) save(ctx context.Context, st stateSlot, id string, next State) 
 	switch {
 	case err == nil:
 		p.stats.stateSaves.Add(1)
-		if p.saveFailing.Swap(false) {
-			p.log.Info("saving session state works again")
-		}
+		p.saveLog.succeeded(p.log)
 	case errors.Is(err, state.ErrStale):
 		p.stats.stateStale.Add(1)
 		p.log.Info("session state not saved: this worker no longer holds the lease, or a newer holder saved",
@@ -425,13 +423,9 @@ func (p *Poller) save(ctx context.Context, st stateSlot, id string, next State) 
 		p.stats.stateTooLarge.Add(1)
 		p.log.Error("session state not saved: too large", zap.String("session", id),
 			zap.Int("bytes", len(data)), zap.Error(err))
-	case !p.saveFailing.Swap(true):
-		p.stats.stateFailed.Add(1)
-		p.log.Warn("saving session state failed; further failures are logged at debug level",
-			zap.String("session", id), zap.Error(err))
 	default:
 		p.stats.stateFailed.Add(1)
-		p.log.Debug("saving session state failed", zap.String("session", id), zap.Error(err))
+		p.saveLog.failed(p.log, zap.String("session", id), zap.Error(err))
 	}
 }
 
@@ -551,15 +545,11 @@ func (p *Poller) record(ctx context.Context, res Result, class errClass) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RecordTimeout)
 	defer cancel()
 	_, err := writeResults(ctx, p.cfg.Client, p.cfg.Keys, false, p.cfg.StreamMaxLen, []Result{res})
-	switch {
-	case err != nil && !p.recordFailing.Swap(true):
-		p.log.Warn("recording poll results failed; further failures are logged at debug level",
-			zap.String("session", res.Session), zap.Error(err))
-	case err != nil:
-		p.log.Debug("recording poll result failed", zap.String("session", res.Session), zap.Error(err))
-	case p.recordFailing.Swap(false):
-		p.log.Info("recording poll results again")
+	if err != nil {
+		p.recordLog.failed(p.log, zap.String("session", res.Session), zap.Error(err))
+		return
 	}
+	p.recordLog.succeeded(p.log)
 }
 
 // withoutURL drops the URL that net/http puts into its errors: it may hold

@@ -385,7 +385,7 @@ func TestRecordingFailureIsLoggedNotReturned(t *testing.T) {
 	// Recording works again: said once.
 	p.cfg.Client = f.client
 	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
-	require.Equal(t, 1, logs.FilterMessage("recording poll results again").Len())
+	require.Equal(t, 1, logs.FilterMessage("recording poll results works again").Len())
 }
 
 func TestPollBadURL(t *testing.T) {

@@ -108,7 +108,7 @@ type Recorder struct {
 	queue ring // waiting results
 
 	queued, written, failed, dropped, unchanged, flushes atomic.Uint64
-	failing                                              bool // only Run's goroutine: the last flush failed
+	flushLog                                             failureLog
 }
 
 // NewRecorder validates cfg, fills in its defaults and returns a Recorder.
@@ -172,10 +172,11 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	return &Recorder{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		kick:  make(chan struct{}, 1),
-		queue: ring{buf: make([]Result, cfg.QueueSize)},
+		cfg:      cfg,
+		log:      cfg.Logger,
+		kick:     make(chan struct{}, 1),
+		queue:    ring{buf: make([]Result, cfg.QueueSize)},
+		flushLog: failureLog{what: "recording poll results"},
 	}, nil
 }
 
@@ -256,16 +257,10 @@ func (r *Recorder) flush(ctx context.Context, batch []Result) []Result {
 	r.flushes.Add(1)
 	r.written.Add(uint64(len(batch) - failed))
 	r.failed.Add(uint64(failed))
-	switch {
-	case err != nil && !r.failing:
-		r.failing = true
-		r.log.Warn("recording poll results failed; further failures are logged at debug level",
-			zap.Int("results", len(batch)), zap.Int("failed", failed), zap.Error(err))
-	case err != nil:
-		r.log.Debug("recording poll results failed", zap.Int("results", len(batch)), zap.Int("failed", failed), zap.Error(err))
-	case r.failing:
-		r.failing = false
-		r.log.Info("recording poll results again")
+	if err != nil {
+		r.flushLog.failed(r.log, zap.Int("results", len(batch)), zap.Int("failed", failed), zap.Error(err))
+	} else {
+		r.flushLog.succeeded(r.log)
 	}
 	clear(batch) // let the strings go
 	return batch
