@@ -434,13 +434,15 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 	if len(todo) == 0 {
 		return true
 	}
-	sortBuckets(todo, c.view.buckets)
+	sortBuckets(todo, c.view.buckets) // assigned first
 	defs := 0
 	for len(todo) > 0 {
 		// Stop after maxLoadPerRound definitions, or when a peer joined or
-		// left (the assignment this plan follows may be stale); the next
-		// round goes on from here.
-		if defs >= maxLoadPerRound || (defs > 0 && c.news.peerNews.Load()) {
+		// left (the assignment this plan follows may be stale), or before
+		// the buckets only watched once definitions were read (this round
+		// acquires those sessions first: after a peer left, they are its
+		// sessions, due now); the next round goes on from here.
+		if defs >= maxLoadPerRound || (defs > 0 && (c.news.peerNews.Load() || !c.view.buckets[todo[0]].assigned)) {
 			c.trigger()
 			return true
 		}
@@ -455,13 +457,15 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 }
 
 // loadChunkLen is how many of the buckets bs (in order) one read takes: up
-// to 256 buckets and about loadChunkSessions sessions (by the writers'
-// counts), at least one bucket. Small reads let a join or leave interrupt
-// a stale plan soon.
+// to 1000 buckets (one pipeline) and about loadChunkSessions sessions (by
+// the writers' counts), at least one bucket, assigned or watched alike. Small reads let a join or
+// leave interrupt a stale plan soon; a few thousand sessions spread over
+// the 16,384 buckets leave most buckets with one session or none, so the
+// bucket bound is what ends most reads.
 func (c *Coordinator) loadChunkLen(bs []int) int {
-	const maxBuckets = 256
+	const maxBuckets = 1000
 	n, sessions := 0, 0
-	for n < len(bs) && n < maxBuckets && (n == 0 || sessions < loadChunkSessions) {
+	for n < len(bs) && n < maxBuckets && (n == 0 || sessions < loadChunkSessions && c.view.buckets[bs[n]].assigned == c.view.buckets[bs[0]].assigned) {
 		if c.view.sizes != nil {
 			sessions += c.view.sizes[bs[n]]
 		}

@@ -513,10 +513,12 @@ func (c *Coordinator) drain() error {
 	// no session released by another worker meanwhile is planned onto one
 	// that is going away; they take this worker's sessions as it releases
 	// them (its leases are renewed until then).
+	start := c.cfg.Clock.Now()
 	left := c.drainStep(c.leave)
 	stopCtx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
 	stopped := c.stopAll(stopCtx)
 	cancel()
+	stoppedAt := c.cfg.Clock.Now()
 	var errs []error
 	released := 0
 	if len(stopped) > 0 {
@@ -548,7 +550,8 @@ func (c *Coordinator) drain() error {
 		log = c.log.Warn
 	}
 	log("drained", zap.Int("sessions", owned), zap.Int("released", released),
-		zap.Int("left to expire", owned-released), zap.Errors("errors", errs))
+		zap.Int("left to expire", owned-released), zap.Errors("errors", errs),
+		zap.Duration("polls stopped in", stoppedAt.Sub(start)), zap.Duration("took", c.cfg.Clock.Since(start)))
 	return errors.Join(errs...)
 }
 

@@ -2,8 +2,10 @@ package poller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -206,11 +208,32 @@ const abortGrace = time.Second
 
 // release releases leases whose poll loops have exited, passing their
 // poll schedules on, and tells the peers, so that a successor takes over at
-// once and polls when the session is due.
+// once and polls when the session is due. Many leases go in waves, soonest
+// due first (releaseWaves), each announced as it is released: a successor
+// takes the sessions due next while the rest are still being released,
+// instead of after the whole release (~5 µs of Redis time a lease).
 func (c *Coordinator) release(ctx context.Context, hs []lease.Handoff) error {
-	if len(hs) == 0 {
-		return nil
+	slices.SortFunc(hs, func(a, b lease.Handoff) int { return a.NextPoll.Compare(b.NextPoll) }) // unknown (zero) first
+	var errs []error
+	for wave := 0; len(hs) > 0; wave++ {
+		n := len(hs)
+		if wave < len(releaseWaves) {
+			n = min(n, releaseWaves[wave])
+		}
+		if err := c.releaseWave(ctx, hs[:n]); err != nil {
+			errs = append(errs, err)
+		}
+		hs = hs[n:]
 	}
+	return errors.Join(errs...)
+}
+
+// releaseWaves are the sizes of the first waves of a release; the last
+// wave takes the rest.
+var releaseWaves = [...]int{256, 1024}
+
+// releaseWave releases hs and announces it.
+func (c *Coordinator) releaseWave(ctx context.Context, hs []lease.Handoff) error {
 	ids := make([]string, len(hs))
 	for i, h := range hs {
 		ids[i] = h.Lease.Session()

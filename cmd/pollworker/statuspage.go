@@ -15,10 +15,12 @@ import (
 )
 
 // recentEvents keeps the last lease events of this worker for the status
-// page, newest first.
+// page, in a ring: a drain or a takeover reports thousands of events at
+// once, and each add is O(1) without allocating.
 type recentEvents struct {
 	mu     sync.Mutex
-	events []poller.Event
+	events []poller.Event // the ring, len max once full
+	next   int            // where the next event goes once full
 	max    int
 }
 
@@ -28,16 +30,25 @@ func newRecentEvents(max int) *recentEvents { return &recentEvents{max: max} }
 func (r *recentEvents) add(e poller.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append([]poller.Event{e}, r.events...)
-	if len(r.events) > r.max {
-		r.events = r.events[:r.max]
+	if len(r.events) < r.max {
+		r.events = append(r.events, e)
+		return
+	}
+	if r.max > 0 {
+		r.events[r.next] = e
+		r.next = (r.next + 1) % r.max
 	}
 }
 
+// list returns the events kept, newest first.
 func (r *recentEvents) list() []poller.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]poller.Event(nil), r.events...)
+	out := make([]poller.Event, 0, len(r.events))
+	for i := range r.events {
+		out = append(out, r.events[(r.next+len(r.events)-1-i)%len(r.events)])
+	}
+	return out
 }
 
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{

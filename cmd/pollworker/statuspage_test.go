@@ -33,14 +33,28 @@ func startRunWorker(t *testing.T, url, id string) string {
 }
 
 func TestRecentEventsKeepsNewestFirst(t *testing.T) {
-	r := newRecentEvents(2)
-	for _, s := range []string{"a", "b", "c"} {
-		r.add(poller.Event{Type: poller.EventAcquired, Session: s})
+	for _, tc := range []struct {
+		max  int
+		adds string
+		want string // sessions listed, newest first
+	}{
+		{2, "", ""},
+		{2, "a", "a"},
+		{2, "abc", "cb"},
+		{3, "abcdefgh", "hgf"}, // wrapped more than once
+		{1, "ab", "b"},
+		{0, "ab", ""},
+	} {
+		r := newRecentEvents(tc.max)
+		for _, s := range tc.adds {
+			r.add(poller.Event{Type: poller.EventAcquired, Session: string(s)})
+		}
+		got := ""
+		for _, e := range r.list() {
+			got += e.Session
+		}
+		require.Equal(t, tc.want, got, "max %d, adds %q", tc.max, tc.adds)
 	}
-	got := r.list()
-	require.Len(t, got, 2)
-	require.Equal(t, "c", got[0].Session)
-	require.Equal(t, "b", got[1].Session)
 }
 
 func TestStatusPageServesLiveNodes(t *testing.T) {
