@@ -522,11 +522,12 @@ func (c *Coordinator) drain() error {
 	var errs []error
 	released := 0
 	if len(stopped) > 0 {
-		err := c.drainStep(func(ctx context.Context) error { return c.release(ctx, stopped) })
+		err := c.drainStep(func(ctx context.Context) (err error) {
+			released, err = c.release(ctx, stopped)
+			return err
+		})
 		if err != nil {
 			errs = append(errs, err)
-		} else {
-			released = len(stopped)
 		}
 	}
 	if n := len(c.workers); n > 0 {

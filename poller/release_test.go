@@ -18,7 +18,7 @@ import (
 )
 
 // TestReleaseGoesSoonestDueFirstInWaves: many leases are released soonest
-// due first (an unknown due first of all), in waves of releaseWaves and
+// due first (an unknown due first of all), in waves of 256 and 1,024 and
 // then the rest, each wave announced as it is released, so that a
 // successor can take the sessions due next before the rest are released.
 func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
@@ -61,9 +61,12 @@ func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
 	_, err = sub.Receive(context.Background())
 	require.NoError(t, err)
 
-	require.NoError(t, c.release(context.Background(), hs))
+	count, err := c.release(context.Background(), hs)
+	require.NoError(t, err)
+	require.Equal(t, n, count)
 	require.Equal(t, ids, released, "soonest due first")
-	// 256, 1024, then the other 220: three waves, three announcements.
+	// firstReleaseWave (256), secondReleaseWave (1024), then the other 220:
+	// three waves, three announcements.
 	for i := range 3 {
 		select {
 		case msg := <-sub.Channel():

@@ -259,7 +259,7 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 	}
 	rctx, cancel := c.requestCtx(context.WithoutCancel(ctx))
 	defer cancel()
-	if err := c.release(rctx, release); err != nil {
+	if _, err := c.release(rctx, release); err != nil {
 		c.cfg.Observer.RedisError("release")
 		c.log.Warn("handoff release failed; leases expire by TTL", zap.Error(err))
 	}

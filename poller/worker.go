@@ -209,28 +209,36 @@ const abortGrace = time.Second
 // release releases leases whose poll loops have exited, passing their
 // poll schedules on, and tells the peers, so that a successor takes over at
 // once and polls when the session is due. Many leases go in waves, soonest
-// due first (releaseWaves), each announced as it is released: a successor
-// takes the sessions due next while the rest are still being released,
-// instead of after the whole release (~5 µs of Redis time a lease).
-func (c *Coordinator) release(ctx context.Context, hs []lease.Handoff) error {
+// due first (firstReleaseWave, secondReleaseWave, then the rest), each
+// announced as it is released: a successor takes the sessions due next
+// while the rest are still being released, instead of after the whole
+// release (~5 µs of Redis time a lease). It returns how many it released.
+func (c *Coordinator) release(ctx context.Context, hs []lease.Handoff) (released int, err error) {
 	slices.SortFunc(hs, func(a, b lease.Handoff) int { return a.NextPoll.Compare(b.NextPoll) }) // unknown (zero) first
 	var errs []error
 	for wave := 0; len(hs) > 0; wave++ {
 		n := len(hs)
-		if wave < len(releaseWaves) {
-			n = min(n, releaseWaves[wave])
+		switch wave {
+		case 0:
+			n = min(n, firstReleaseWave)
+		case 1:
+			n = min(n, secondReleaseWave)
 		}
 		if err := c.releaseWave(ctx, hs[:n]); err != nil {
 			errs = append(errs, err)
+		} else {
+			released += n
 		}
 		hs = hs[n:]
 	}
-	return errors.Join(errs...)
+	return released, errors.Join(errs...)
 }
 
-// releaseWaves are the sizes of the first waves of a release; the last
-// wave takes the rest.
-var releaseWaves = [...]int{256, 1024}
+// The sizes of the first two waves of a release; the third takes the rest.
+const (
+	firstReleaseWave  = 256
+	secondReleaseWave = 1024
+)
 
 // releaseWave releases hs and announces it.
 func (c *Coordinator) releaseWave(ctx context.Context, hs []lease.Handoff) error {
