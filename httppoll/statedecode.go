@@ -96,9 +96,7 @@ func (d *fastDecoder) field(st *State, key []byte) bool {
 	case "changed":
 		st.Changed, ok = d.time()
 	case "backoff_ms":
-		var n int
-		n, ok = d.int()
-		st.BackoffMS = int64(n)
+		st.BackoffMS, ok = d.int64(math.MaxInt64)
 	}
 	return ok
 }
@@ -192,9 +190,10 @@ func (d *fastDecoder) digits() int {
 	return n
 }
 
-// int reads a JSON number that is an integer in an int64 (json refuses
-// a fraction or an exponent for an int field, and an overflow).
-func (d *fastDecoder) int() (int, bool) {
+// int64 reads a JSON number that is an integer within ±limit (json
+// refuses a fraction or an exponent for an integer field, and an
+// overflow; near the bound the fast path leaves it to json).
+func (d *fastDecoder) int64(limit int64) (int64, bool) {
 	num, ok := d.number()
 	if !ok || bytes.ContainsAny(num, ".eE") {
 		return 0, false
@@ -203,17 +202,24 @@ func (d *fastDecoder) int() (int, bool) {
 	if neg {
 		num = num[1:]
 	}
-	var n uint64
+	var n int64
 	for _, c := range num {
-		if n > (math.MaxInt64-9)/10 {
+		if n > (limit-9)/10 {
 			return 0, false // near the bound: encoding/json decides
 		}
-		n = n*10 + uint64(c-'0')
+		n = n*10 + int64(c-'0')
 	}
 	if neg {
-		return -int(n), true
+		return -n, true
 	}
-	return int(n), true
+	return n, true
+}
+
+// int reads a JSON number that is an integer in an int (32 bits on some
+// platforms).
+func (d *fastDecoder) int() (int, bool) {
+	n, ok := d.int64(math.MaxInt)
+	return int(n), ok
 }
 
 func (d *fastDecoder) float() (float64, bool) {

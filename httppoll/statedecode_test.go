@@ -57,6 +57,8 @@ func FuzzDecodeStateFast(f *testing.F) {
 		f.Add(st.encode())
 	}
 	f.Add([]byte(`{"v":1,"etag":"\"x\"","failures":-0,"latency_ms":1e-3}`))
+	// Beyond 32 bits: an int field overflows on 386, backoff_ms (int64) not.
+	f.Add([]byte(`{"v":1,"status":3000000000,"backoff_ms":5000000000}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, ok := decodeStateFast(data)
 		if !ok {
