@@ -13,7 +13,8 @@
 // flight, release, announce), acquires what it is preferred for, and adopts
 // orphans: sessions left without a lease for OrphanGrace, which the worker
 // ranked second for their bucket takes. The polls of the held sessions run
-// from one timer heap: a session has a goroutine only while its poll runs.
+// from one timer heap, on a few goroutines that run polls one after another:
+// an idle session has no goroutine.
 // ARCHITECTURE.md, at the root of the module, walks through one round and
 // names the goroutines.
 //

@@ -3,6 +3,7 @@ package poller
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,4 +151,37 @@ func TestTimerSlack(t *testing.T) {
 			require.Equal(t, t0.Add(5*time.Millisecond+tc.want), armed)
 		})
 	}
+}
+
+// endingTerm is a lease term that ends as a child registers with it: its
+// AfterFunc finds it ended and runs f on a goroutine, as lease/term.go
+// does, after context.WithCancel saw it open.
+type endingTerm struct {
+	context.Context // Deadline, Value
+	done            chan struct{}
+	ended           atomic.Bool
+}
+
+func (t *endingTerm) Done() <-chan struct{} { return t.done }
+func (t *endingTerm) Err() error {
+	if t.ended.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+func (t *endingTerm) AfterFunc(f func()) func() bool {
+	t.ended.Store(true)
+	close(t.done)
+	go f()
+	return func() bool { return false }
+}
+
+// TestPollContextOfAnEndedTermIsCancelledAtOnce: a poll's context made
+// from a term that ended as the context was made is cancelled when
+// pollContext returns, not a moment later on context's goroutine.
+func TestPollContextOfAnEndedTermIsCancelledAtOnce(t *testing.T) {
+	term := &endingTerm{Context: context.Background(), done: make(chan struct{})}
+	ctx, cancel := pollContext(term)
+	defer cancel()
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
 }

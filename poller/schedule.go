@@ -16,10 +16,11 @@ import (
 )
 
 // scheduler runs the poll loops of all owned sessions with one timer: a
-// session waits in a heap ordered by its next poll time and has a
-// goroutine only while a poll runs. A worker holding 100k idle sessions
-// then costs 100k small records, not 100k goroutines, tickers and
-// contexts (which dominated a 1M-session cold start).
+// session waits in a heap ordered by its next poll time, and its poll runs
+// on one of a few runners (goroutines that run polls one after another, as
+// many as run at once). A worker holding 100k idle sessions then costs
+// 100k small records, not 100k goroutines, tickers and contexts (which
+// dominated a 1M-session cold start).
 //
 // Each worker is in one phase: queued (in the heap), waiting (its lease is
 // Uncertain; a lease change wakes it), polling, or exited. A worker polls
@@ -28,7 +29,7 @@ import (
 // cancelled the moment the lease stops being Held.
 type scheduler struct {
 	clock clock.WithTickerAndDelayedExecution
-	poll  func(w *worker) // runs one poll of w; called in a new goroutine
+	poll  func(w *worker) // runs one poll of w; called on a runner (launch)
 	wake  func()          // tells the main loop that a worker exited
 	// align, if set, returns how much later than one interval after its
 	// previous poll w's next poll should be, to move it toward its phase
@@ -480,8 +481,20 @@ func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 	s.late.started(at, now, w.sess.Interval.D(), s.waiting > 0)
 	s.active++
 	w.phase = polling
-	w.ctx, w.cancel = context.WithCancel(term)
+	w.ctx, w.cancel = pollContext(term)
 	return true
+}
+
+// pollContext returns a child of a lease term for one poll, cancelled
+// before it is returned if the term has ended: context.WithCancel cancels
+// a child of a term that ended as it registered on a goroutine of its own
+// (lease/term.go), a moment later, and a poll must not start meanwhile.
+func pollContext(term context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(term)
+	if term.Err() != nil {
+		cancel()
+	}
+	return ctx, cancel
 }
 
 // nextDue returns when the exited worker w's next poll was due: the time

@@ -95,9 +95,9 @@ func (c *Coordinator) runPoll(w *worker) {
 	defer func() { c.sched.polled(w, failed) }()
 	l := w.lease
 	now := c.cfg.Clock.Now()
-	// The term itself too: a poll context made in the instant the term
-	// ended is cancelled a moment later, on a goroutine (lease/term.go).
-	if w.ctx.Err() != nil || l.Context().Err() != nil || !now.Before(l.Deadline()) {
+	// w.ctx is cancelled at once when its term ended as it was made
+	// (settleLocked).
+	if w.ctx.Err() != nil || !now.Before(l.Deadline()) {
 		return
 	}
 	if w.state != nil {
