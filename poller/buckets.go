@@ -457,13 +457,13 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 }
 
 // loadChunkLen is how many of the buckets bs (in order) one read takes: up
-// to 1000 buckets (one pipeline) and about loadChunkSessions sessions (by
+// to session.PipelineLen buckets (one pipeline) and about loadChunkSessions sessions (by
 // the writers' counts), all assigned or all watched, at least one bucket.
 // Small reads let a join or leave interrupt a stale plan soon; a few
 // thousand sessions spread over the 16,384 buckets leave most buckets
 // with one session or none, so the bucket bound ends most reads.
 func (c *Coordinator) loadChunkLen(bs []int) int {
-	const maxBuckets = 1000
+	const maxBuckets = session.PipelineLen
 	n, sessions := 0, 0
 	for n < len(bs) && n < maxBuckets && (n == 0 || sessions < loadChunkSessions && c.view.buckets[bs[n]].assigned == c.view.buckets[bs[0]].assigned) {
 		if c.view.sizes != nil {

@@ -141,12 +141,15 @@ type Config struct {
 	Weight float64
 	// KeepWeightWhenBehind keeps Weight in the heartbeat while the worker
 	// is behind (PollStats.Behind). By default a worker that stays behind
-	// sheds load: each LeaseTTL it stays behind, the weight its heartbeat
-	// carries drops to 3/4 (to no less than a quarter of Weight), so that
-	// its peers plan less for it at their next full round and take the
-	// rest over by graceful handoffs; after 10 LeaseTTLs without being
+	// sheds load: after each whole LeaseTTL it stays behind (the first
+	// step two LeaseTTLs into its late polls: one to become behind, one
+	// behind), the weight its heartbeat carries drops to 3/4 (to no less
+	// than a quarter of Weight), so that its peers plan less for it at
+	// their next full round and take the rest over by graceful handoffs;
+	// after 10 LeaseTTLs without being
 	// behind it takes a tenth of Weight back, and so on up to Weight. A
-	// fleet behind as a whole sheds alike everywhere and moves nothing.
+	// fleet behind as a whole sheds alike everywhere and moves little
+	// (each worker steps on its own clock).
 	KeepWeightWhenBehind bool
 	// Labels are this worker's labels (nodes.Labels: key=value pairs),
 	// carried in its heartbeat: a session with a selector is placed only

@@ -522,10 +522,8 @@ func (c *Coordinator) drain() error {
 	var errs []error
 	released := 0
 	if len(stopped) > 0 {
-		err := c.drainStep(func(ctx context.Context) (err error) {
-			released, err = c.release(ctx, stopped)
-			return err
-		})
+		var err error
+		released, err = c.release(context.Background(), stopped, c.drainStepTimeout())
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -572,9 +570,10 @@ func (c *Coordinator) drainStep(step func(context.Context) error) error {
 	return step(ctx)
 }
 
-// drainStepTimeout bounds each Redis step of a drain after the polls have
-// stopped: at least 2 s (a release of many leases takes several round
-// trips), and RequestTimeout when that is longer.
+// drainStepTimeout bounds each Redis step of a drain (each wave of its
+// release) after the polls have stopped: at least 2 s (a release of many
+// leases takes several round trips), and RequestTimeout when that is
+// longer.
 func (c *Coordinator) drainStepTimeout() time.Duration {
 	return max(c.cfg.RequestTimeout, 2*time.Second)
 }

@@ -61,7 +61,7 @@ func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
 	_, err = sub.Receive(context.Background())
 	require.NoError(t, err)
 
-	count, err := c.release(context.Background(), hs)
+	count, err := c.release(context.Background(), hs, 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, n, count)
 	require.Equal(t, ids, released, "soonest due first")

@@ -257,9 +257,7 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 	if len(release) == 0 {
 		return
 	}
-	rctx, cancel := c.requestCtx(context.WithoutCancel(ctx))
-	defer cancel()
-	if _, err := c.release(rctx, release); err != nil {
+	if _, err := c.release(context.WithoutCancel(ctx), release, c.cfg.RequestTimeout); err != nil {
 		c.cfg.Observer.RedisError("release")
 		c.log.Warn("handoff release failed; leases expire by TTL", zap.Error(err))
 	}

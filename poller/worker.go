@@ -212,8 +212,11 @@ const abortGrace = time.Second
 // due first (firstReleaseWave, secondReleaseWave, then the rest), each
 // announced as it is released: a successor takes the sessions due next
 // while the rest are still being released, instead of after the whole
-// release (~5 µs of Redis time a lease). It returns how many it released.
-func (c *Coordinator) release(ctx context.Context, hs []lease.Handoff) (released int, err error) {
+// release (~5 µs of Redis time a lease). Each wave has waveTimeout of its
+// own. It returns how many leases the waves that succeeded released (a
+// wave that failed counts none, though some of its leases may be released
+// in Redis; the others expire by their TTL).
+func (c *Coordinator) release(ctx context.Context, hs []lease.Handoff, waveTimeout time.Duration) (released int, err error) {
 	slices.SortFunc(hs, func(a, b lease.Handoff) int { return a.NextPoll.Compare(b.NextPoll) }) // unknown (zero) first
 	var errs []error
 	for wave := 0; len(hs) > 0; wave++ {
@@ -224,7 +227,10 @@ func (c *Coordinator) release(ctx context.Context, hs []lease.Handoff) (released
 		case 1:
 			n = min(n, secondReleaseWave)
 		}
-		if err := c.releaseWave(ctx, hs[:n]); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, waveTimeout)
+		err := c.releaseWave(wctx, hs[:n])
+		cancel()
+		if err != nil {
 			errs = append(errs, err)
 		} else {
 			released += n

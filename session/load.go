@@ -14,8 +14,10 @@ import (
 	"github.com/pollworker/pollworker/keyspace"
 )
 
-// batch is the number of commands per pipeline in BucketIDs and Fetch.
-const batch = 1000
+// PipelineLen is the number of commands a Store sends per pipeline (in
+// BucketIDs, Fetch and its writes): a caller that reads buckets in one
+// pipeline each asks for at most this many.
+const PipelineLen = 1000
 
 // Snapshot is the set of sessions as read by one Load.
 type Snapshot struct {
@@ -183,7 +185,7 @@ func sizeOf(v any) int {
 // buckets[i]), sorted, with SMEMBERS in pipelines of 1000 buckets.
 func (s *Store) BucketIDs(ctx context.Context, buckets []int) ([][]string, error) {
 	out := make([][]string, 0, len(buckets))
-	for chunk := range slices.Chunk(buckets, batch) {
+	for chunk := range slices.Chunk(buckets, PipelineLen) {
 		cmds := make([]*redis.StringSliceCmd, len(chunk))
 		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, b := range chunk {
@@ -218,7 +220,7 @@ func (s *Store) Fetch(ctx context.Context, ids []string) ([]Session, []Problem, 
 		}
 		valid = append(valid, id)
 	}
-	for chunk := range slices.Chunk(valid, batch) {
+	for chunk := range slices.Chunk(valid, PipelineLen) {
 		got, err := s.fetch(ctx, chunk)
 		if err != nil {
 			return nil, nil, err

@@ -147,8 +147,8 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 	}
 	cs := make(changeSet)
 	var werr error
-	for lo := 0; lo < len(sessions) && werr == nil; lo += batch {
-		hi := min(lo+batch, len(sessions))
+	for lo := 0; lo < len(sessions) && werr == nil; lo += PipelineLen {
+		hi := min(lo+PipelineLen, len(sessions))
 		set := make([]*redis.StatusCmd, hi-lo)
 		sadd := make([]*redis.IntCmd, hi-lo)
 		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -204,8 +204,8 @@ func (s *Store) DeleteMany(ctx context.Context, ids []string) (int, error) {
 	cs := make(changeSet)
 	deleted := 0
 	var werr error
-	for lo := 0; lo < len(ids) && werr == nil; lo += batch {
-		hi := min(lo+batch, len(ids))
+	for lo := 0; lo < len(ids) && werr == nil; lo += PipelineLen {
+		hi := min(lo+PipelineLen, len(ids))
 		del := make([]*redis.StringCmd, hi-lo)
 		srem := make([]*redis.IntCmd, hi-lo)
 		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {

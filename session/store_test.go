@@ -177,7 +177,7 @@ func TestLoadSorted(t *testing.T) {
 func TestLoadManyBatches(t *testing.T) {
 	_, c, s := newMini(t)
 	ctx := ctxT(t)
-	const n = 2*batch + 17
+	const n = 2*PipelineLen + 17
 	want := seed(t, c, n)
 	snap, err := s.Load(ctx)
 	require.NoError(t, err)
@@ -375,7 +375,7 @@ func TestDeleteMany(t *testing.T) {
 	m, _, s := newMini(t)
 	ctx := ctxT(t)
 	var all []Session
-	for i := range 2*batch + 3 {
+	for i := range 2*PipelineLen + 3 {
 		all = append(all, sess(fmt.Sprintf("s%04d", i)))
 	}
 	require.NoError(t, s.PutMany(ctx, all))

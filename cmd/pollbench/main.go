@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,7 +53,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	mdOut := fs.String("md", "", "write the report as markdown to this file")
 	only := fs.String("only", "", "comma-separated scenarios to run (hrw,renew,handoff,crash,join,steady,cold,adds,e2e,load); default all")
 	cold := fs.String("cold", "", "override the cold-start size as SESSIONSxWORKERS, e.g. 1000000x50")
-	e2eOnly := fs.String("e2e-sizes", "", "run e2e only at these comma-separated sessions per worker, e.g. 1000,5000: the per-size comparison, without the overload, changes and fleet runs")
+	e2eOnly := fs.String("e2e-sizes", "", "run e2e only at these comma-separated sessions per worker, e.g. 1000,5000 (sorted, duplicates dropped): the per-size comparison and the sustainable size among them, without the overload, changes and fleet runs")
 	verbose := fs.Bool("v", false, "log the workers' warnings to stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile at the end of the run to this file")
@@ -95,6 +96,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			sz.e2eSizes = append(sz.e2eSizes, n)
 		}
+		slices.Sort(sz.e2eSizes) // the search for the sustainable size goes up
+		sz.e2eSizes = slices.Compact(sz.e2eSizes)
 	}
 	if *verbose {
 		sz.logger = zap.Must(zap.NewDevelopment(zap.IncreaseLevel(zap.WarnLevel)))

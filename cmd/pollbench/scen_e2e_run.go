@@ -63,7 +63,7 @@ func (x *e2e) run(ctx context.Context) ([]Row, error) {
 		if len(o) > 0 {
 			keptAt[n] = over(o, func(r e2eRun) float64 { return r.st.perSec / float64(r.n) }).Median
 		}
-		rows = append(rows, x.compareRows(n, o, l, lx, ls)...)
+		rows = append(rows, x.compareRows(n, o, l, lx, ls, slack)...)
 	}
 
 	// The sustainable sessions per worker: the most it kept up with, below
@@ -150,8 +150,9 @@ func over(runs []e2eRun, f func(e2eRun) float64) bench.Summary {
 }
 
 // compareRows are the figures of ours and the limit at n sessions, the
-// median and p99 over the runs of each.
-func (x *e2e) compareRows(n int, o, l, lx, ls []e2eRun) []Row {
+// median and p99 over the runs of each; ls are the runs of the limit+XADD
+// on the timer slack slack, if any.
+func (x *e2e) compareRows(n int, o, l, lx, ls []e2eRun, slack time.Duration) []Row {
 	at := fmt.Sprintf("%d sessions, 1 worker", n)
 	row := func(fig, target, unit string, f func(e2eRun) float64, within float64, note string) Row {
 		ours, base := over(o, f), over(lx, f)
@@ -209,7 +210,7 @@ func (x *e2e) compareRows(n int, o, l, lx, ls []e2eRun) []Row {
 	if len(ls) > 0 {
 		onSlack := func(v float64, unit string) string {
 			return fmt.Sprintf("; limit+XADD with the worker's timer slack (firing up to %v after a poll is due, as poller.TimerSlack): %.1f %s [runs: %d]",
-				min(poller.TimerSlack, x.sz.interval/100), v, unit, len(ls))
+				slack, v, unit, len(ls))
 		}
 		rows[0].Note += onSlack(m(ls, cpu), "µs")
 		rows[6].Note += onSlack(m(ls, late), "ms")
