@@ -52,11 +52,15 @@ type Lease struct {
 
 	mu       sync.Mutex
 	state    State
-	deadline time.Time     // local, monotonic: send time + TTL - drift
-	term     *term         // of the current Held term; cancelled once it ends
-	changed  chan struct{} // closed at the next state change; made when first asked for
-	reason   string
-	group    *expiryGroup // the timer that ends the lease at its deadline; nil once Lost or Released
+	deadline time.Time // local, monotonic: send time + TTL - drift
+	// term is the context of the current Held term, made when first asked
+	// for (Context) so that a lease nobody asks costs none; nil until then,
+	// and the cancelled one once the term ended.
+	term    *term
+	onEnd   *termHook     // run when the current Held term ends (AfterTerm); a list, newest first
+	changed chan struct{} // closed at the next state change; made when first asked for
+	reason  string
+	group   *expiryGroup // the timer that ends the lease at its deadline; nil once Lost or Released
 
 	slot int // position in Manager.list while listed; guarded by Manager.mu
 }
@@ -103,7 +107,47 @@ func (l *Lease) Deadline() time.Time {
 func (l *Lease) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.term == nil {
+		l.term = newTerm()
+		if l.state != Held {
+			l.term.cancel()
+		}
+	}
 	return l.term
+}
+
+// termHook is one function registered with AfterTerm.
+type termHook struct {
+	f    func()
+	next *termHook
+}
+
+// AfterTerm arranges for f to run the moment the current Held term ends,
+// as context.AfterFunc(l.Context(), f) does, without making the term's
+// context (a channel and a lock, for as long as the term lasts). ok is
+// false, and f never runs, when the lease is not Held. f runs on the
+// goroutine that ends the term with the lease's lock held: it must be
+// quick and must not call the lease (a context's cancel func is both).
+// stop unregisters f and reports whether it did so before f ran.
+func (l *Lease) AfterTerm(f func()) (stop func() bool, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != Held {
+		return func() bool { return false }, false
+	}
+	h := &termHook{f: f, next: l.onEnd}
+	l.onEnd = h
+	return func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for p := &l.onEnd; *p != nil; p = &(*p).next {
+			if *p == h {
+				*p = h.next
+				return true
+			}
+		}
+		return false // ran, or its term ended
+	}, true
 }
 
 // Changed returns a channel closed at the next state change.
@@ -116,17 +160,24 @@ func (l *Lease) Changed() <-chan struct{} {
 	return l.changed
 }
 
-// setLocked moves the lease to st; it cancels the term when leaving Held and
-// opens a new one when entering Held. Caller holds l.mu.
+// setLocked moves the lease to st; it ends the term when leaving Held
+// (cancels its context, runs the AfterTerm functions) and opens a new one
+// when entering Held. Caller holds l.mu.
 func (l *Lease) setLocked(st State, reason string) bool {
 	if l.state == st || l.state == Lost || l.state == Released {
 		return false
 	}
 	if l.state == Held {
-		l.term.cancel()
+		if l.term != nil {
+			l.term.cancel()
+		}
+		for h := l.onEnd; h != nil; h = h.next {
+			h.f()
+		}
+		l.onEnd = nil
 	}
 	if st == Held {
-		l.term = newTerm()
+		l.term = nil // made when asked for (Context)
 		reason = ""
 	}
 	if st == Lost || st == Released {

@@ -96,7 +96,6 @@ type Manager struct {
 	reader                  *Reader
 	cfg                     Config
 	acquire, renew, release *redis.Script
-	notHeld                 *term // already cancelled: the term of a lease not Held yet, shared
 	log                     *zap.Logger
 
 	ttlArg        any       // TTL in ms, boxed once
@@ -118,14 +117,11 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	notHeld := newTerm()
-	notHeld.cancel()
 	t := newTransport(cfg.Client, cfg.Keys, cfg.BatchSize, cfg.Clock)
 	t.waitReplicas, t.waitTimeout = cfg.WaitReplicas, cfg.WaitTimeout
 	return &Manager{
 		transport:     t,
 		reader:        newReader(t),
-		notHeld:       notHeld,
 		cfg:           cfg,
 		acquire:       redis.NewScript(lua.Acquire),
 		renew:         redis.NewScript(lua.Renew),
@@ -434,7 +430,7 @@ func (m *Manager) adopt(session, owner string, token int64, gap, due time.Durati
 	}
 	l := &Lease{session: session, token: token, keyArg: key, ownerArg: owner,
 		gap: gap, acquired: now, nextPoll: nextPoll,
-		term: m.notHeld, deadline: g.deadline, reason: "acquiring"}
+		deadline: g.deadline, reason: "acquiring"}
 	if !now.Before(g.deadline) {
 		// The reply came too late to use; the key expires by itself (or a
 		// later release drops it).

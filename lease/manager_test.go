@@ -366,3 +366,47 @@ func TestUnheld(t *testing.T) {
 	_, err := a.Unheld(context.Background(), []string{"mine"})
 	require.Error(t, err, "a Redis error is never read as free or held")
 }
+
+// TestAfterTermRunsWhenTheHeldTermEnds: a function registered with
+// AfterTerm runs as the term ends (a renewal error making the lease
+// Uncertain), not for the next term; stop unregisters one before it runs;
+// a lease not Held registers nothing. The term's context is made only
+// when asked for, cancelled all the same.
+func TestAfterTermRunsWhenTheHeldTermEnds(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t, "a")
+	l := acquireOne(t, m, "s").Lease
+	require.Nil(t, l.term, "no context made before one is asked for")
+
+	var ran, stoppedRan []int
+	stop1, ok := l.AfterTerm(func() { ran = append(ran, 1) })
+	require.True(t, ok)
+	stop2, ok := l.AfterTerm(func() { stoppedRan = append(stoppedRan, 2) })
+	require.True(t, ok)
+	require.True(t, stop2(), "unregistered before the term ended")
+	require.False(t, stop2(), "only once")
+
+	f.mr.SetError("LOADING server is busy")
+	require.Error(t, m.RenewAll(context.Background()).Err)
+	require.Equal(t, Uncertain, l.State())
+	require.Equal(t, []int{1}, ran)
+	require.Empty(t, stoppedRan)
+	require.False(t, stop1(), "it ran")
+	require.Error(t, l.Context().Err(), "a context asked for after the term is cancelled")
+
+	_, ok = l.AfterTerm(func() { t.Fatal("registered while Uncertain") })
+	require.False(t, ok)
+
+	f.mr.SetError("")
+	f.clock.Step(time.Second)
+	require.NoError(t, m.RenewAll(context.Background()).Err)
+	require.Equal(t, Held, l.State())
+	require.Equal(t, []int{1}, ran, "the next term runs nothing of the last")
+	_, ok = l.AfterTerm(func() { ran = append(ran, 3) })
+	require.True(t, ok)
+	held := l.Context()
+	require.NoError(t, held.Err())
+	require.NoError(t, m.Release(context.Background(), l))
+	require.Equal(t, []int{1, 3}, ran)
+	require.Error(t, held.Err())
+}

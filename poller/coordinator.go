@@ -42,7 +42,7 @@ type Coordinator struct {
 	// Owned by the main loop (mainLoop and what it calls; drain after it).
 	view    view               // what the worker knows of the fleet and the sessions
 	claims  claims             // its bookkeeping of contended and orphaned sessions
-	workers map[string]*worker // the poll loops of the sessions it holds
+	workers map[string]*worker // the poll loops of the sessions it holds: sched.workers, written through sched (start, forget)
 	sched   *scheduler         // runs those loops' polls
 }
 
@@ -138,9 +138,9 @@ func New(cfg Config) (*Coordinator, error) {
 			contended:      make(map[string]contention),
 			pendingOrphans: make(map[string]time.Time),
 		},
-		workers: make(map[string]*worker),
 	}
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
+	c.workers = c.sched.workers
 	c.sched.align, c.sched.pace, c.sched.slack = spreadStep, true, TimerSlack
 	c.sched.limit, c.sched.maxBackoff = cfg.MaxPolls, cfg.MaxErrorBackoff
 	c.sched.behindSpan = cfg.LeaseTTL

@@ -3,7 +3,6 @@ package poller
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,35 +152,30 @@ func TestTimerSlack(t *testing.T) {
 	}
 }
 
-// endingTerm is a lease term that ends as a child registers with it: its
-// AfterFunc finds it ended and runs f on a goroutine, as lease/term.go
-// does, after context.WithCancel saw it open.
-type endingTerm struct {
-	context.Context // Deadline, Value
-	done            chan struct{}
-	ended           atomic.Bool
-}
+// TestPollContextEndsWithItsTerm: a poll's context is cancelled the
+// moment its lease's Held term ends; one made after that is never live
+// (ok false, cancelled); cancelling a poll's context unregisters it.
+func TestPollContextEndsWithItsTerm(t *testing.T) {
+	f := newSchedFixture(t)
+	r := f.leases.Acquire(context.Background(), []string{"s"})
+	require.NotNil(t, r[0].Lease)
+	l := r[0].Lease
 
-func (t *endingTerm) Done() <-chan struct{} { return t.done }
-func (t *endingTerm) Err() error {
-	if t.ended.Load() {
-		return context.Canceled
-	}
-	return nil
-}
-func (t *endingTerm) AfterFunc(f func()) func() bool {
-	t.ended.Store(true)
-	close(t.done)
-	go f()
-	return func() bool { return false }
-}
-
-// TestPollContextOfAnEndedTermIsCancelledAtOnce: a poll's context made
-// from a term that ended as the context was made is cancelled when
-// pollContext returns, not a moment later on context's goroutine.
-func TestPollContextOfAnEndedTermIsCancelledAtOnce(t *testing.T) {
-	term := &endingTerm{Context: context.Background(), done: make(chan struct{})}
-	ctx, cancel := pollContext(term)
+	ctx, cancel, ok := pollContext(l)
+	require.True(t, ok)
 	defer cancel()
-	require.ErrorIs(t, ctx.Err(), context.Canceled)
+	require.NoError(t, ctx.Err())
+	done, cancelDone, ok := pollContext(l)
+	require.True(t, ok)
+	cancelDone() // a poll that returned
+	require.ErrorIs(t, done.Err(), context.Canceled)
+	require.NoError(t, ctx.Err(), "another poll's end cancels only its own context")
+
+	require.NoError(t, f.leases.Release(context.Background(), l))
+	require.ErrorIs(t, ctx.Err(), context.Canceled, "cancelled as the term ended, before Release returned")
+
+	late, cancelLate, ok := pollContext(l)
+	defer cancelLate()
+	require.False(t, ok)
+	require.ErrorIs(t, late.Err(), context.Canceled)
 }

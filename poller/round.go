@@ -236,7 +236,7 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 		if c.workers[id] != w {
 			continue // collected already (stopAll)
 		}
-		delete(c.workers, id)
+		c.sched.forget(id, w)
 		delete(c.claims.orphanSince, id)
 		c.touch(id) // lost ones may be taken again
 		if st, ok := c.view.buckets[keyspace.BucketOf(id)]; !ok || !st.assigned {

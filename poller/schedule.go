@@ -70,7 +70,11 @@ type scheduler struct {
 	stats    schedStats
 	late     lateness // the current stretch of polls starting behindLate
 	queue    dueQueue // queued workers by next poll time
-	owner    map[*lease.Lease]*worker
+	// workers are the poll loops by session id; Coordinator.workers is
+	// this map. Only the coordinator's main loop writes it, under mu
+	// (start, forget), so that it reads it without mu and the scheduler
+	// reads it under mu (leaseChanged).
+	workers map[string]*worker
 	timer    clock.Timer
 	armed    time.Time // when the timer fires; zero when it is not armed
 	ended    []*worker // exited workers the main loop has not collected
@@ -98,7 +102,7 @@ type schedStats struct {
 
 func newScheduler(clk clock.WithTickerAndDelayedExecution, poll func(*worker), wake func()) *scheduler {
 	_, real := clk.(clock.RealClock)
-	return &scheduler{clock: clk, poll: poll, wake: wake, owner: make(map[*lease.Lease]*worker), ownGoroutine: real,
+	return &scheduler{clock: clk, poll: poll, wake: wake, workers: make(map[string]*worker), ownGoroutine: real,
 		quit: make(chan struct{})}
 }
 
@@ -184,7 +188,7 @@ func (s *scheduler) run(w *worker) {
 func (s *scheduler) start(w *worker, at time.Time) {
 	s.mu.Lock()
 	now := s.clock.Now()
-	s.owner[w.lease] = w
+	s.workers[w.sess.ID] = w
 	if iv := w.sess.Interval.D(); s.shortest == 0 || iv < s.shortest {
 		s.shortest = iv
 	}
@@ -261,13 +265,23 @@ func (s *scheduler) close() {
 	s.armed = time.Time{}
 }
 
+// forget takes the worker of session id out of workers if it is w (its
+// loop exited and was collected). Called by the main loop only.
+func (s *scheduler) forget(id string, w *worker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.workers[id] == w {
+		delete(s.workers, id)
+	}
+}
+
 // leaseChanged wakes the worker of l: a lost or released lease ends a
 // queued or waiting loop at once, a lease back to Held polls at once. A
 // running poll is already cancelled with the term; its end settles it.
 func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
 	s.mu.Lock()
-	w := s.owner[l]
-	if w == nil || w.phase == polling || w.phase == exited {
+	w := s.workers[l.Session()]
+	if w == nil || w.lease != l || w.phase == polling || w.phase == exited {
 		s.mu.Unlock()
 		return
 	}
@@ -459,8 +473,7 @@ func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 		s.armLocked(now)
 		return false
 	}
-	term := w.lease.Context()
-	if term.Err() != nil || !now.Before(w.lease.Deadline()) {
+	if !now.Before(w.lease.Deadline()) {
 		// Its expiry is under way and will report the lease Lost.
 		w.phase = waiting
 		return false
@@ -475,26 +488,40 @@ func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 		s.stats.Deferred++
 		return false
 	}
+	ctx, cancel, ok := pollContext(w.lease)
+	if !ok {
+		// The term ended since State said Held: the change is being
+		// reported (leaseChanged), and finds w waiting.
+		w.phase = waiting
+		return false
+	}
 	if late := now.Sub(at); late > max(w.sess.Interval.D()/10, 10*time.Millisecond) {
 		s.stats.Late++
 	}
 	s.late.started(at, now, w.sess.Interval.D(), s.waiting > 0)
 	s.active++
 	w.phase = polling
-	w.ctx, w.cancel = pollContext(term)
+	w.ctx, w.cancel = ctx, cancel
 	return true
 }
 
-// pollContext returns a child of a lease term for one poll, cancelled
-// before it is returned if the term has ended: context.WithCancel cancels
-// a child of a term that ended as it registered on a goroutine of its own
-// (lease/term.go), a moment later, and a poll must not start meanwhile.
-func pollContext(term context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(term)
-	if term.Err() != nil {
-		cancel()
+// termWatcher is what pollContext needs of a lease.
+type termWatcher interface {
+	AfterTerm(f func()) (stop func() bool, ok bool)
+}
+
+// pollContext returns the context of one poll under l's current Held
+// term, cancelled the moment the term ends (Lease.AfterTerm), or ok false
+// when the lease is not Held. It is not a child of Lease.Context, which
+// would keep a context per held lease for as long as it is held.
+func pollContext(l termWatcher) (ctx context.Context, cancel context.CancelFunc, ok bool) {
+	ctx, cancelCtx := context.WithCancel(context.Background())
+	stop, ok := l.AfterTerm(cancelCtx)
+	if !ok {
+		cancelCtx()
+		return ctx, cancelCtx, false
 	}
-	return ctx, cancel
+	return ctx, func() { stop(); cancelCtx() }, true
 }
 
 // nextDue returns when the exited worker w's next poll was due: the time
@@ -516,9 +543,6 @@ func maxTime(a, b time.Time) time.Time {
 // exitLocked ends w's loop and tells the main loop.
 func (s *scheduler) exitLocked(w *worker) {
 	w.phase = exited
-	if s.owner[w.lease] == w {
-		delete(s.owner, w.lease)
-	}
 	if w.done != nil {
 		close(w.done)
 	}

@@ -64,14 +64,13 @@ func (c *Coordinator) startWorkerAt(s session.Session, l *lease.Lease, polled *a
 	if c.stateful() != nil {
 		w.state = &State{store: c.cfg.StateStore, lease: l}
 	}
-	c.workers[s.ID] = w
 	due, _ := l.NextPoll() // zero without a handoff: the first poll is paced (scheduler.paceLocked)
 	if polled.Load() || (due.IsZero() && w.state != nil) {
 		// A restart polls with the new definition at once; a stateful
 		// loop loads its state first and is paced then (scheduler.paceFirst, from prepareState).
 		due = c.cfg.Clock.Now()
 	}
-	c.sched.start(w, due)
+	c.sched.start(w, due) // and c.workers[s.ID] = w
 }
 
 // handoff is what a successor of w's lease is told: the lease to release,
@@ -187,7 +186,7 @@ func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
 				}
 			}
 			exited = append(exited, c.handoff(w))
-			delete(c.workers, id)
+			c.sched.forget(id, w)
 		}
 	}
 	wait(ctx)
