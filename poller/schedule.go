@@ -75,10 +75,10 @@ type scheduler struct {
 	// (start, forget), so that it reads it without mu and the scheduler
 	// reads it under mu (leaseChanged).
 	workers map[string]*worker
-	timer    clock.Timer
-	armed    time.Time // when the timer fires; zero when it is not armed
-	ended    []*worker // exited workers the main loop has not collected
-	done     bool      // close was called: the timer is not armed again
+	timer   clock.Timer
+	armed   time.Time // when the timer fires; zero when it is not armed
+	ended   []*worker // exited workers the main loop has not collected
+	done    bool      // close was called: the timer is not armed again
 }
 
 // phase is where a worker stands in the scheduler.
