@@ -89,7 +89,7 @@ func (c *Coordinator) matches(s session.Session) bool {
 func (c *Coordinator) onlyMatching(ids []string) []string {
 	out := ids[:0:0]
 	for _, id := range ids {
-		if s, ok := c.view.sessions[id]; ok && !c.matches(s) {
+		if s, ok := c.view.sessions[id]; ok && !c.matches(*s) {
 			c.log.Warn("not acquiring a session whose selector this worker does not match", zap.String("session", id), zap.String("selector", s.Selector))
 			continue
 		}
@@ -516,10 +516,20 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 	for _, s := range sessions {
 		c.touch(s.ID)
 		if !s.Paused {
-			c.view.sessions[s.ID] = s
+			c.view.sessions[s.ID] = c.definition(s)
 		}
 	}
 	return nil
+}
+
+// definition returns s to keep in view.sessions: the definition its
+// worker polls with when that is the same, so that the two share one copy,
+// else a new one.
+func (c *Coordinator) definition(s session.Session) *session.Session {
+	if w := c.workers[s.ID]; w != nil && sameSession(s, *w.sess) {
+		return w.sess
+	}
+	return &s
 }
 
 // malformed counts the malformed entries of the assigned buckets.

@@ -77,7 +77,7 @@ type view struct {
 	sizes          []int                      // bucket -> number of sessions in it
 	weighing       weighing                   // the loads and weights the plan weighs (buckets.go)
 	buckets        map[int]*bucket            // buckets assigned here, or watched for orphans
-	sessions       map[string]session.Session // active sessions of assigned buckets, and those polled here
+	sessions       map[string]*session.Session // active sessions of assigned buckets, and those polled here; never changed in place (a worker shares its definition)
 	seenRev        int64                      // session revision whose changes are applied
 	synced         bool                       // seenRev is meaningful
 	membersChanged bool                       // since the last Round report
@@ -129,7 +129,7 @@ func New(cfg Config) (*Coordinator, error) {
 		loader:   session.NewLoader(store),
 		news:     news{kick: make(chan struct{}, 1), releasedBy: make(map[string]struct{})},
 		view: view{
-			sessions: make(map[string]session.Session),
+			sessions: make(map[string]*session.Session),
 			buckets:  make(map[int]*bucket),
 			touched:  make(map[string]struct{}),
 		},

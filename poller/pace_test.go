@@ -22,7 +22,7 @@ func TestPaceSpreadsFirstPollsTakenTogether(t *testing.T) {
 	s.pace = true
 	now := clk.Now()
 	w := func(id string, iv time.Duration) *worker {
-		return &worker{sess: session.Session{ID: id, Interval: session.Duration(iv)}}
+		return &worker{sess: &session.Session{ID: id, Interval: session.Duration(iv)}}
 	}
 	for i := range 10 {
 		require.Equal(t, now.Add(time.Duration(i)*firstPollGap), s.paceLocked(w("a", time.Second), now), "poll %d", i)
@@ -94,7 +94,7 @@ func TestRunnersAreReused(t *testing.T) {
 		defer s.runMu.Unlock()
 		return len(s.idle)
 	}
-	named := func(id string) *worker { return &worker{sess: session.Session{ID: id}} }
+	named := func(id string) *worker { return &worker{sess: &session.Session{ID: id}} }
 	a, b, c := named("a"), named("b"), named("c")
 	s.launch(a)
 	s.launch(b)
@@ -141,7 +141,7 @@ func TestTimerSlack(t *testing.T) {
 			for i, iv := range tc.intervals {
 				r := f.leases.Acquire(context.Background(), []string{fmt.Sprint("s", i)})
 				require.NotNil(t, r[0].Lease)
-				w := &worker{sess: session.Session{ID: fmt.Sprint("s", i), Interval: session.Duration(iv)}, lease: r[0].Lease}
+				w := &worker{sess: &session.Session{ID: fmt.Sprint("s", i), Interval: session.Duration(iv)}, lease: r[0].Lease}
 				f.sched.start(w, t0.Add(5*time.Millisecond+time.Duration(i)*time.Millisecond))
 			}
 			f.sched.mu.Lock()

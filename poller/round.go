@@ -144,7 +144,8 @@ func (c *Coordinator) wanted(full bool, touched map[string]struct{}) []string {
 	want := func(id string) bool {
 		_, running := c.workers[id]
 		_, contended := c.claims.contended[id]
-		return !running && !contended && c.ownerOf(id) == me && c.matches(c.view.sessions[id])
+		s := c.view.sessions[id]
+		return !running && !contended && c.ownerOf(id) == me && (s == nil || c.matches(*s))
 	}
 	var out []string
 	if full {
@@ -210,16 +211,16 @@ func (c *Coordinator) checkWorker(id string, w *worker) {
 	case w.stopping:
 		// Already handing off: reapWorkers releases it when its poll returned.
 	case !active, // removed or paused
-		!c.matches(s), // its selector no longer matches this worker's labels
+		!c.matches(*s), // its selector no longer matches this worker's labels
 		// Another live worker is preferred. With no live worker at all
 		// (say every heartbeat fails while Redis refuses writes) there
 		// is nobody to hand to: keep the lease while it can be renewed.
 		owner != c.cfg.ID && owner != "" && c.orphanDue(id) && c.settled(w):
 		c.stopWorker(w)
-	case !sameSession(s, w.sess):
+	case !sameSession(*s, *w.sess):
 		// Definition changed: restart the loop under the same lease
 		// once the current poll has finished.
-		w.restartAs = &s
+		w.restartAs = s
 		c.sched.stop(w)
 	}
 }
@@ -249,7 +250,7 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 		case !held:
 			c.watchOrphans() // lost: others' sessions may be adrift too
 		case w.restartAs != nil && w.lease.State() == lease.Held:
-			c.startWorkerAt(*w.restartAs, w.lease, w.polled)
+			c.startWorkerAt(w.restartAs, w.lease, w.polled)
 		default:
 			release = append(release, c.handoff(w))
 		}
@@ -393,7 +394,7 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 			continue
 		}
 		if !s.Paused {
-			c.view.sessions[s.ID] = s
+			c.view.sessions[s.ID] = c.definition(s)
 			take = append(take, s.ID)
 		}
 	}

@@ -68,7 +68,7 @@ func (f *schedFixture) start(id string) *worker {
 	r := f.leases.Acquire(context.Background(), []string{id})
 	require.Len(f.t, r, 1)
 	require.NotNil(f.t, r[0].Lease, "acquire %s", id)
-	w := &worker{sess: session.Session{ID: id, Interval: session.Duration(schedInterval)}, lease: r[0].Lease}
+	w := &worker{sess: &session.Session{ID: id, Interval: session.Duration(schedInterval)}, lease: r[0].Lease}
 	f.sched.start(w, time.Time{})
 	return w
 }

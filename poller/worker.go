@@ -25,7 +25,7 @@ import (
 // downstream. Aborting cancels the running poll too; the lease term ending
 // (uncertain, lost) always does.
 type worker struct {
-	sess  session.Session
+	sess  *session.Session // shared with view.sessions while the same; never changed in place
 	lease *lease.Lease
 	state *State // the session's state, for a StatefulPoller; nil otherwise
 	// done is closed when the loop has exited and no poll runs; made on
@@ -53,13 +53,13 @@ type worker struct {
 // (paced when many start together: scheduler.paceLocked), unless l was
 // handed over gracefully by a holder whose next poll of s was due later:
 // then it keeps that schedule, so a handoff never polls a session early.
-func (c *Coordinator) startWorker(s session.Session, l *lease.Lease) {
+func (c *Coordinator) startWorker(s *session.Session, l *lease.Lease) {
 	c.startWorkerAt(s, l, new(atomic.Bool))
 }
 
 // startWorkerAt starts the poll loop of s under l; polled says whether a
 // poll already began under l (a loop restarted for a new definition).
-func (c *Coordinator) startWorkerAt(s session.Session, l *lease.Lease, polled *atomic.Bool) {
+func (c *Coordinator) startWorkerAt(s *session.Session, l *lease.Lease, polled *atomic.Bool) {
 	w := &worker{sess: s, lease: l, members: c.view.members.Version, polled: polled}
 	if c.stateful() != nil {
 		w.state = &State{store: c.cfg.StateStore, lease: l}
@@ -121,7 +121,7 @@ func (c *Coordinator) runPoll(w *worker) {
 			c.cfg.Observer.HandoffGap(gap + now.Sub(from))
 		}
 	}
-	failed = c.pollOnce(w.ctx, w.sess, l, w.state)
+	failed = c.pollOnce(w.ctx, *w.sess, l, w.state)
 }
 
 // pollOnce runs one poll under ctx, which ends when the lease term ends or
