@@ -72,20 +72,20 @@ type health struct {
 // by the main loop.
 type view struct {
 	members        nodes.Membership
-	fleet          *assign.Fleet              // the live members, ranked per bucket
-	plan           *assign.Plan               // where every bucket goes
-	sizes          []int                      // bucket -> number of sessions in it
-	weighing       weighing                   // the loads and weights the plan weighs (buckets.go)
-	buckets        map[int]*bucket            // buckets assigned here, or watched for orphans
+	fleet          *assign.Fleet               // the live members, ranked per bucket
+	plan           *assign.Plan                // where every bucket goes
+	sizes          []int                       // bucket -> number of sessions in it
+	weighing       weighing                    // the loads and weights the plan weighs (buckets.go)
+	buckets        map[int]*bucket             // buckets assigned here, or watched for orphans
 	sessions       map[string]*session.Session // active sessions of assigned buckets, and those polled here; never changed in place (a worker shares its definition)
-	seenRev        int64                      // session revision whose changes are applied
-	synced         bool                       // seenRev is meaningful
-	membersChanged bool                       // since the last Round report
-	touched        map[string]struct{}        // sessions whose standing may have changed since the last round
-	sweepAll       bool                       // the next round looks at every session (assignment changed)
-	wasMember      bool                       // member at the last round
-	memberSince    time.Time                  // first round as a member (readiness bound)
-	behind         bool                       // PollStats.Behind at the last round (logged when it changes)
+	seenRev        int64                       // session revision whose changes are applied
+	synced         bool                        // seenRev is meaningful
+	membersChanged bool                        // since the last Round report
+	touched        map[string]struct{}         // sessions whose standing may have changed since the last round
+	sweepAll       bool                        // the next round looks at every session (assignment changed)
+	wasMember      bool                        // member at the last round
+	memberSince    time.Time                   // first round as a member (readiness bound)
+	behind         bool                        // PollStats.Behind at the last round (logged when it changes)
 }
 
 // claims is the main loop's bookkeeping of sessions it could not simply
