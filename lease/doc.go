@@ -23,7 +23,8 @@
 //     Redlock). A lease is Held only while that deadline has not passed. A
 //     renewal that errors or times out makes it Uncertain at once; a reply
 //     saying the key is gone or owned by another makes it Lost; reaching the
-//     deadline makes it Lost. Leaving Held cancels Lease.Context at once.
+//     deadline makes it Lost. Leaving Held cancels Lease.Context and
+//     runs the functions registered with Lease.AfterTerm at once.
 //   - Errors are never read as ownership: an acquire whose reply is lost is
 //     not Held; it is retried later with the same owner value, which the
 //     acquire script recognises (idempotent under client retries).

@@ -23,5 +23,8 @@ func (l *Lease) Acquired() time.Time { return l.acquired }
 // instant crosses workers through the Redis server's clock, so the two
 // workers' clocks need not agree.
 func (l *Lease) NextPoll() (at time.Time, ok bool) {
-	return l.nextPoll, !l.nextPoll.IsZero()
+	if l.nextPollIn < 0 {
+		return time.Time{}, false
+	}
+	return l.acquired.Add(l.nextPollIn), true
 }

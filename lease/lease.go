@@ -48,7 +48,7 @@ type Lease struct {
 	keyArg, ownerArg any
 	gap              time.Duration // release -> this acquisition, in Redis; -1 if no graceful release
 	acquired         time.Time     // local: when the acquire reply arrived
-	nextPoll         time.Time     // local: when the previous holder's next poll was due; zero if unknown
+	nextPollIn       time.Duration // acquired -> when the previous holder's next poll was due; negative if unknown
 
 	mu       sync.Mutex
 	state    State

@@ -424,12 +424,11 @@ func (m *Manager) adopt(session, owner string, token int64, gap, due time.Durati
 	if gap < 0 {
 		gap = -1
 	}
-	var nextPoll time.Time
-	if due >= 0 {
-		nextPoll = now.Add(due)
+	if due < 0 {
+		due = -1
 	}
 	l := &Lease{session: session, token: token, keyArg: key, ownerArg: owner,
-		gap: gap, acquired: now, nextPoll: nextPoll,
+		gap: gap, acquired: now, nextPollIn: due,
 		deadline: g.deadline, reason: "acquiring"}
 	if !now.Before(g.deadline) {
 		// The reply came too late to use; the key expires by itself (or a
