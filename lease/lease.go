@@ -54,8 +54,9 @@ type Lease struct {
 	state    State
 	deadline time.Time // local, monotonic: send time + TTL - drift
 	// term is the context of the current Held term, made when first asked
-	// for (Context) so that a lease nobody asks costs none; nil until then,
-	// and the cancelled one once the term ended.
+	// for (Context) so that a lease nobody asks costs none: nil until then;
+	// once the term ended, the cancelled one, or nil when none was made
+	// (Context then makes one already cancelled).
 	term    *term
 	onEnd   *termHook     // run when the current Held term ends (AfterTerm); a list, newest first
 	changed chan struct{} // closed at the next state change; made when first asked for
@@ -102,8 +103,8 @@ func (l *Lease) Deadline() time.Time {
 
 // Context returns the context of the current term: it is cancelled the
 // moment the lease stops being Held (uncertain, lost, released or past its
-// deadline). A poll must run under it. After a return to Held a new context
-// is returned.
+// deadline). After a return to Held a new context is returned. It is made
+// when first asked for; AfterTerm ties work to the term without it.
 func (l *Lease) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -123,9 +124,10 @@ type termHook struct {
 }
 
 // AfterTerm arranges for f to run the moment the current Held term ends,
-// as context.AfterFunc(l.Context(), f) does, without making the term's
-// context (a channel and a lock, for as long as the term lasts). ok is
-// false, and f never runs, when the lease is not Held. f runs on the
+// without making the term's context (a channel and a lock, for as long as
+// the term lasts). Unlike context.AfterFunc(l.Context(), f), it refuses a
+// term that has ended: ok is false, and f never runs, when the lease is
+// not Held. f runs on the
 // goroutine that ends the term with the lease's lock held: it must be
 // quick and must not call the lease (a context's cancel func is both).
 // stop unregisters f and reports whether it did so before f ran.

@@ -6,15 +6,15 @@ import (
 	"time"
 )
 
-// term is the context of one Held term of a lease (Lease.Context): done
-// when cancel is called, with context.Canceled. It is a context of its
-// own rather than context.WithCancel because a worker holds one per
-// session for as long as it holds the session: the standard cancelCtx
-// keeps a map of its children, allocated at the first child (each poll's
-// context) and never freed while the term lasts, a few hundred bytes per
-// held lease. term registers its children through AfterFunc instead
-// (context.WithCancel and context.AfterFunc use it for a parent that has
-// it), in a slice that is dropped when it empties.
+// term is the context of one Held term of a lease (Lease.Context, made
+// only when asked for: the poller uses Lease.AfterTerm instead): done when
+// cancel is called, with context.Canceled. It is a context of its own
+// rather than context.WithCancel because it may last as long as a lease is
+// held: the standard cancelCtx keeps a map of its children, allocated at
+// the first child and never freed while the term lasts. term registers its
+// children through AfterFunc instead (context.WithCancel and
+// context.AfterFunc use it for a parent that has it), in a slice that is
+// dropped when it empties.
 type term struct {
 	done chan struct{}
 

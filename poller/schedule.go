@@ -25,8 +25,8 @@ import (
 // Each worker is in one phase: queued (in the heap), waiting (its lease is
 // Uncertain; a lease change wakes it), polling, or exited. A worker polls
 // only when its lease is Held, its term not ended and its deadline not
-// passed; the poll's context is a child of the lease term, so it is
-// cancelled the moment the lease stops being Held.
+// passed; the poll's context is cancelled by the lease term's end
+// (pollContext, Lease.AfterTerm), the moment the lease stops being Held.
 type scheduler struct {
 	clock clock.WithTickerAndDelayedExecution
 	poll  func(w *worker) // runs one poll of w; called on a runner (launch)

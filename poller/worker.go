@@ -45,7 +45,7 @@ type worker struct {
 	next          time.Time // when the next (or running) poll is due
 	stopRequested bool
 	failures      int                // consecutive failed polls (backoff)
-	ctx           context.Context    // of the running poll: a child of the lease term
+	ctx           context.Context    // of the running poll: cancelled when the lease term ends (pollContext)
 	cancel        context.CancelFunc // cancels ctx
 }
 
@@ -88,14 +88,15 @@ func (c *Coordinator) stopWorker(w *worker) {
 }
 
 // runPoll runs one poll of w, under the context the scheduler made for it
-// (a child of the lease term), and hands w back to the scheduler.
+// (cancelled when the lease term ends: pollContext), and hands w back to
+// the scheduler.
 func (c *Coordinator) runPoll(w *worker) {
 	failed := false
 	defer func() { c.sched.polled(w, failed) }()
 	l := w.lease
 	now := c.cfg.Clock.Now()
-	// w.ctx is cancelled at once when its term ended as it was made
-	// (settleLocked).
+	// The term may have ended, or the deadline passed, since settleLocked
+	// made w.ctx on the scheduler's goroutine.
 	if w.ctx.Err() != nil || !now.Before(l.Deadline()) {
 		return
 	}
