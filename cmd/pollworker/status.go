@@ -13,6 +13,7 @@ import (
 
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -57,6 +58,12 @@ type clusterStatus struct {
 	// PollBalance compares the poll rates the live workers hold, each
 	// over its weight: max over mean of rate/weight.
 	PollBalance float64 `json:"poll_balance"`
+	// PollBalanceByLabels is, when the placeable workers carry more than
+	// one set of labels (zones, egress pools), the poll balance among the
+	// workers of each set, by labels: workers with the same labels can
+	// take the same sessions, so each set should be even, while sets
+	// rightly differ when their sessions' selectors ask for more of one.
+	PollBalanceByLabels []labelBalance `json:"poll_balance_by_labels,omitempty"`
 	// Unplaceable are the active sessions whose selector no live,
 	// placeable worker's labels match: polled by nobody until one joins.
 	Unplaceable unplaceable `json:"unplaceable"`
@@ -412,8 +419,42 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 			st.Balance.MaxOverMean = float64(st.Balance.Max) / st.Balance.Mean
 		}
 		st.PollBalance = pollBalance(st.Nodes)
+		st.PollBalanceByLabels = pollBalanceByLabels(st.Nodes)
 	}
 	return st
+}
+
+// labelBalance is the poll balance among the placeable workers with one
+// set of labels.
+type labelBalance struct {
+	// Labels is the set, canonical ("k=v,…" sorted by key; "" for none).
+	Labels string `json:"labels"`
+	// Workers is how many placeable live workers carry exactly it.
+	Workers int `json:"workers"`
+	// PollBalance is max over mean of their poll rate per unit of weight.
+	PollBalance float64 `json:"poll_balance"`
+}
+
+// pollBalanceByLabels is the poll balance within each set of labels the
+// placeable workers carry, sorted by labels; nil when they all carry the
+// same (PollBalance says it all then).
+func pollBalanceByLabels(ns []nodeStatus) []labelBalance {
+	groups := make(map[string][]nodeStatus)
+	for _, n := range ns {
+		if !n.Cordoned {
+			key := nodes.Labels(n.Labels).String()
+			groups[key] = append(groups[key], n)
+		}
+	}
+	if len(groups) < 2 {
+		return nil
+	}
+	out := make([]labelBalance, 0, len(groups))
+	for key, g := range groups {
+		out = append(out, labelBalance{Labels: key, Workers: len(g), PollBalance: pollBalance(g)})
+	}
+	slices.SortFunc(out, func(a, b labelBalance) int { return cmp.Compare(a.Labels, b.Labels) })
+	return out
 }
 
 // pollBalance is max over mean of the poll rate per unit of weight of

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -139,6 +140,13 @@ func printStatus(w io.Writer, st clusterStatus) {
 	if len(st.Nodes) > 0 {
 		fmt.Fprintf(w, "balance: %s\n", st.Balance)
 		fmt.Fprintf(w, "poll balance: max/mean %.2f of polls per second per unit of weight (the plan weighs %s)\n", st.PollBalance, st.PlanUnit)
+		if len(st.PollBalanceByLabels) > 0 {
+			parts := make([]string, len(st.PollBalanceByLabels))
+			for i, b := range st.PollBalanceByLabels {
+				parts[i] = fmt.Sprintf("%s %.2f (%s)", cmp.Or(b.Labels, "(no labels)"), b.PollBalance, plural(b.Workers, "worker"))
+			}
+			fmt.Fprintf(w, "poll balance by worker labels: %s\n", strings.Join(parts, "; "))
+		}
 	}
 }
 

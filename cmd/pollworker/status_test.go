@@ -424,3 +424,58 @@ func TestStatusUnplaceable(t *testing.T) {
 	require.Contains(t, out.String(), "UNPLACEABLE: 1 active sessions whose selector no live worker's labels match, polled by nobody (zone=mars: 1) (b)")
 	require.Contains(t, out.String(), "zone=eu")
 }
+
+// TestPollBalanceByLabels: with workers of more than one set of labels,
+// status gives the poll balance within each set (per unit of weight,
+// cordoned workers left out), beside the fleet's; with one set, none.
+func TestPollBalanceByLabels(t *testing.T) {
+	eu := map[string]string{"zone": "eu"}
+	us := map[string]string{"zone": "us", "egress": "static"}
+	n := func(labels map[string]string, rate, weight float64, cordoned bool) nodeStatus {
+		return nodeStatus{Labels: labels, PollsPerSecond: rate, Weight: weight, Cordoned: cordoned}
+	}
+	for _, tc := range []struct {
+		name    string
+		give    []nodeStatus
+		fleet   float64
+		byLabel []labelBalance
+		printed string
+	}{
+		{name: "one set", give: []nodeStatus{n(eu, 100, 1, false), n(eu, 50, 1, false)}, fleet: 100 / 75.0},
+		{name: "no labels at all", give: []nodeStatus{n(nil, 10, 1, false), n(nil, 10, 1, false)}, fleet: 1},
+		{
+			name: "two zones, each even, the fleet not",
+			give: []nodeStatus{n(eu, 300, 1, false), n(eu, 300, 1, false), n(us, 100, 1, false), n(us, 200, 2, false)},
+			// 900 polls/s over weight 5: mean 180; the eu workers' 300 is the worst.
+			fleet: 300 / 180.0,
+			byLabel: []labelBalance{
+				{Labels: "egress=static,zone=us", Workers: 2, PollBalance: 1},
+				{Labels: "zone=eu", Workers: 2, PollBalance: 1},
+			},
+			printed: "poll balance by worker labels: egress=static,zone=us 1.00 (2 workers); zone=eu 1.00 (2 workers)",
+		},
+		{
+			name: "unlabelled workers are a set; cordoned ones are left out",
+			give: []nodeStatus{n(eu, 100, 1, false), n(eu, 0, 1, true), n(nil, 150, 1, false), n(nil, 50, 1, false)},
+			fleet: 150 / 100.0,
+			byLabel: []labelBalance{
+				{Labels: "", Workers: 2, PollBalance: 1.5},
+				{Labels: "zone=eu", Workers: 1, PollBalance: 1},
+			},
+			printed: "poll balance by worker labels: (no labels) 1.50 (2 workers); zone=eu 1.00 (1 worker)",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.InDelta(t, tc.fleet, pollBalance(tc.give), 1e-9)
+			got := pollBalanceByLabels(tc.give)
+			require.Equal(t, tc.byLabel, got)
+			var out strings.Builder
+			printStatus(&out, clusterStatus{Nodes: tc.give, PollBalance: tc.fleet, PollBalanceByLabels: got})
+			if tc.printed == "" {
+				require.NotContains(t, out.String(), "by worker labels")
+			} else {
+				require.Contains(t, out.String(), tc.printed)
+			}
+		})
+	}
+}
