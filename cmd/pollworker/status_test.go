@@ -455,8 +455,8 @@ func TestPollBalanceByLabels(t *testing.T) {
 			printed: "poll balance by worker labels: egress=static,zone=us 1.00 (2 workers); zone=eu 1.00 (2 workers)",
 		},
 		{
-			name: "unlabelled workers are a set; cordoned ones are left out",
-			give: []nodeStatus{n(eu, 100, 1, false), n(eu, 0, 1, true), n(nil, 150, 1, false), n(nil, 50, 1, false)},
+			name:  "unlabelled workers are a set; cordoned ones are left out",
+			give:  []nodeStatus{n(eu, 100, 1, false), n(eu, 0, 1, true), n(nil, 150, 1, false), n(nil, 50, 1, false)},
 			fleet: 150 / 100.0,
 			byLabel: []labelBalance{
 				{Labels: "", Workers: 2, PollBalance: 1.5},
