@@ -87,7 +87,7 @@ func BenchmarkRecord(b *testing.B) {
 					continue
 				}
 				p.record(ctx, res, class)
-				if rec.queue.n >= bc.batch && bc.batch > 0 { // what Run does when kicked
+				if rec.queue.Len() >= bc.batch && bc.batch > 0 { // what Run does when kicked
 					batch = rec.flush(ctx, batch[:0])
 				}
 			}

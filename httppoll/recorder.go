@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
+	"github.com/pollworker/pollworker/internal/ring"
 	"github.com/pollworker/pollworker/keyspace"
 )
 
@@ -105,7 +106,7 @@ type Recorder struct {
 	running atomic.Bool
 
 	mu    sync.Mutex
-	queue ring // waiting results
+	queue *ring.Ring[Result] // waiting results
 
 	queued, written, failed, dropped, unchanged, flushes atomic.Uint64
 	flushLog                                             failureLog
@@ -175,7 +176,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		kick:     make(chan struct{}, 1),
-		queue:    ring{buf: make([]Result, cfg.QueueSize)},
+		queue:    ring.New[Result](cfg.QueueSize),
 		flushLog: failureLog{what: "recording poll results"},
 	}, nil
 }
@@ -194,10 +195,10 @@ func (r *Recorder) streamMaxLen() int64 {
 func (r *Recorder) Add(res Result) {
 	r.queued.Add(1)
 	r.mu.Lock()
-	if r.queue.push(res) {
+	if r.queue.Push(res) {
 		r.dropped.Add(1)
 	}
-	full := r.queue.n >= r.cfg.BatchSize
+	full := r.queue.Len() >= r.cfg.BatchSize
 	r.mu.Unlock()
 	if full {
 		select {
@@ -246,7 +247,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 // pipeline bounded by FlushTimeout. It returns batch for reuse.
 func (r *Recorder) flush(ctx context.Context, batch []Result) []Result {
 	r.mu.Lock()
-	batch = r.queue.drain(batch)
+	batch = r.queue.Drain(batch)
 	r.mu.Unlock()
 	if len(batch) == 0 {
 		return batch
@@ -264,34 +265,4 @@ func (r *Recorder) flush(ctx context.Context, batch []Result) []Result {
 	}
 	clear(batch) // let the strings go
 	return batch
-}
-
-// ring is a fixed-size FIFO that overwrites its oldest element when full.
-type ring struct {
-	buf     []Result
-	head, n int
-}
-
-// push appends res and reports whether the oldest element was dropped for
-// it.
-func (q *ring) push(res Result) bool {
-	if q.n == len(q.buf) {
-		q.buf[q.head] = res
-		q.head = (q.head + 1) % len(q.buf)
-		return true
-	}
-	q.buf[(q.head+q.n)%len(q.buf)] = res
-	q.n++
-	return false
-}
-
-// drain appends every element to dst, oldest first, and empties q.
-func (q *ring) drain(dst []Result) []Result {
-	for i := range q.n {
-		j := (q.head + i) % len(q.buf)
-		dst = append(dst, q.buf[j])
-		q.buf[j] = Result{}
-	}
-	q.head, q.n = 0, 0
-	return dst
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/pollworker/pollworker/internal/ring"
 	"github.com/pollworker/pollworker/keyspace"
 )
 
@@ -133,17 +134,17 @@ func TestNewRecorder(t *testing.T) {
 }
 
 func TestRingDropsOldest(t *testing.T) {
-	q := ring{buf: make([]Result, 3)}
+	q := ring.New[Result](3)
 	var dropped int
 	for i := range 5 {
-		if q.push(result("s", i)) {
+		if q.Push(result("s", i)) {
 			dropped++
 		}
 	}
 	require.Equal(t, 2, dropped)
-	got := q.drain(nil)
+	got := q.Drain(nil)
 	require.Equal(t, []Result{result("s", 2), result("s", 3), result("s", 4)}, got)
-	require.Empty(t, q.drain(nil))
+	require.Empty(t, q.Drain(nil))
 }
 
 // TestRecorderBatches: N results cost at most ceil(N/BatchSize) pipelines

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pollworker/pollworker/httppoll"
+	"github.com/pollworker/pollworker/internal/ring"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/poller"
 )
@@ -19,36 +20,25 @@ import (
 // once, and each add is O(1) without allocating.
 type recentEvents struct {
 	mu     sync.Mutex
-	events []poller.Event // the ring, len max once full
-	next   int            // where the next event goes once full
-	max    int
+	events *ring.Ring[poller.Event]
 }
 
-func newRecentEvents(max int) *recentEvents { return &recentEvents{max: max} }
+func newRecentEvents(max int) *recentEvents {
+	return &recentEvents{events: ring.New[poller.Event](max)}
+}
 
 // add records e; it never blocks for long (poller.Config.OnEvent).
 func (r *recentEvents) add(e poller.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.events) < r.max {
-		r.events = append(r.events, e)
-		return
-	}
-	if r.max > 0 {
-		r.events[r.next] = e
-		r.next = (r.next + 1) % r.max
-	}
+	r.events.Push(e)
 }
 
 // list returns the events kept, newest first.
 func (r *recentEvents) list() []poller.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]poller.Event, 0, len(r.events))
-	for i := range r.events {
-		out = append(out, r.events[(r.next+len(r.events)-1-i)%len(r.events)])
-	}
-	return out
+	return r.events.Newest(make([]poller.Event, 0, r.events.Len()))
 }
 
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
