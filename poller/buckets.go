@@ -324,7 +324,7 @@ func (c *Coordinator) assignBuckets() {
 // polledByBucket returns the sessions polled here, by bucket.
 func (c *Coordinator) polledByBucket() map[int][]string {
 	out := make(map[int][]string)
-	for id := range c.workers {
+	for id := range c.sched.workers {
 		b := keyspace.BucketOf(id)
 		out[b] = append(out[b], id)
 	}
@@ -336,7 +336,7 @@ func (c *Coordinator) polledByBucket() map[int][]string {
 // (reapWorkers forgets them then).
 func (c *Coordinator) dropBucket(b int, st *bucket) {
 	for _, id := range st.ids {
-		if _, running := c.workers[id]; !running {
+		if _, running := c.sched.workers[id]; !running {
 			delete(c.view.sessions, id)
 		}
 	}
@@ -489,7 +489,7 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 	var fetch []string
 	for i, b := range bs {
 		for _, id := range perBucket[i] {
-			if _, running := c.workers[id]; running || c.view.buckets[b].assigned {
+			if _, running := c.sched.workers[id]; running || c.view.buckets[b].assigned {
 				fetch = append(fetch, id)
 			}
 		}
@@ -526,7 +526,7 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 // worker polls with when that is the same, so that the two share one copy,
 // else a new one.
 func (c *Coordinator) definition(s session.Session) *session.Session {
-	if w := c.workers[s.ID]; w != nil && sameSession(s, *w.sess) {
+	if w := c.sched.workers[s.ID]; w != nil && sameSession(s, *w.sess) {
 		return w.sess
 	}
 	return &s

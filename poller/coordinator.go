@@ -40,10 +40,9 @@ type Coordinator struct {
 	status   Status // published by the main loop at the end of a round
 
 	// Owned by the main loop (mainLoop and what it calls; drain after it).
-	view    view               // what the worker knows of the fleet and the sessions
-	claims  claims             // its bookkeeping of contended and orphaned sessions
-	workers map[string]*worker // the poll loops of the sessions it holds: sched.workers, written through sched (start, forget)
-	sched   *scheduler         // runs those loops' polls
+	view   view       // what the worker knows of the fleet and the sessions
+	claims claims     // its bookkeeping of contended and orphaned sessions
+	sched  *scheduler // runs the poll loops of the sessions it holds (sched.workers, which the main loop reads freely and writes through start and forget)
 }
 
 // news is what the heartbeat, subscription and lease goroutines tell the
@@ -140,7 +139,6 @@ func New(cfg Config) (*Coordinator, error) {
 		},
 	}
 	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
-	c.workers = c.sched.workers
 	c.sched.align, c.sched.pace, c.sched.slack = spreadStep, true, TimerSlack
 	c.sched.limit, c.sched.maxBackoff = cfg.MaxPolls, cfg.MaxErrorBackoff
 	c.sched.behindSpan = cfg.LeaseTTL
@@ -508,7 +506,7 @@ func (c *Coordinator) stopTimers() {
 // poll that outlives the drain costs only its own lease (left to expire),
 // never the release of the others or the leave.
 func (c *Coordinator) drain() error {
-	owned := len(c.workers)
+	owned := len(c.sched.workers)
 	// Leave first: the peers plan without this worker at once, so that
 	// no session released by another worker meanwhile is planned onto one
 	// that is going away; they take this worker's sessions as it releases
@@ -528,12 +526,12 @@ func (c *Coordinator) drain() error {
 			errs = append(errs, err)
 		}
 	}
-	if n := len(c.workers); n > 0 {
+	if n := len(c.sched.workers); n > 0 {
 		// Their polls ignored the cancellation: the leases are left to
 		// expire in Redis, and given up here at once, so that no deadline
 		// timer of theirs fires after Run has returned.
 		stuck := make([]*lease.Lease, 0, n)
-		for _, w := range c.workers {
+		for _, w := range c.sched.workers {
 			stuck = append(stuck, w.lease)
 		}
 		c.leases.Abandon(stuck...)

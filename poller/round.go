@@ -86,7 +86,7 @@ func (c *Coordinator) checkShare() {
 	}
 	missing := 0
 	for id := range c.view.sessions {
-		if _, running := c.workers[id]; !running && c.ownerOf(id) == c.cfg.ID {
+		if _, running := c.sched.workers[id]; !running && c.ownerOf(id) == c.cfg.ID {
 			missing++
 		}
 	}
@@ -124,13 +124,13 @@ func (c *Coordinator) startRound() {
 // touched ones.
 func (c *Coordinator) checkWorkers(full bool, touched map[string]struct{}) {
 	if full {
-		for id, w := range c.workers {
+		for id, w := range c.sched.workers {
 			c.checkWorker(id, w)
 		}
 		return
 	}
 	for id := range touched {
-		if w, ok := c.workers[id]; ok {
+		if w, ok := c.sched.workers[id]; ok {
 			c.checkWorker(id, w)
 		}
 	}
@@ -142,7 +142,7 @@ func (c *Coordinator) checkWorkers(full bool, touched map[string]struct{}) {
 func (c *Coordinator) wanted(full bool, touched map[string]struct{}) []string {
 	me := c.cfg.ID
 	want := func(id string) bool {
-		_, running := c.workers[id]
+		_, running := c.sched.workers[id]
 		_, contended := c.claims.contended[id]
 		s := c.view.sessions[id]
 		return !running && !contended && c.ownerOf(id) == me && (s == nil || c.matches(*s))
@@ -234,7 +234,7 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 	var release []lease.Handoff
 	for _, w := range c.sched.collect() {
 		id := w.sess.ID
-		if c.workers[id] != w {
+		if c.sched.workers[id] != w {
 			continue // collected already (stopAll)
 		}
 		c.sched.forget(id, w)
@@ -326,7 +326,7 @@ func (c *Coordinator) acquired(r lease.Result, orphan bool, now time.Time, out *
 		c.watchOrphans()
 	case r.Lease != nil:
 		delete(c.claims.contended, r.Session)
-		if _, running := c.workers[r.Session]; running || r.Lease.State() != lease.Held {
+		if _, running := c.sched.workers[r.Session]; running || r.Lease.State() != lease.Held {
 			return
 		}
 		s, ok := c.view.sessions[r.Session]
@@ -425,7 +425,7 @@ func (c *Coordinator) watchList() []string {
 			continue
 		}
 		for _, id := range st.ids {
-			if _, ok := c.workers[id]; !ok && keyspace.ValidateID(id) == nil && !c.isUnmatched(id) {
+			if _, ok := c.sched.workers[id]; !ok && keyspace.ValidateID(id) == nil && !c.isUnmatched(id) {
 				watch = append(watch, id)
 			}
 		}
@@ -536,6 +536,6 @@ func (c *Coordinator) publishStatus() {
 	c.status.Sessions = len(c.view.sessions)
 	c.status.Malformed = malformed
 	c.statusMu.Unlock()
-	c.cfg.Observer.Round(len(c.view.members.Nodes), len(c.view.sessions), len(c.workers), malformed, c.view.membersChanged)
+	c.cfg.Observer.Round(len(c.view.members.Nodes), len(c.view.sessions), len(c.sched.workers), malformed, c.view.membersChanged)
 	c.view.membersChanged = false
 }

@@ -70,10 +70,9 @@ type scheduler struct {
 	stats    schedStats
 	late     lateness // the current stretch of polls starting behindLate
 	queue    dueQueue // queued workers by next poll time
-	// workers are the poll loops by session id; Coordinator.workers is
-	// this map. Only the coordinator's main loop writes it, under mu
-	// (start, forget), so that it reads it without mu and the scheduler
-	// reads it under mu (leaseChanged).
+	// workers are the poll loops by session id. Only the coordinator's
+	// main loop writes it, under mu (start, forget), so that it reads it
+	// without mu and the scheduler reads it under mu (leaseChanged).
 	workers map[string]*worker
 	timer   clock.Timer
 	armed   time.Time // when the timer fires; zero when it is not armed
@@ -505,16 +504,11 @@ func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 	return true
 }
 
-// termWatcher is what pollContext needs of a lease.
-type termWatcher interface {
-	AfterTerm(f func()) (stop func() bool, ok bool)
-}
-
 // pollContext returns the context of one poll under l's current Held
 // term, cancelled the moment the term ends (Lease.AfterTerm), or ok false
 // when the lease is not Held. It is not a child of Lease.Context, which
 // would keep a context per held lease for as long as it is held.
-func pollContext(l termWatcher) (ctx context.Context, cancel context.CancelFunc, ok bool) {
+func pollContext(l *lease.Lease) (ctx context.Context, cancel context.CancelFunc, ok bool) {
 	ctx, cancelCtx := context.WithCancel(context.Background())
 	stop, ok := l.AfterTerm(cancelCtx)
 	if !ok {

@@ -70,7 +70,7 @@ func (c *Coordinator) startWorkerAt(s *session.Session, l *lease.Lease, polled *
 		// loop loads its state first and is paced then (scheduler.paceFirst, from prepareState).
 		due = c.cfg.Clock.Now()
 	}
-	c.sched.start(w, due) // and c.workers[s.ID] = w
+	c.sched.start(w, due) // and sched.workers[s.ID] = w
 }
 
 // handoff is what a successor of w's lease is told: the lease to release,
@@ -167,7 +167,7 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 // returns the handoffs of the loops that exited, whose polls have
 // returned, and forgets those workers.
 func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
-	for _, w := range c.workers {
+	for _, w := range c.sched.workers {
 		c.stopWorker(w)
 	}
 	var exited []lease.Handoff
@@ -175,7 +175,7 @@ func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
 	// is done; after that it only collects those that are done already, so
 	// one stuck poll never hides the others.
 	wait := func(ctx context.Context) {
-		for id, w := range c.workers {
+		for id, w := range c.sched.workers {
 			done := c.sched.exited(w)
 			select {
 			case <-done:
@@ -191,10 +191,10 @@ func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
 		}
 	}
 	wait(ctx)
-	if len(c.workers) == 0 {
+	if len(c.sched.workers) == 0 {
 		return exited
 	}
-	for _, w := range c.workers {
+	for _, w := range c.sched.workers {
 		c.sched.abort(w)
 	}
 	grace, cancel := context.WithTimeout(context.Background(), abortGrace)
