@@ -34,40 +34,8 @@ type State struct {
 
 	mu       sync.Mutex
 	loaded   bool
-	last     savedRecord
-	polledAt time.Time // start of the poll running (coordinator's clock)
-}
-
-// savedRecord is a state.Record kept in 56 bytes instead of 104, as a
-// worker keeps one per held session: its times are whole milliseconds
-// (state.Store makes every Record's so), stored as Unix milliseconds, 0 for
-// the zero time.
-type savedRecord struct {
-	data                  []byte
-	token                 uint64
-	saved, polledAt, read int64
-}
-
-// compactRecord returns r as a savedRecord.
-func compactRecord(r state.Record) savedRecord {
-	ms := func(t time.Time) int64 {
-		if t.IsZero() {
-			return 0
-		}
-		return t.UnixMilli()
-	}
-	return savedRecord{data: r.Data, token: r.Token, saved: ms(r.Saved), polledAt: ms(r.PolledAt), read: ms(r.Read)}
-}
-
-// record returns the state.Record r keeps.
-func (r savedRecord) record() state.Record {
-	t := func(ms int64) time.Time {
-		if ms == 0 {
-			return time.Time{}
-		}
-		return time.UnixMilli(ms)
-	}
-	return state.Record{Data: r.data, Token: r.token, Saved: t(r.saved), PolledAt: t(r.polledAt), Read: t(r.read)}
+	last     state.Compact // as Last returns it; a worker keeps one per held session
+	polledAt time.Time     // start of the poll running (coordinator's clock)
 }
 
 // Last returns the last saved record of the session: as loaded before the
@@ -76,7 +44,7 @@ func (r savedRecord) record() state.Record {
 func (st *State) Last() state.Record {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.last.record()
+	return st.last.Record()
 }
 
 // Save writes data as the session's state, fenced by the poll's lease
@@ -96,8 +64,8 @@ func (st *State) Save(ctx context.Context, data []byte) error {
 		return err
 	}
 	st.mu.Lock()
-	if rec.Token >= st.last.token {
-		st.last = compactRecord(rec)
+	if rec.Token >= st.last.Token() {
+		st.last = rec.Compact()
 	}
 	st.mu.Unlock()
 	return nil
@@ -139,7 +107,7 @@ func (c *Coordinator) prepareState(w *worker, now time.Time) (pollNow, failed bo
 		return false, w.ctx.Err() == nil
 	}
 	st.mu.Lock()
-	st.loaded, st.last = true, compactRecord(rec)
+	st.loaded, st.last = true, rec.Compact()
 	st.mu.Unlock()
 	if _, handed := w.lease.NextPoll(); handed || w.polled.Load() {
 		return true, false // the handoff mark or the previous loop set the schedule

@@ -344,21 +344,3 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 		return next(ctx, cmds)
 	}
 }
-
-// TestSavedRecordKeepsARecord: the compact form a worker keeps gives back
-// the very Record state.Store returned, zero times included.
-func TestSavedRecordKeepsARecord(t *testing.T) {
-	ms := time.UnixMilli(1_795_507_625_501)
-	for _, tc := range []struct {
-		name string
-		give state.Record
-	}{
-		{"never saved", state.Record{}},
-		{"loaded", state.Record{Data: []byte(`{"v":1}`), Token: 7, Saved: ms, PolledAt: ms.Add(-2 * time.Millisecond), Read: ms.Add(time.Second)}},
-		{"saved without a poll start", state.Record{Data: []byte("x"), Token: 1 << 60, Saved: ms, Read: ms}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.give, compactRecord(tc.give).record())
-		})
-	}
-}

@@ -291,3 +291,23 @@ func TestCluster(t *testing.T) {
 	var rerr redis.Error
 	require.False(t, errors.As(err, &rerr))
 }
+
+// TestCompactKeepsARecord: the compact form a worker keeps gives back the
+// very Record the Store returned, zero times included.
+func TestCompactKeepsARecord(t *testing.T) {
+	ms := time.UnixMilli(1_795_507_625_501)
+	for _, tc := range []struct {
+		name string
+		give state.Record
+	}{
+		{"never saved", state.Record{}},
+		{"loaded", state.Record{Data: []byte(`{"v":1}`), Token: 7, Saved: ms, PolledAt: ms.Add(-2 * time.Millisecond), Read: ms.Add(time.Second)}},
+		{"saved without a poll start", state.Record{Data: []byte("x"), Token: 1 << 60, Saved: ms, Read: ms}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.give.Compact()
+			require.Equal(t, tc.give, c.Record())
+			require.Equal(t, tc.give.Token, c.Token())
+		})
+	}
+}
