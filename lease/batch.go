@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -246,19 +247,25 @@ func newReader(t transport) *Reader {
 	return &Reader{transport: t, inspect: redis.NewScript(lua.Inspect), unheld: redis.NewScript(lua.Unheld)}
 }
 
-// readLeases runs a read-only script whose keys are the lease keys of
-// sessions, batched and pipelined; each call's idx maps its keys back to
-// positions in sessions.
-func (m *Reader) readLeases(ctx context.Context, script *redis.Script, sessions []string) []*call {
+// readLeases runs a read-only script whose keys are keysOf each of
+// sessions (the same number for each), batched and pipelined; each call's
+// idx maps its keys back to positions in sessions.
+func (m *Reader) readLeases(ctx context.Context, script *redis.Script, sessions []string, keysOf func(string) []string) []*call {
 	idx := make([]int, len(sessions))
 	for i := range idx {
 		idx[i] = i
 	}
 	var calls []*call
 	for _, b := range m.batches(idx, sessions) {
-		args := evalsha(script, len(b), len(b))
+		var args []any
 		for _, i := range b {
-			args = append(args, m.keys.Lease(sessions[i]))
+			ks := keysOf(sessions[i])
+			if args == nil {
+				args = evalsha(script, len(ks)*len(b), len(ks)*len(b))
+			}
+			for _, k := range ks {
+				args = append(args, k)
+			}
 		}
 		calls = append(calls, &call{idx: b, args: args})
 	}
@@ -266,27 +273,35 @@ func (m *Reader) readLeases(ctx context.Context, script *redis.Script, sessions 
 	return calls
 }
 
-// Inspect reads who holds the leases of sessions, read-only.
+// Inspect reads who holds the leases of sessions, read-only, and which of
+// them have a key the acquire script cannot use (Holding.Bad).
 func (m *Reader) Inspect(ctx context.Context, sessions []string) ([]Holding, error) {
-	calls := m.readLeases(ctx, m.inspect, sessions)
+	calls := m.readLeases(ctx, m.inspect, sessions, func(s string) []string {
+		return []string{m.keys.Lease(s), m.keys.Fence(s), m.keys.Released(s)}
+	})
 	out := make([]Holding, len(sessions))
 	for _, c := range calls {
 		if c.err != nil {
 			return nil, fmt.Errorf("inspect: %w", c.err)
 		}
 		vals, err := c.cmd.Slice()
-		if err != nil || len(vals) != 2*len(c.idx) {
+		if err != nil || len(vals) != 3*len(c.idx) {
 			return nil, fmt.Errorf("inspect: reply of %d values for %d leases: %v", len(vals), len(c.idx), err)
 		}
 		for j, i := range c.idx {
-			out[i].Session = sessions[i]
-			if v, ok := vals[2*j].(string); ok {
+			s := sessions[i]
+			out[i].Session = s
+			if v, ok := vals[3*j].(string); ok {
 				out[i].Owner = v
 			}
-			if ms, ok := vals[2*j+1].(int64); ok && ms > 0 {
+			if ms, ok := vals[3*j+1].(int64); ok && ms > 0 {
 				out[i].Remaining = time.Duration(ms) * time.Millisecond
 			} else if ok && ms == -1 {
 				out[i].Remaining = -1
+			}
+			if v, ok := vals[3*j+2].(string); ok {
+				role, problem, _ := strings.Cut(v, ":")
+				out[i].Bad = newBadKey(m.keys, s, role, problem)
 			}
 		}
 	}
@@ -298,7 +313,7 @@ func (m *Reader) Inspect(ctx context.Context, sessions []string) ([]Holding, err
 // only the free ones: several times cheaper than Inspect for watching many
 // sessions of which few are free.
 func (m *Reader) Unheld(ctx context.Context, sessions []string) ([]string, error) {
-	calls := m.readLeases(ctx, m.unheld, sessions)
+	calls := m.readLeases(ctx, m.unheld, sessions, func(s string) []string { return []string{m.keys.Lease(s)} })
 	var free []int
 	for _, c := range calls {
 		if c.err != nil {

@@ -46,7 +46,17 @@
 //     before this scheme) are far below the clock, so an upgrade in place
 //     keeps them increasing. Tokens are int64, sent in decimal; the script
 //     computes them in Lua's doubles, exact up to 2^53 microseconds (the
-//     year 2255).
+//     year 2255): a counter at or above 2^53-1, or not a decimal integer,
+//     is refused (Result.Bad), never rounded into a shared or backward
+//     token.
+//   - A bad key affects its own session only. A lease key, fencing counter
+//     or handoff mark of the wrong type (or an unusable counter) is
+//     reported per session (Result.Bad, Holding.Bad, Manager.BadKeys,
+//     logged once); the rest of its batch is acquired as usual, nothing of
+//     the bad session is written, and no such key is ever deleted or
+//     overwritten. A loss marker of the wrong type counts as a lost one:
+//     it is logged at error level and overwritten with a fresh quarantine
+//     (it is the package's own key; the repair only delays).
 //   - No two holders after a data loss (the loss quarantine). Each hash
 //     slot has a loss marker (<prefix>:epoch:{tag}, one per slot so that
 //     Redis Cluster's acquire script can read it; slot 0's outside

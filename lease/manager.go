@@ -108,7 +108,9 @@ type Manager struct {
 	pending map[string]string // session -> owner value of an acquire whose reply was lost
 	stale   []*Lease          // lost locally but maybe still ours in Redis: release when next possible
 
-	quarantinedUntil time.Time // end of the last quarantine logged (noteQuarantine)
+	quarantinedUntil time.Time          // end of the last quarantine logged (noteQuarantine)
+	bad              map[string]*BadKey // sessions skipped for a bad key, each logged once
+	markerRepairs    int                // loss markers of the wrong type overwritten
 }
 
 // New validates cfg and returns a Manager.
@@ -131,6 +133,7 @@ func New(cfg Config) (*Manager, error) {
 		log:           cfg.Logger.With(zap.String("instance", cfg.Holder)),
 		held:          make(map[string]*Lease),
 		pending:       make(map[string]string),
+		bad:           make(map[string]*BadKey),
 	}, nil
 }
 
@@ -243,6 +246,10 @@ type Result struct {
 	// hash slot less than LossQuarantine ago: nobody may take it for
 	// Remaining more.
 	Quarantined bool
+	// Bad is set when a key of the session cannot be used (BadKey): the
+	// session is skipped, nothing of it was written, and Lease is nil. It
+	// is logged once per session (Manager.BadKeys lists them).
+	Bad *BadKey
 	// Err is set when the outcome is unknown (the request failed); the lease
 	// is then not ours, and a later Acquire retries with the same owner value.
 	Err error
@@ -322,7 +329,10 @@ func (m *Manager) epochSlot(session string) uint16 {
 // acquired applies the reply of one acquire call, received by now, to
 // results.
 func (m *Manager) acquired(c *call, sessions, owners []string, results []Result, now time.Time) []change {
-	vals, held, err := acquireReply(c, len(c.idx))
+	vals, held, marker, err := acquireReply(c, len(c.idx))
+	if marker != "" {
+		m.noteBadMarker(c, marker)
+	}
 	g := newGroup(c.sent.Add(m.cfg.TTL-m.cfg.DriftMargin), len(c.idx))
 	defer m.seal(g, now)
 	var changes []change
@@ -334,6 +344,10 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 			continue
 		}
 		token, remaining, gap, due := vals[4*j], vals[4*j+1], vals[4*j+2], vals[4*j+3]
+		if role, ok := badRole(held[j]); ok {
+			results[i].Bad = m.noteBad(newBadKey(m.cfg.Keys, s, role, held[len(c.idx)+j]))
+			continue
+		}
 		if token <= 0 {
 			if held[j] == quarantineMark {
 				results[i].Quarantined = true
@@ -350,6 +364,7 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 			m.mu.Unlock()
 			continue
 		}
+		m.noteGood(s)
 		l, ch := m.adopt(s, owners[i], token, time.Duration(gap)*time.Millisecond, time.Duration(due)*time.Millisecond, g, now)
 		results[i].Lease = l
 		changes = append(changes, ch...)
@@ -379,34 +394,46 @@ func (m *Manager) noteQuarantine(left time.Duration) {
 
 // acquireReply parses the reply of one acquire call for n sessions: four
 // integers per session, except that a lease held by another owner value
-// has that value (a string) in its third place, returned in held[j].
-func acquireReply(c *call, n int) (vals []int64, held []string, err error) {
+// has that value (a string) in its third place, returned in held[j]; a bad
+// key has "<bad:ROLE>" there and its problem (a string) in the fourth
+// place, returned in held[n+j]. marker is the problem of a loss marker of
+// the wrong type (the two values after the sessions'), "" if none.
+func acquireReply(c *call, n int) (vals []int64, held []string, marker string, err error) {
 	if c.err != nil {
-		return nil, nil, c.err
+		return nil, nil, "", c.err
 	}
 	raw, err := c.cmd.Slice()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
+	}
+	if len(raw) == 4*n+2 && raw[4*n] == badPrefix+"marker>" {
+		marker, _ = raw[4*n+1].(string)
+		raw = raw[:4*n]
 	}
 	if len(raw) != 4*n {
-		return nil, nil, fmt.Errorf("script reply has %d values, want %d", len(raw), 4*n)
+		return nil, nil, "", fmt.Errorf("script reply has %d values, want %d", len(raw), 4*n)
 	}
 	vals = make([]int64, len(raw))
-	held = make([]string, n)
+	held = make([]string, 2*n)
 	for k, v := range raw {
 		switch v := v.(type) {
 		case int64:
 			vals[k] = v
 		case string:
-			if k%4 != 2 {
-				return nil, nil, fmt.Errorf("script reply value %d is a string, want an integer", k)
+			_, bad := badRole(held[k/4])
+			switch {
+			case k%4 == 2:
+				held[k/4] = v
+			case k%4 == 3 && bad:
+				held[n+k/4] = v
+			default:
+				return nil, nil, "", fmt.Errorf("script reply value %d is a string, want an integer", k)
 			}
-			held[k/4] = v
 		default:
-			return nil, nil, fmt.Errorf("script reply value %d has type %T", k, v)
+			return nil, nil, "", fmt.Errorf("script reply value %d has type %T", k, v)
 		}
 	}
-	return vals, held, nil
+	return vals, held, marker, nil
 }
 
 // adopt records a successful acquisition whose reply arrived by now; its
@@ -610,6 +637,10 @@ type Holding struct {
 	// Remaining is the key's TTL: 0 when nobody holds it, -1 when the key
 	// has no expiry (never set by pollworker).
 	Remaining time.Duration
+	// Bad is the first key of the session that the acquire script cannot
+	// use (lease key, fencing counter, handoff mark), nil if none: nobody
+	// acquires the session until it is repaired.
+	Bad *BadKey
 }
 
 // Inspect reads who holds the leases of sessions, read-only

@@ -200,9 +200,9 @@ func runRelease(t *testing.T, c redis.Scripter, owners map[string]string, sessio
 
 func runInspect(t *testing.T, c redis.Scripter, sessions ...string) []any {
 	t.Helper()
-	ks := make([]string, 0, len(sessions))
+	ks := make([]string, 0, 3*len(sessions))
 	for _, s := range sessions {
-		ks = append(ks, realKeys.Lease(s))
+		ks = append(ks, realKeys.Lease(s), realKeys.Fence(s), realKeys.Released(s))
 	}
 	vals, err := redis.NewScript(lua.Inspect).Run(context.Background(), c, ks).Slice()
 	require.NoError(t, err)

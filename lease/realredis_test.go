@@ -432,11 +432,11 @@ func TestRealInspectScript(t *testing.T) {
 		sessions []string
 		want     []any // live stands for a remaining TTL in (0, scriptTTL]
 	}{
-		{"held with TTL", []string{"h"}, []any{"a#1", live}},
-		{"missing", []string{"m"}, []any{nil, int64(-2)}},
-		{"no expiry", []string{"f"}, []any{"b#2", int64(-1)}},
+		{"held with TTL", []string{"h"}, []any{"a#1", live, nil}},
+		{"missing", []string{"m"}, []any{nil, int64(-2), nil}},
+		{"no expiry", []string{"f"}, []any{"b#2", int64(-1), nil}},
 		{"missing ones do not cut the reply short", []string{"m", "h", "m2", "f"},
-			[]any{nil, int64(-2), "a#1", live, nil, int64(-2), "b#2", int64(-1)}},
+			[]any{nil, int64(-2), nil, "a#1", live, nil, nil, int64(-2), nil, "b#2", int64(-1), nil}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -198,16 +198,20 @@ func BenchmarkScriptRelease500(b *testing.B) {
 }
 
 // BenchmarkScriptLeaseRead500 times the two read-only scripts over the
-// same 500 held leases: inspect.lua (owner and PTTL of each) and
+// same 500 held leases: inspect.lua (owner, PTTL and key problems of each) and
 // unheld.lua (which are free: the orphan watch of a steady fleet, nothing
 // free, an empty reply).
 func BenchmarkScriptLeaseRead500(b *testing.B) {
 	s := newScriptBench(b)
 	s.hold(b)
-	args := []any{scriptBatch}
+	args := []any{3 * scriptBatch}
+	for _, id := range s.ids {
+		args = append(args, realKeys.Lease(id), realKeys.Fence(id), realKeys.Released(id))
+	}
+	b.Run("inspect", func(b *testing.B) { s.run(b, lua.Inspect, args, nil, replyLen(3*scriptBatch)) })
+	args = []any{scriptBatch}
 	for _, k := range s.keys {
 		args = append(args, k)
 	}
-	b.Run("inspect", func(b *testing.B) { s.run(b, lua.Inspect, args, nil, replyLen(2*scriptBatch)) })
 	b.Run("unheld", func(b *testing.B) { s.run(b, lua.Unheld, args, nil, replyLen(0)) })
 }

@@ -35,11 +35,12 @@ const (
 	checkEviction       = "eviction-policy"
 	checkIndexSizes     = "index-sizes"
 	checkUnplaceable    = "unplaceable"
+	checkBadKey         = "bad-key"
 )
 
 // allChecks lists them in the order they are reported.
 var allChecks = []string{checkHolderNotLive, checkPrevious, checkDuplicateID, checkUnknownSession,
-	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkIndexSizes}
+	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkIndexSizes, checkBadKey}
 
 // Flags of check.
 const (
@@ -101,7 +102,10 @@ func checkCommand() *cli.Command {
 			"  eviction-policy                     maxmemory-policy is not noeviction: leases can be evicted\n" +
 			"  unplaceable                         active sessions whose selector no live worker's labels match\n" +
 			"                                      (polled by nobody; not also reported as session-without-lease)\n" +
-			"  index-sizes                         the index's bucket sizes hash disagrees with SCARD of a bucket\n\n" +
+			"  index-sizes                         the index's bucket sizes hash disagrees with SCARD of a bucket\n" +
+			"  bad-key                             an active session's lease key, fencing counter or handoff mark is\n" +
+			"                                      of the wrong type (or a counter not a decimal below 2^53-1): nobody\n" +
+			"                                      acquires it until it is repaired by hand (not also session-without-lease)\n\n" +
 			"Checks Redis refuses (CONFIG or SCAN under a restricted ACL) are skipped with a note.\n" +
 			"--grace 0 reads once: session-without-lease then reports sessions between two rounds, and\n" +
 			"duplicate-id is skipped. Exit status: 0 healthy, 3 an invariant is broken, 1 the check could\n" +
@@ -227,7 +231,7 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 	if grace == 0 {
 		r.Notes = append(r.Notes, checkDuplicateID+": skipped with --grace 0 (it looks for leases renewed between two reads)")
 	}
-	r.Checks = append(r.Checks, checkHolderNotLive, checkPrevious, checkNoLease, checkNotPlanned)
+	r.Checks = append(r.Checks, checkHolderNotLive, checkPrevious, checkNoLease, checkNotPlanned, checkBadKey)
 	if grace > 0 {
 		r.Checks = append(r.Checks, checkDuplicateID)
 	}
@@ -326,6 +330,12 @@ func checkLeases(first, last fleetRead, maxNotPlanned int, notes *[]string) (int
 	unowned := 0
 	for _, id := range last.active {
 		h := last.holdings[id]
+		if h.Bad != nil {
+			add(checkBadKey, fmt.Sprintf("session %s: its %s key %s: %s; nobody acquires it until the key is repaired or deleted by hand", id, h.Bad.Role, h.Bad.Key, h.Bad.Problem))
+			if h.Owner == "" {
+				continue
+			}
+		}
 		if h.Owner == "" && last.pl.Members.Len() == 0 {
 			if first.holdings[id].Owner == "" {
 				unowned++

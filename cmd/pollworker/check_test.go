@@ -69,7 +69,7 @@ func TestCheckHealthyFleet(t *testing.T) {
 	res := runApp(t, "check", "--redis-url", f.url, "--grace", "0")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	require.Contains(t, res.stdout, "note: duplicate-id: skipped with --grace 0")
-	require.Contains(t, res.stdout, "ok: 8 checks")
+	require.Contains(t, res.stdout, "ok: 9 checks")
 	require.Empty(t, res.stderr)
 }
 
@@ -107,6 +107,13 @@ func TestCheckBrokenInvariants(t *testing.T) {
 		}},
 		{name: "eviction policy", want: checkEviction, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.ConfigSet(ctxT(t), "maxmemory-policy", "volatile-lru").Err())
+		}},
+		{name: "lease key of the wrong type", want: checkBadKey, breakIt: func(t *testing.T, f *explainFixture) {
+			require.NoError(t, f.client.Del(ctxT(t), keyspace.Space{}.Lease("s3")).Err())
+			require.NoError(t, f.client.HSet(ctxT(t), keyspace.Space{}.Lease("s3"), "planted", "1").Err())
+		}},
+		{name: "fencing counter too large", want: checkBadKey, breakIt: func(t *testing.T, f *explainFixture) {
+			require.NoError(t, f.client.Set(ctxT(t), keyspace.Space{}.Fence("s5"), "9007199254740993", 0).Err())
 		}},
 		{name: "index sizes", want: checkIndexSizes, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.HIncrBy(ctxT(t), keyspace.Space{}.SessionSizes(), fmt.Sprint(keyspace.BucketOf("s5")), 1).Err())

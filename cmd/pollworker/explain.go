@@ -43,6 +43,7 @@ const (
 	reasonSettling            = "held_back_after_move"
 	reasonContended           = "contended"
 	reasonNoMatchingWorker    = "no_matching_worker"
+	reasonBadKey              = "bad_key"
 )
 
 // explanation is what `pollworker explain SESSION` reports: the facts read
@@ -79,6 +80,8 @@ type explanation struct {
 	Watcher string `json:"watcher"`
 	// Lease is the current lease, nil when nobody holds it.
 	Lease *leaseFacts `json:"lease"`
+	// BadKey is a key of the session the workers cannot use, nil if none.
+	BadKey *lease.BadKey `json:"bad_key,omitempty"`
 	// Token is the fencing counter (the last token minted), 0 if none.
 	Token int64 `json:"token"`
 	// Loss is the loss marker of the lease's slot.
@@ -240,8 +243,10 @@ func explainSession(ctx context.Context, client redis.UniversalClient, keys keys
 		return explanation{}, fmt.Errorf("read the server clock: %w", err)
 	}
 	e.ServerTime = now.UTC()
-	if e.Token, err = readToken(ctx, client, keys.Fence(id)); err != nil {
-		return explanation{}, err
+	if e.BadKey = holdings[0].Bad; e.BadKey == nil || e.BadKey.Role != lease.RoleFence {
+		if e.Token, err = readToken(ctx, client, keys.Fence(id)); err != nil {
+			return explanation{}, err
+		}
 	}
 	if h := holdings[0]; h.Owner != "" {
 		o := lease.ParseOwner(h.Owner)
@@ -298,6 +303,8 @@ func readLoss(ctx context.Context, client redis.UniversalClient, keys keyspace.S
 	marker, err := server.Get(ctx, keys.Epoch(slot)).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		f.Present, f.RunID = true, "(wrong type: the next acquisition overwrites it with a fresh quarantine)"
 	case err != nil:
 		return lossFacts{}, fmt.Errorf("read the loss marker: %w", err)
 	default:
@@ -341,6 +348,9 @@ func why(e explanation) (reason, sentence string) {
 		return reasonMalformed, "no worker polls it: its stored definition is malformed (" + e.Malformed + ")" + held
 	case e.Definition.Paused:
 		return reasonPaused, "paused: no worker polls it" + held
+	case e.BadKey != nil:
+		return reasonBadKey, fmt.Sprintf("nobody acquires it: its %s key %s cannot be used (%s); repair or delete it by hand (pollworker never does)",
+			e.BadKey.Role, e.BadKey.Key, e.BadKey.Problem) + held
 	case e.NoMatchingWorker:
 		return reasonNoMatchingWorker, fmt.Sprintf("no live worker matches its selector %s: nobody polls it until a worker whose --labels include it joins", e.Definition.Selector) + held
 	case l == nil:

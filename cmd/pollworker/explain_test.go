@@ -261,6 +261,25 @@ func TestExplainOnRedis(t *testing.T) {
 			return e.Reason == reasonContended
 		}, 5*time.Second, 5*time.Millisecond, "reason %s: %s", e.Reason, e.Why)
 	})
+	t.Run("a key of the wrong type", func(t *testing.T) {
+		f := newExplainFixture(t)
+		ks := keyspace.Space{}
+		for _, key := range []string{ks.Lease("s1"), ks.Fence("s1"), ks.Released("s1")} {
+			require.NoError(t, f.client.HSet(ctxT(t), key, "planted", "1").Err())
+			e := f.explain(t, "s1")
+			require.Equal(t, reasonBadKey, e.Reason, e.Why)
+			require.Equal(t, key, e.BadKey.Key)
+			require.Contains(t, e.Why, "wrong type hash")
+			res := runApp(t, "sessions", "get", "--redis-url", f.url, "s1")
+			require.Equal(t, exitOK, res.code, res.stderr)
+			require.Contains(t, res.stdout, "bad key:")
+			require.NoError(t, f.client.Del(ctxT(t), key).Err())
+		}
+		require.NoError(t, f.client.Del(ctxT(t), ks.Epoch(0)).Err())
+		require.NoError(t, f.client.HSet(ctxT(t), ks.Epoch(0), "planted", "1").Err())
+		e := f.explain(t, "s1")
+		require.Contains(t, e.Loss.RunID, "wrong type")
+	})
 	t.Run("paused and not found", func(t *testing.T) {
 		f := newExplainFixture(t)
 		require.Equal(t, reasonPaused, f.explain(t, "p1").Reason)

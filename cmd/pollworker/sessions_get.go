@@ -65,6 +65,8 @@ type sessionView struct {
 	Session listedSession `json:"session"`
 	// Lease is the current holder of the session's lease; nil when free.
 	Lease *leaseView `json:"lease"`
+	// BadKey is a key of the session the workers cannot use, nil if none.
+	BadKey *lease.BadKey `json:"bad_key,omitempty"`
 	// State is the saved state; nil when none was saved.
 	State *stateView `json:"state"`
 }
@@ -133,6 +135,7 @@ func readSessionView(ctx context.Context, a admin, id string) (sessionView, erro
 		o := lease.ParseOwner(h.Owner)
 		v.Lease = &leaseView{Holder: o.Holder, Incarnation: o.Incarnation, ExpiresInMs: h.Remaining.Milliseconds()}
 	}
+	v.BadKey = holdings[0].Bad
 	rec, err := state.NewStore(a.client, a.keys).Load(ctx, id)
 	if err != nil {
 		return sessionView{}, err
@@ -193,6 +196,9 @@ func printSessionView(w io.Writer, v sessionView) {
 		row("lease", "held by %s (incarnation %s), expires in %v", l.Holder, l.Incarnation, time.Duration(l.ExpiresInMs)*time.Millisecond)
 	} else {
 		row("lease", "not held")
+	}
+	if b := v.BadKey; b != nil {
+		row("bad key", "%s key %s: %s; nobody acquires the session until it is repaired or deleted by hand", b.Role, b.Key, b.Problem)
 	}
 	st := v.State
 	switch {

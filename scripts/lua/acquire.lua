@@ -22,6 +22,17 @@
 --                 remaining ms (-1 if none)
 --   0, left, '<quarantine>', 0  free, but the slot is quarantined after a
 --                 data loss for `left` more ms
+--   0, 0, '<bad:ROLE>', problem  a key of the session cannot be used:
+--                 ROLE is lease, fence or mark; problem says why ("wrong
+--                 type hash", or for a fencing counter "not a decimal
+--                 integer: ..." or "at or above 2^53-1: ..."). Nothing of
+--                 the session was written; the key is left as it is (an
+--                 operator may need it). Other sessions of the batch are
+--                 acquired as usual.
+-- after the 4n values, when the loss marker had the wrong type, two more:
+--   '<bad:marker>', its type. The marker is pollworker's own key: it is
+--   overwritten with a fresh quarantine, as a lost marker is (a repair
+--   that only delays acquisitions, never lets two holders overlap).
 --
 -- Tokens: a new token is max(counter + 1, Redis TIME in microseconds), and
 -- the counter is set to it. The counter never expires; if it is lost (a
@@ -30,6 +41,10 @@
 -- earlier one, as long as the server clock has moved forward since the
 -- earlier token was minted. Tokens from a plain counter (older versions)
 -- are far below the clock, so an upgrade keeps them increasing too.
+-- Lua numbers are doubles, exact up to 2^53: a token above 2^53-1 could be
+-- minted twice (or below the counter), so a counter that is not a decimal
+-- integer below 2^53-1 is refused (reported as bad, never overwritten).
+-- The clock reaches 2^53 us in the year 2255.
 --
 -- Losses: the marker holds "<run id>:<quarantine end ms>". A marker that is
 -- missing (the data was lost, or this keyspace was never used) or written
@@ -39,6 +54,7 @@
 -- before the loss has ended at its holder (whose renewal fails) first.
 local n = math.floor(#KEYS / 3)
 local ttl = ARGV[1]
+local safe = 9007199254740991 -- 2^53 - 1, the largest token minted
 local now, nowus
 local function clock()
   if now == nil then
@@ -47,24 +63,62 @@ local function clock()
     now = math.floor(nowus / 1000)
   end
 end
-local function mint(fence)
+-- get reads a key that should be a string: its value (false when
+-- missing), or nil and 'wrong type <type>' when it is of another type.
+local function get(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    return nil, 'wrong type ' .. redis.call('TYPE', key)['ok']
+  end
+  return v
+end
+-- counter reads a fencing counter: its value (0 when missing), or nil and
+-- why it cannot be used.
+local function counter(fence)
+  local v, problem = get(fence)
+  if v == nil then
+    return nil, problem
+  elseif v == false then
+    return 0
+  elseif not string.match(v, '^%d+$') then
+    return nil, 'not a decimal integer: ' .. string.sub(v, 1, 40)
+  elseif #v > 16 or tonumber(v) >= safe then
+    return nil, 'at or above 2^53-1: ' .. string.sub(v, 1, 40)
+  end
+  return tonumber(v)
+end
+-- mint returns the next token of a counter whose value is last, and sets
+-- the counter to it; nil when it would exceed 2^53-1.
+local function mint(fence, last)
   clock()
-  local last = tonumber(redis.call('GET', fence) or '0') or 0
   local token = math.max(last + 1, nowus)
+  if token > safe then
+    return nil
+  end
   redis.call('SET', fence, string.format('%d', token))
   return token
 end
+local out = {}
+local function put(a, b, c, d)
+  out[#out + 1] = a
+  out[#out + 1] = b
+  out[#out + 1] = c
+  out[#out + 1] = d
+end
 
 local quarantine = 0
+local badmarker
 local marker = KEYS[3 * n + 1]
 if marker then
   -- INFO may be refused (an ACL without +info, an emulator): a restart
   -- or failover then goes unseen, a lost marker still counts
   local info = redis.pcall('INFO', 'server')
   local runid = type(info) == 'string' and string.match(info, 'run_id:(%w+)') or 'unknown'
-  local m = redis.call('GET', marker)
+  local m, problem = get(marker)
   local r, u
-  if m then
+  if m == nil then
+    badmarker = problem
+  elseif m then
     r, u = string.match(m, '^(%w+):(%d+)$')
   end
   clock()
@@ -75,51 +129,65 @@ if marker then
   quarantine = tonumber(u) - now
 end
 
-local out = {}
 for i = 1, n do
   local lease, fence, mark, me = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[1 + i]
-  local cur = redis.call('GET', lease)
-  if cur == false and quarantine > 0 then
-    out[#out + 1] = 0
-    out[#out + 1] = quarantine
-    out[#out + 1] = '<quarantine>'
-    out[#out + 1] = 0
-  elseif cur == false then
-    local token = mint(fence)
-    redis.call('SET', lease, me, 'PX', ttl)
-    local gap, due = -1, -1
-    local released, nextpoll
-    local m = redis.call('GET', mark)
-    if m then
-      redis.call('DEL', mark)
-      local r, d = string.match(m, '^(%d+):?(%d*)$')
-      released, nextpoll = tonumber(r), tonumber(d)
-    end
-    if released then
-      gap = math.max(0, now - released)
-      if nextpoll then
-        due = math.max(0, nextpoll - now)
+  local cur, problem = get(lease)
+  local last, m
+  if cur == nil then
+    put(0, 0, '<bad:lease>', problem)
+  elseif cur == false and quarantine > 0 then
+    put(0, quarantine, '<quarantine>', 0)
+  elseif cur == false or cur == me then
+    -- every key is checked before anything is written
+    last, problem = counter(fence)
+    if last == nil then
+      put(0, 0, '<bad:fence>', problem)
+    elseif cur == false then
+      m, problem = get(mark)
+      if m == nil then
+        put(0, 0, '<bad:mark>', problem)
+      else
+        local token = mint(fence, last)
+        if token == nil then
+          put(0, 0, '<bad:fence>', 'the next token would pass 2^53-1')
+        else
+          redis.call('SET', lease, me, 'PX', ttl)
+          local gap, due = -1, -1
+          local released, nextpoll
+          if m then
+            redis.call('DEL', mark)
+            local r, d = string.match(m, '^(%d+):?(%d*)$')
+            released, nextpoll = tonumber(r), tonumber(d)
+          end
+          if released then
+            gap = math.max(0, now - released)
+            if nextpoll then
+              due = math.max(0, nextpoll - now)
+            end
+          end
+          put(token, 0, gap, due)
+        end
+      end
+    else
+      -- a retried request: the token is the counter, which is this
+      -- acquisition's; if the counter was lost it is minted again
+      local token = last
+      if token == 0 then
+        token = mint(fence, 0)
+      end
+      if token == nil then
+        put(0, 0, '<bad:fence>', 'the next token would pass 2^53-1')
+      else
+        redis.call('PEXPIRE', lease, ttl)
+        put(token, 0, -1, -1)
       end
     end
-    out[#out + 1] = token
-    out[#out + 1] = 0
-    out[#out + 1] = gap
-    out[#out + 1] = due
-  elseif cur == me then
-    redis.call('PEXPIRE', lease, ttl)
-    local token = tonumber(redis.call('GET', fence))
-    if token == nil then
-      token = mint(fence)
-    end
-    out[#out + 1] = token
-    out[#out + 1] = 0
-    out[#out + 1] = -1
-    out[#out + 1] = -1
   else
-    out[#out + 1] = 0
-    out[#out + 1] = redis.call('PTTL', lease)
-    out[#out + 1] = cur
-    out[#out + 1] = 0
+    put(0, redis.call('PTTL', lease), cur, 0)
   end
+end
+if badmarker then
+  out[#out + 1] = '<bad:marker>'
+  out[#out + 1] = badmarker
 end
 return out

@@ -10,20 +10,28 @@
 -- poll due>" (Redis TIME, in ms) with PX ARGV[1] (plus the wait for the next
 -- poll); acquire.lua reads and deletes it to report the handoff gap and to
 -- keep the session's poll schedule.
+-- A key of the wrong type is never touched (an operator may need it): a
+-- lease key that is not a string is not ours (0); a handoff mark that is
+-- not a string is left as it is (the lease is still deleted, and the
+-- successor's acquisition reports the mark).
 local life = tonumber(ARGV[1])
 local n = #KEYS / 2
 local now
 local out = {}
 for i = 1, n do
   local lease, mark = KEYS[2 * i - 1], KEYS[2 * i]
-  if redis.call('GET', lease) == ARGV[1 + i] then
+  -- pcall: a wrong-typed key is an error reply (a table), never our value
+  if redis.pcall('GET', lease) == ARGV[1 + i] then
     redis.call('DEL', lease)
     if now == nil then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
     local due = tonumber(ARGV[1 + n + i] or '-1') or -1
-    if due >= 0 then
+    local kind = redis.call('TYPE', mark)['ok']
+    if kind ~= 'none' and kind ~= 'string' then
+      -- left alone
+    elseif due >= 0 then
       redis.call('SET', mark, string.format('%d:%d', now, now + due), 'PX', life + due)
     else
       redis.call('SET', mark, string.format('%d', now), 'PX', life)

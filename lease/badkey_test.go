@@ -1,0 +1,190 @@
+package lease
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// plantBad makes session's key of role bad: a hash (problem "" means
+// that), or the given string in the fencing counter.
+func (r *realEnv) plantBad(t *testing.T, role, session, value string) string {
+	t.Helper()
+	ctx := context.Background()
+	key := newBadKey(realKeys, session, role, "").Key
+	if value != "" {
+		require.NoError(t, r.rdb.Set(ctx, key, value, 0).Err())
+		return key
+	}
+	require.NoError(t, r.rdb.Del(ctx, key).Err())
+	require.NoError(t, r.rdb.HSet(ctx, key, "planted", "by a test").Err())
+	return key
+}
+
+// observed returns a Config option that logs into the returned logs.
+func observed() (*observer.ObservedLogs, func(*Config)) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	return logs, func(c *Config) { c.Logger = zap.New(core) }
+}
+
+// TestRealBadKeyAffectsOnlyItsSession: one key of the wrong type (or a
+// fencing counter that is not a safe decimal integer) in the middle of a
+// batch: the other sessions of the batch are acquired, the bad one is
+// reported (which key, why), logged once however often it is retried,
+// listed by BadKeys and by Inspect; its key is left as it was; once the
+// key is repaired by hand the session is acquired.
+func TestRealBadKeyAffectsOnlyItsSession(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	tests := []struct {
+		name        string
+		role, value string
+		problem     string
+	}{
+		{"lease key a hash", RoleLease, "", "wrong type hash"},
+		{"fencing counter a hash", RoleFence, "", "wrong type hash"},
+		{"handoff mark a hash", RoleMark, "", "wrong type hash"},
+		{"fencing counter not a number", RoleFence, "12abc", "not a decimal integer: 12abc"},
+		{"fencing counter negative", RoleFence, "-5", "not a decimal integer: -5"},
+		{"fencing counter at 2^53-1", RoleFence, "9007199254740991", "at or above 2^53-1: 9007199254740991"},
+		{"fencing counter above 2^53", RoleFence, "9007199254740993", "at or above 2^53-1: 9007199254740993"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.NoError(t, r.rdb.FlushAll(ctx).Err())
+			logs, withLogs := observed()
+			m := r.manager(t, "w1", withLogs)
+			key := r.plantBad(t, tt.role, "s2", tt.value)
+			sessions := []string{"s1", "s2", "s3"}
+
+			for range 3 { // retries
+				res := m.Acquire(ctx, sessions)
+				require.NotNil(t, res[0].Lease, "before the bad one")
+				require.NotNil(t, res[2].Lease, "after the bad one")
+				require.NoError(t, res[1].Err, "a bad key is not an unknown outcome")
+				require.Nil(t, res[1].Lease)
+				require.Equal(t, &BadKey{Session: "s2", Role: tt.role, Key: key, Problem: tt.problem}, res[1].Bad)
+				require.ErrorIs(t, res[1].Bad, ErrBadKey)
+			}
+			require.Equal(t, 1, logs.FilterField(zap.String("event", "bad_key")).Len(), "logged once, not per retry")
+			require.Equal(t, []BadKey{*newBadKey(realKeys, "s2", tt.role, tt.problem)}, m.BadKeys())
+			require.Equal(t, 2, m.Count())
+
+			hs, err := NewReader(r.rdb, realKeys, 0).Inspect(ctx, sessions)
+			require.NoError(t, err, "a bad key fails no reader")
+			require.Nil(t, hs[0].Bad)
+			require.Equal(t, newBadKey(realKeys, "s2", tt.role, tt.problem), hs[1].Bad)
+			require.NotEmpty(t, hs[2].Owner)
+
+			typ, err := r.rdb.Type(ctx, key).Result()
+			require.NoError(t, err)
+			if tt.value == "" {
+				require.Equal(t, "hash", typ, "the bad key is left as it was")
+			} else {
+				require.Equal(t, tt.value, r.rdb.Get(ctx, key).Val(), "the bad counter is left as it was")
+			}
+			if tt.role != RoleLease {
+				require.Zero(t, r.rdb.Exists(ctx, realKeys.Lease("s2")).Val(), "nothing of the bad session was written")
+			}
+
+			require.NoError(t, r.rdb.Del(ctx, key).Err()) // repaired by hand
+			require.NotNil(t, acquireOne(t, m, "s2").Lease)
+			require.Empty(t, m.BadKeys())
+			require.NoError(t, m.ReleaseAll(ctx))
+		})
+	}
+}
+
+// TestRealReleaseLeavesBadKeys: a lease key made a hash while held is not
+// ours (and the rest of the batch is released); a handoff mark made a hash
+// is left as it is while its lease is released.
+func TestRealReleaseLeavesBadKeys(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	m := r.manager(t, "w1")
+	res := m.Acquire(ctx, []string{"s1", "s2", "s3"})
+	lease := r.plantBad(t, RoleLease, "s2", "")
+	mark := r.plantBad(t, RoleMark, "s3", "")
+
+	require.NoError(t, m.Release(ctx, res[0].Lease, res[1].Lease, res[2].Lease))
+	require.Zero(t, r.rdb.Exists(ctx, realKeys.Lease("s1"), realKeys.Lease("s3")).Val(), "the others are released")
+	require.Equal(t, "hash", r.rdb.Type(ctx, lease).Val())
+	require.Equal(t, "hash", r.rdb.Type(ctx, mark).Val())
+	require.Equal(t, "string", r.rdb.Type(ctx, realKeys.Released("s1")).Val())
+}
+
+// TestRealBadLossMarkerIsRepaired: a loss marker of the wrong type is
+// reported loudly and overwritten with a fresh quarantine (as a lost one
+// is), never a failure of every acquisition: with the quarantine off the
+// sessions are acquired at once, with it on they wait one quarantine.
+func TestRealBadLossMarkerIsRepaired(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	marker := realKeys.Epoch(0)
+	for _, quarantine := range []time.Duration{-1, time.Hour} {
+		t.Run("quarantine "+quarantine.String(), func(t *testing.T) {
+			require.NoError(t, r.rdb.FlushAll(ctx).Err())
+			require.NoError(t, r.rdb.HSet(ctx, marker, "planted", "by a test").Err())
+			logs, withLogs := observed()
+			m := r.manager(t, "w1", withLogs, withQuarantine(quarantine))
+
+			res := m.Acquire(ctx, []string{"s1", "s2"})
+			for _, x := range res {
+				require.NoError(t, x.Err)
+				require.Nil(t, x.Bad)
+				require.Equal(t, quarantine > 0, x.Quarantined)
+				require.Equal(t, quarantine < 0, x.Lease != nil)
+			}
+			require.Equal(t, 1, m.MarkerRepairs())
+			bad := logs.FilterField(zap.String("event", "bad_loss_marker")).All()
+			require.Len(t, bad, 1)
+			require.Equal(t, zapcore.ErrorLevel, bad[0].Level)
+			require.Equal(t, "string", r.rdb.Type(ctx, marker).Val(), "repaired")
+
+			m.Acquire(ctx, []string{"s1", "s2"})
+			require.Equal(t, 1, m.MarkerRepairs(), "repaired once")
+		})
+	}
+}
+
+// TestRealHugeFencingCounterNeverSharesToken: a counter at or above 2^53
+// (Lua's doubles are exact only below) is refused and reported, by every
+// owner, so no token is minted twice or below the counter; a counter just
+// below the limit mints the last safe token once and is refused after.
+func TestRealHugeFencingCounterNeverSharesToken(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	a, b := r.manager(t, "a"), r.manager(t, "b")
+	require.NoError(t, r.rdb.Set(ctx, realKeys.Fence("s"), "9007199254740993", 0).Err())
+	for range 2 { // acquire, release, acquire with two owners
+		for _, m := range []*Manager{a, b} {
+			res := acquireOne(t, m, "s")
+			require.Nil(t, res.Lease, "no token minted from a counter above 2^53")
+			require.NotNil(t, res.Bad)
+			require.Equal(t, RoleFence, res.Bad.Role)
+			require.NoError(t, m.ReleaseAll(ctx))
+		}
+	}
+	require.Equal(t, "9007199254740993", r.rdb.Get(ctx, realKeys.Fence("s")).Val())
+
+	const last = 1<<53 - 1
+	require.NoError(t, r.rdb.Set(ctx, realKeys.Fence("s"), strconv.Itoa(last-1), 0).Err())
+	l := acquireOne(t, a, "s").Lease
+	require.NotNil(t, l)
+	require.Equal(t, int64(last), l.Token())
+	require.NoError(t, a.ReleaseAll(ctx))
+	res := acquireOne(t, b, "s")
+	require.Nil(t, res.Lease, "the next token would pass 2^53-1")
+	require.NotNil(t, res.Bad)
+	require.Equal(t, strconv.Itoa(last), r.rdb.Get(ctx, realKeys.Fence("s")).Val())
+}
