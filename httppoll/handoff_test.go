@@ -117,7 +117,7 @@ func TestStateSurvivesHandoff(t *testing.T) {
 	require.Equal(t, http.StatusOK, st.Status)
 	require.Equal(t, sha256Hex(`hello "v2"`), st.BodySHA256)
 	require.Greater(t, after.Token, before.Token, "saved under w2's lease, whose token is greater")
-	require.Equal(t, w2[0].token, strconv.FormatUint(after.Token, 10))
+	require.Equal(t, w2[0].token, strconv.FormatInt(after.Token, 10))
 	require.Eventually(t, func() bool {
 		r := requests("w2")
 		return r[len(r)-1].ifNoneMatch == `"v2"`

@@ -338,7 +338,7 @@ func (p *Poller) previous(s session.Session, l *lease.Lease, st stateSlot) (Stat
 	prev, err := DecodeState(rec.Data)
 	if err != nil {
 		p.log.Info("saved state of the session unreadable; starting it afresh",
-			zap.String("session", s.ID), zap.Uint64("state_token", rec.Token), zap.Error(err))
+			zap.String("session", s.ID), zap.Int64("state_token", rec.Token), zap.Error(err))
 		return State{}, false
 	}
 	if prev.URLHash != urlHash(s.URL) {

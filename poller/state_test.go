@@ -61,7 +61,7 @@ func (p cursorPoller) PollState(ctx context.Context, s session.Session, l *lease
 	cp := cursorPoll{worker: p.worker, at: at, seen: seen, saved: seen + 1, token: l.Token()}
 	if cp.err = st.Save(ctx, []byte(strconv.Itoa(seen+1))); cp.err != nil {
 		cp.saved = -1
-	} else if got := st.Last(); string(got.Data) != strconv.Itoa(seen+1) || got.Token != uint64(l.Token()) {
+	} else if got := st.Last(); string(got.Data) != strconv.Itoa(seen+1) || got.Token != l.Token() {
 		cp.err = fmt.Errorf("Last after Save: %q token %d", got.Data, got.Token)
 	}
 	p.log.mu.Lock()

@@ -37,5 +37,6 @@
 //   - A save is not replicated synchronously: a failover to a replica that
 //     missed it loses it (as it may lose the lease itself).
 //   - Tokens are compared as Lua doubles, exact up to 2^53 (the year 2255 for
-//     the clock-based tokens of package lease).
+//     the clock-based tokens of package lease, which mints none above
+//     2^53-1). Record.Token is an int64, as lease.Lease.Token.
 package state

@@ -53,7 +53,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("w2 reads %s, saved by token %v\n", rec.Data, rec.Token == uint64(old.Token()))
+	fmt.Printf("w2 reads %s, saved by token %v\n", rec.Data, rec.Token == old.Token())
 	if _, err := store.Save(ctx, cur, time.Now(), []byte("cursor=12")); err != nil {
 		log.Fatal(err)
 	}

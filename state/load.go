@@ -142,18 +142,18 @@ func (c *loadCall) records(out map[string]Record) error {
 				return fmt.Errorf("state of %s: data %T", id, v[0])
 			}
 			r.Data = []byte(data)
-			if r.Token, err = parseUint(v[1]); err != nil {
+			if r.Token, err = parseInt(v[1]); err != nil {
 				return fmt.Errorf("state of %s: token: %w", id, err)
 			}
-			saved, err := parseUint(v[2])
+			saved, err := parseInt(v[2])
 			if err != nil {
 				return fmt.Errorf("state of %s: saved: %w", id, err)
 			}
-			polled, err := parseUint(v[3])
+			polled, err := parseInt(v[3])
 			if err != nil {
 				return fmt.Errorf("state of %s: polled: %w", id, err)
 			}
-			r.Saved, r.PolledAt = msTime(int64(saved)), msTime(int64(polled))
+			r.Saved, r.PolledAt = msTime(saved), msTime(polled)
 		}
 		out[id] = r
 	}
@@ -167,13 +167,13 @@ func absent(v any) bool {
 	return v == nil || isBool && !b
 }
 
-// parseUint reads a decimal field of the state hash.
-func parseUint(v any) (uint64, error) {
+// parseInt reads a decimal field of the state hash.
+func parseInt(v any) (int64, error) {
 	s, ok := v.(string)
 	if !ok {
 		return 0, fmt.Errorf("value %v (%T), want a decimal", v, v)
 	}
-	return strconv.ParseUint(s, 10, 64)
+	return strconv.ParseInt(s, 10, 64)
 }
 
 // LoadBatched is Load for many concurrent callers, such as the poll loops

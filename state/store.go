@@ -31,8 +31,9 @@ var ErrStale = errors.New("state: stale lease")
 type Record struct {
 	// Data is the poller's bytes; nil when nothing was saved.
 	Data []byte
-	// Token is the fencing token of the lease that wrote it (0: never).
-	Token uint64
+	// Token is the fencing token of the lease that wrote it (0: never),
+	// as lease.Lease.Token gives it.
+	Token int64
 	// Saved is when it was written (Redis TIME, ms); zero when never.
 	Saved time.Time
 	// PolledAt is the start of the poll that saved it, on the Redis
@@ -172,7 +173,7 @@ func (s *Store) Save(ctx context.Context, l *lease.Lease, polledAt time.Time, da
 	if data == nil {
 		data = []byte{}
 	}
-	return Record{Data: data, Token: uint64(l.Token()), Saved: msTime(saved), PolledAt: msTime(polled), Read: msTime(saved)}, nil
+	return Record{Data: data, Token: l.Token(), Saved: msTime(saved), PolledAt: msTime(polled), Read: msTime(saved)}, nil
 }
 
 // Delete removes the state of session, whoever wrote it: for a session
@@ -193,9 +194,8 @@ func (s *Store) Delete(ctx context.Context, session string) error {
 // whole milliseconds, so they are kept as Unix milliseconds, 0 for the
 // zero time. Record gives back the very Record it was made from.
 type Compact struct {
-	data                  []byte
-	token                 uint64
-	saved, polledAt, read int64
+	data                         []byte
+	token, saved, polledAt, read int64
 }
 
 // Compact returns r in its compact form; r's times must be whole
@@ -210,7 +210,7 @@ func (c Compact) Record() Record {
 }
 
 // Token is the Token of the Record c was made from.
-func (c Compact) Token() uint64 { return c.token }
+func (c Compact) Token() int64 { return c.token }
 
 // unixMs is t in milliseconds since the epoch; 0 for the zero time.
 func unixMs(t time.Time) int64 {

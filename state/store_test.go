@@ -60,7 +60,7 @@ func TestSaveAndLoad(t *testing.T) {
 	rec, err := st.Save(ctx, l, polled, []byte("cursor-1"))
 	require.NoError(t, err)
 	require.Equal(t, []byte("cursor-1"), rec.Data)
-	require.Equal(t, uint64(l.Token()), rec.Token)
+	require.Equal(t, l.Token(), rec.Token)
 	require.WithinDuration(t, time.Now(), rec.Saved, 2*time.Second)
 	require.Equal(t, 1500*time.Millisecond, rec.Saved.Sub(rec.PolledAt), "PolledAt is on the server's clock, 1.5s before the save")
 
@@ -129,7 +129,7 @@ func TestSaveRefusedForAStaleLease(t *testing.T) {
 		got, err := st.Load(ctx, "exp")
 		require.NoError(t, err)
 		require.Equal(t, "b1", string(got.Data))
-		require.Equal(t, uint64(lb.Token()), got.Token)
+		require.Equal(t, lb.Token(), got.Token)
 	})
 
 	t.Run("lower token", func(t *testing.T) {
@@ -181,7 +181,7 @@ func TestStaleHolderCannotOverwriteSuccessor(t *testing.T) {
 	got, err := st.Load(ctx, "s")
 	require.NoError(t, err)
 	require.Equal(t, "from-b", string(got.Data))
-	require.Equal(t, uint64(lb.Token()), got.Token)
+	require.Equal(t, lb.Token(), got.Token)
 }
 
 func TestSaveTooLarge(t *testing.T) {
@@ -242,7 +242,7 @@ func TestLoadManyAndScriptFlush(t *testing.T) {
 	for i, id := range ids {
 		if i%3 == 0 {
 			require.Equal(t, "v"+id, string(recs[id].Data), id)
-			require.Equal(t, uint64(m.Get(id).Token()), recs[id].Token, id)
+			require.Equal(t, m.Get(id).Token(), recs[id].Token, id)
 		} else {
 			require.Nil(t, recs[id].Data, id)
 			require.Zero(t, recs[id].Token, id)

@@ -82,7 +82,7 @@ type leaseView struct {
 // what it says.
 type stateView struct {
 	// Token is the fencing token of the lease that saved it.
-	Token uint64 `json:"token"`
+	Token int64 `json:"token"`
 	// Saved is when it was saved, on the Redis server's clock.
 	Saved time.Time `json:"saved"`
 	// Bytes is the size of the saved data.

@@ -101,7 +101,7 @@ func TestSessionsGetAndListWide(t *testing.T) {
 	} {
 		require.Regexp(t, regexp.MustCompile(`(?m)^`+line+`$`), r.stdout)
 	}
-	require.Contains(t, r.stdout, "under token "+strconv.FormatUint(rec.Token, 10)+"\n")
+	require.Contains(t, r.stdout, "under token "+strconv.FormatInt(rec.Token, 10)+"\n")
 
 	r = cli("get", "s-bad", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
