@@ -48,11 +48,16 @@ build:
 demo:
 	$(GO) run ./cmd/pollworker demo
 
-# The long chaos run (~45 min): 500 seeded fault iterations over every fault
-# type (the Sentinel failover included), then a summary table per fault
-# type. POLLWORKER_CHAOS_SEED reproduces a run.
+# The long chaos runs: TestChaos, 500 seeded fault iterations over every
+# fault type of its fixed list (the Sentinel failover included, ~45 min),
+# then TestChaosGenerated, 500 generated iterations of 6 steps each drawn
+# from every kind of operator action, fault, planted bad data and load
+# (~15 s each), each followed by a summary table. POLLWORKER_CHAOS_SEED
+# reproduces a run; POLLWORKER_CHAOS_ITERATIONS, _STEPS and _KINDS (e.g.
+# action,fault,-memory-pressure) narrow it; CHAOS_RUN picks the test(s).
+CHAOS_RUN ?= TestChaos$$|TestChaosGenerated$$
 chaos: redis-server
-	POLLWORKER_CHAOS=long $(GO) test -count=1 -timeout 90m -run 'TestChaos$$' -v ./integration/
+	POLLWORKER_CHAOS=long $(GO) test -count=1 -timeout 300m -run '$(CHAOS_RUN)' -v ./integration/
 
 # Benchmarks against a real redis-server and the naive baseline (~4 min;
 # add -quick for ~40 s). Writes nothing unless -md/-json are given.

@@ -253,8 +253,11 @@ type limitWindow struct {
 }
 
 // inLimit reports whether p falls in a documented-limit window.
-func (c *cluster) inLimit(p Poll) bool {
-	for _, w := range c.limits {
+func (c *cluster) inLimit(p Poll) bool { return inLimitWindows(c.limits, p) }
+
+// inLimitWindows reports whether p falls in one of the windows.
+func inLimitWindows(limits []limitWindow, p Poll) bool {
+	for _, w := range limits {
 		if p.Worker == w.worker && !p.Start.Before(w.from) && !p.Start.After(w.to) {
 			return true
 		}
@@ -616,39 +619,11 @@ func iterate(t *testing.T, rng *rand.Rand, f fault) outcome {
 		}
 		return false
 	}
-	older := func(o Overlap) Poll {
-		if o.A.Token < o.B.Token {
-			return o.A
+	for _, f := range safetyFindings(rep, t0, limit) {
+		if f.check == checkPastLease {
+			f.detail += fmt.Sprintf(" (fault %v..%v)", faultStart.Sub(t0), faultEnd.Sub(t0))
 		}
-		return o.B
-	}
-	for _, s := range rep.Sessions {
-		for _, o := range s.Overlaps {
-			if limit(older(o)) {
-				continue
-			}
-			out.violations = append(out.violations, fmt.Sprintf("overlap %s: %s tok %d [%v,%v] and %s tok %d [%v,%v]", s.Session,
-				o.A.Worker, o.A.Token, o.A.Start.Sub(t0), o.A.End.Sub(t0), o.B.Worker, o.B.Token, o.B.Start.Sub(t0), o.B.End.Sub(t0)))
-		}
-		for _, st := range s.Stale {
-			if limit(st.Poll) {
-				continue
-			}
-			out.violations = append(out.violations, fmt.Sprintf("stale %s: %s tok %d < %d at %v", s.Session, st.Poll.Worker, st.Poll.Token, st.Max, st.Poll.Start.Sub(t0)))
-		}
-		for _, p := range s.SharedTokens {
-			if limit(p) {
-				continue
-			}
-			out.violations = append(out.violations, fmt.Sprintf("shared token %s: %s tok %d at %v", s.Session, p.Worker, p.Token, p.Start.Sub(t0)))
-		}
-		for _, p := range s.PastDeadline {
-			if limit(p) {
-				continue
-			}
-			out.violations = append(out.violations, fmt.Sprintf("past deadline %s: %s tok %d < fence %d at %v (fault %v..%v)", s.Session, p.Worker, p.Token, p.FenceAtStart,
-				p.Start.Sub(t0), faultStart.Sub(t0), faultEnd.Sub(t0)))
-		}
+		out.violations = append(out.violations, f.detail)
 	}
 	c.logf("%s: %d polls, overlaps %d, stale %d, shared %d, past deadline %d (%d in a pause-mid-poll window, %d abandoned in flight), never polled %d, max gap %v, recovered within %v (bound %v), not recovered %v; state saves %d, stale state writes %d, state tokens back %d, stale save calls refused %d",
 		f.name, out.totals.Polls, out.totals.Overlaps, out.totals.Stale, out.totals.SharedTokens, out.totals.PastDeadline,
@@ -663,6 +638,54 @@ func iterate(t *testing.T, rng *rand.Rand, f fault) outcome {
 	}
 	for _, v := range out.lossViolations {
 		c.logf("%s", v)
+	}
+	return out
+}
+
+// safetyFinding is one safety violation of a checked history: check names
+// it (checkOverlap, checkTokenBack, checkTokenShared, checkPastLease).
+type safetyFinding struct {
+	check, session, detail string
+	at                     time.Time // the (later) poll's start
+}
+
+// safetyFindings lists the overlaps, stale and shared tokens and polls past
+// their lease of rep, except those whose (older-token) poll limit excuses
+// (a documented limit); times are given from t0.
+func safetyFindings(rep Report, t0 time.Time, limit func(Poll) bool) []safetyFinding {
+	var out []safetyFinding
+	older := func(o Overlap) Poll {
+		if o.A.Token < o.B.Token {
+			return o.A
+		}
+		return o.B
+	}
+	for _, s := range rep.Sessions {
+		for _, o := range s.Overlaps {
+			if limit(older(o)) {
+				continue
+			}
+			out = append(out, safetyFinding{checkOverlap, s.Session, fmt.Sprintf("overlap %s: %s tok %d [%v,%v] and %s tok %d [%v,%v]", s.Session,
+				o.A.Worker, o.A.Token, o.A.Start.Sub(t0), o.A.End.Sub(t0), o.B.Worker, o.B.Token, o.B.Start.Sub(t0), o.B.End.Sub(t0)), o.B.Start})
+		}
+		for _, st := range s.Stale {
+			if limit(st.Poll) {
+				continue
+			}
+			out = append(out, safetyFinding{checkTokenBack, s.Session, fmt.Sprintf("stale %s: %s tok %d < %d at %v", s.Session, st.Poll.Worker, st.Poll.Token, st.Max, st.Poll.Start.Sub(t0)), st.Poll.Start})
+		}
+		for _, p := range s.SharedTokens {
+			if limit(p) {
+				continue
+			}
+			out = append(out, safetyFinding{checkTokenShared, s.Session, fmt.Sprintf("shared token %s: %s tok %d at %v", s.Session, p.Worker, p.Token, p.Start.Sub(t0)), p.Start})
+		}
+		for _, p := range s.PastDeadline {
+			if limit(p) {
+				continue
+			}
+			out = append(out, safetyFinding{checkPastLease, s.Session, fmt.Sprintf("past deadline %s: %s tok %d < fence %d at %v", s.Session, p.Worker, p.Token, p.FenceAtStart, p.Start.Sub(t0)), p.Start})
+		}
 	}
 	return out
 }

@@ -1,0 +1,99 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The generated chaos suite's rules, in pure code: the plan a seed draws,
+// the kinds POLLWORKER_CHAOS_KINDS selects, the bound of a gap.
+
+func TestGenPlanIsSeeded(t *testing.T) {
+	kinds, err := selectKinds("all", false)
+	require.NoError(t, err)
+	a, b := genPlan(42, kinds, 8), genPlan(42, kinds, 8)
+	require.Equal(t, planString(a), planString(b), "the same seed draws the same plan")
+	for i := range a {
+		require.Equal(t, a[i].seed, b[i].seed, "and the same parameters")
+		require.Equal(t, a[i].pause, b[i].pause)
+	}
+	require.NotEqual(t, planString(a), planString(genPlan(43, kinds, 8)), "another seed, another plan")
+}
+
+func TestSelectKinds(t *testing.T) {
+	names := func(ks []*genKind) []string {
+		var out []string
+		for _, k := range ks {
+			out = append(out, k.name)
+		}
+		return out
+	}
+	var quick, every []string
+	for _, k := range genKinds {
+		every = append(every, k.name)
+		if k.quick {
+			quick = append(quick, k.name)
+		}
+	}
+	tests := []struct {
+		spec    string
+		long    bool
+		want    []string
+		wantErr string
+	}{
+		{spec: "", want: quick},
+		{spec: "", long: true, want: every},
+		{spec: "all", want: every},
+		{spec: "pause,rm", want: []string{"pause", "rm"}},
+		{spec: "load", want: []string{"overload-host-limit", "overload-cpu"}},
+		{spec: "data,-huge-fence,-bad-state", want: []string{"bad-lease-type", "bad-fence-type", "bad-marker-type", "bad-node-type", "junk-members"}},
+		{spec: "-add", want: quick[1:]},
+		{spec: "nope", wantErr: `no kind or class "nope"`},
+		{spec: "pause,-pause", wantErr: "selects no kind"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.spec, func(t *testing.T) {
+			got, err := selectKinds(tt.spec, tt.long)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, names(got))
+		})
+	}
+}
+
+func TestGapBound(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	kill := &genStep{kind: &genKind{name: "worker-kill-9"}, from: at(1000), to: at(1100), allowance: genFailover, outage: true}
+	pressure := &genStep{kind: &genKind{name: "memory-pressure"}, from: at(8000), to: at(10000), stall: true, outage: true}
+	load := &genStep{kind: &genKind{name: "overload-host-limit"}, from: at(20000), to: at(26000),
+		load: map[string]bool{"l1": true}, ratio: 3}
+	w := &genWorld{steps: []*genStep{kill, pressure, load}}
+	base := genBase(chaosInterval)
+	tests := []struct {
+		name     string
+		session  string
+		from, to int
+		want     time.Duration
+	}{
+		{"no step: the base", "s1", 100, 300, base},
+		{"meets the kill: its window and failover", "s1", 900, 1500, base + 100*time.Millisecond + genFailover},
+		{"after the kill's allowance: the base", "s1", 1100 + int(genFailover/time.Millisecond) + 1, 7000, base},
+		{"began under memory pressure: holders keep polling", "s1", 8500, 9500, base},
+		{"began before memory pressure: it lasts through it", "s1", 7900, 9500, base + 2*time.Second},
+		{"a load session under load: the fair bound", "l1", 21000, 22000,
+			time.Duration(float64(chaosInterval)*3*1.25) + 200*time.Millisecond + chaosDiscovery + genSlack},
+		{"another session under host load: the base", "s1", 21000, 22000, base},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _ := w.gapBound(tt.session, chaosInterval, at(tt.from), at(tt.to))
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
