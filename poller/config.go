@@ -73,22 +73,30 @@ type Config struct {
 	StateStore *state.Store
 
 	// LeaseTTL is the lease time to live; default 30s. At least 3 × RenewInterval.
+	// The timings below that are left zero follow it (see FailoverBound):
+	// setting LeaseTTL alone sets how long a crashed worker's sessions wait
+	// for a new poller, about one LeaseTTL.
 	LeaseTTL time.Duration
-	// RenewInterval is the time between renewal cycles; default 10s.
+	// RenewInterval is the time between renewal cycles; default LeaseTTL/3
+	// (10s).
 	RenewInterval time.Duration
 	// DriftMargin is taken off every lease deadline; default LeaseTTL/100 + 2ms.
 	DriftMargin time.Duration
-	// HeartbeatInterval is the time between heartbeats; default 10s.
+	// HeartbeatInterval is the time between heartbeats; default LeaseTTL/3
+	// (10s).
 	HeartbeatInterval time.Duration
 	// HeartbeatTTL is how long a heartbeat keeps this worker live; default
-	// 3 × HeartbeatInterval.
+	// 3 × HeartbeatInterval (LeaseTTL when both are left zero, 30s). A
+	// crashed worker's sessions go to its peers once both its heartbeat
+	// and its leases have expired: see FailoverBound.
 	HeartbeatTTL time.Duration
 	// DiscoveryInterval is the time between full rounds (membership,
-	// sessions, ownership) when no event arrives; default 10s.
+	// sessions, ownership) when no event arrives; default LeaseTTL/3, at
+	// most 10s (10s).
 	DiscoveryInterval time.Duration
 	// OrphanGrace is how long a session may stay without a lease before a
 	// worker that is not its preferred owner takes it; default
-	// 2 × DiscoveryInterval. A worker starts this watch OrphanGrace after
+	// 2 × DiscoveryInterval (20s). A worker starts this watch OrphanGrace after
 	// its first round, when a fleet starting together has had time to take
 	// its sessions.
 	OrphanGrace time.Duration
@@ -249,14 +257,38 @@ func (c *Config) defaultTimes() {
 		}
 	}
 	def(&c.LeaseTTL, DefaultLeaseTTL)
-	def(&c.RenewInterval, DefaultRenewInterval)
-	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	// The defaults at DefaultLeaseTTL are the Default* constants.
+	def(&c.RenewInterval, c.LeaseTTL/3)
+	def(&c.HeartbeatInterval, c.LeaseTTL/3)
 	def(&c.HeartbeatTTL, 3*c.HeartbeatInterval)
-	def(&c.DiscoveryInterval, DefaultDiscoveryInterval)
+	def(&c.DiscoveryInterval, min(c.LeaseTTL/3, DefaultDiscoveryInterval))
 	def(&c.OrphanGrace, 2*c.DiscoveryInterval)
 	def(&c.DrainTimeout, DefaultDrainTimeout)
 	def(&c.RequestTimeout, min(c.RenewInterval/2, 5*time.Second))
 	def(&c.DriftMargin, lease.DefaultDriftMargin(c.LeaseTTL))
+}
+
+// WithDefaults returns c with its zero durations replaced by their
+// defaults (those the Coordinator uses; most follow LeaseTTL), for a
+// reader that shows the effective configuration. It validates nothing:
+// New does.
+func (c Config) WithDefaults() Config {
+	c.defaultTimes()
+	return c
+}
+
+// FailoverBound is how long, at most, a crashed worker's sessions wait
+// for a new poller under c's timings (after WithDefaults): until both its
+// leases (LeaseTTL after its last renewal) and its heartbeat (HeartbeatTTL
+// after its last one) have expired in Redis, when its peers take its
+// sessions at once (they set a timer on each), plus one DiscoveryInterval
+// in case that timer's round misses them and the next periodic round
+// takes them. With only LeaseTTL set that is LeaseTTL + min(LeaseTTL/3,
+// 10s): 40s with the defaults, 4s with LeaseTTL 3s. Redis must answer
+// meanwhile; a session of a crashed worker that its peers cannot take
+// (its selector matches none of them) waits for a worker that can.
+func (c Config) FailoverBound() time.Duration {
+	return max(c.LeaseTTL, c.HeartbeatTTL) + c.DiscoveryInterval
 }
 
 // validateTimes checks the durations and the rules between them.

@@ -59,8 +59,11 @@
 // # Non-guarantees
 //
 //   - Exactly-once polling. A poll may be skipped around a failure or a
-//     handoff (the session is unpolled until a successor takes it: up to a
-//     lease TTL after a crash, milliseconds after a graceful handoff), and a
+//     handoff (the session is unpolled until a successor takes it: after a
+//     crash, once the crashed worker's leases and heartbeat have expired,
+//     at most Config.FailoverBound, LeaseTTL + min(LeaseTTL/3, 10s) with
+//     only LeaseTTL set, since the other timings follow it; milliseconds
+//     after a graceful handoff), and a
 //     process paused in the middle of a poll may deliver a request after its
 //     lease has moved on: downstream systems must check the fencing token
 //     (lease.Lease.Token) to reject such stale requests.

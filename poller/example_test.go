@@ -57,13 +57,12 @@ func Example() {
 			}
 			return nil
 		}),
-		// The first round does not wait for these: the worker joins,
-		// plans and acquires at once. Shorter than the defaults all the
-		// same, as a test would set them.
-		LeaseTTL:          3 * time.Second,
-		RenewInterval:     time.Second,
-		HeartbeatInterval: time.Second,
-		DiscoveryInterval: time.Second,
+		// The first round does not wait for it: the worker joins, plans
+		// and acquires at once. Shorter than the default all the same,
+		// as a test would set it; the renew, heartbeat and discovery
+		// intervals follow it (1s each), and a crashed worker's sessions
+		// would wait for a peer at most FailoverBound, 4s.
+		LeaseTTL: 3 * time.Second,
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -244,7 +244,7 @@ type workerOptions struct {
 	connOptions
 	ID                string
 	LeaseTTL          time.Duration
-	RenewInterval     time.Duration
+	RenewInterval     time.Duration // 0: follows LeaseTTL (poller.Config.WithDefaults), as the two below
 	HeartbeatInterval time.Duration
 	DiscoveryInterval time.Duration
 	DrainTimeout      time.Duration
@@ -294,16 +294,18 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 		return workerConfig{}, fmt.Errorf("%w: --id: %s", errInvalidConfig, idProblem(err))
 	}
 	for _, d := range []struct {
-		flag string
-		v    time.Duration
+		flag     string
+		v        time.Duration
+		optional bool // 0 means the default, derived from --lease-ttl
 	}{
-		{"lease-ttl", o.LeaseTTL},
-		{"renew-interval", o.RenewInterval},
-		{"heartbeat-interval", o.HeartbeatInterval},
-		{"discovery-interval", o.DiscoveryInterval},
-		{"drain-timeout", o.DrainTimeout},
+		{"lease-ttl", o.LeaseTTL, false},
+		{"renew-interval", o.RenewInterval, true},
+		{"heartbeat-interval", o.HeartbeatInterval, true},
+		{"discovery-interval", o.DiscoveryInterval, true},
+		{"drain-timeout", o.DrainTimeout, false},
 	} {
 		switch {
+		case d.v == 0 && d.optional:
 		case d.v <= 0:
 			return workerConfig{}, fmt.Errorf("%w: --%s (%v) must be positive", errInvalidConfig, d.flag, d.v)
 		case d.v < minDuration:
@@ -334,6 +336,11 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 	if o.LossQuarantine > maxDuration {
 		return workerConfig{}, fmt.Errorf("%w: --loss-quarantine (%v) must be at most %v", errInvalidConfig, o.LossQuarantine, maxDuration)
 	}
+	// The intervals left unset follow --lease-ttl, as the coordinator's
+	// defaults do; the effective ones are validated and shown.
+	times := poller.Config{LeaseTTL: o.LeaseTTL, RenewInterval: o.RenewInterval,
+		HeartbeatInterval: o.HeartbeatInterval, DiscoveryInterval: o.DiscoveryInterval}.WithDefaults()
+	o.RenewInterval, o.HeartbeatInterval, o.DiscoveryInterval = times.RenewInterval, times.HeartbeatInterval, times.DiscoveryInterval
 	// Both lower bounds in one message, with the value that passes them.
 	if need := max(minLeaseTTL, 3*o.RenewInterval); o.LeaseTTL < need {
 		if need == minLeaseTTL {

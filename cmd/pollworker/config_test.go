@@ -14,7 +14,8 @@ import (
 	"github.com/pollworker/pollworker/keyspace"
 )
 
-// validOptions are the run command's defaults.
+// validOptions are the run command's defaults, the intervals that follow
+// --lease-ttl given explicitly.
 func validOptions() workerOptions {
 	return workerOptions{
 		connOptions:       connOptions{RedisURL: defaultRedisURL, KeyPrefix: "poll", SessionPrefix: "session"},
@@ -41,8 +42,8 @@ func TestParseConfigRules(t *testing.T) {
 			want: "--lease-ttl (29.999999999s) must be at least 3 × --renew-interval (10s)"},
 		{name: "zero lease ttl", give: func(o *workerOptions) { o.LeaseTTL = 0 }, want: "--lease-ttl (0s) must be positive"},
 		{name: "negative renew", give: func(o *workerOptions) { o.RenewInterval = -time.Second }, want: "--renew-interval (-1s) must be positive"},
-		{name: "zero heartbeat", give: func(o *workerOptions) { o.HeartbeatInterval = 0 }, want: "--heartbeat-interval (0s) must be positive"},
-		{name: "zero discovery", give: func(o *workerOptions) { o.DiscoveryInterval = 0 }, want: "--discovery-interval (0s) must be positive"},
+		{name: "negative heartbeat", give: func(o *workerOptions) { o.HeartbeatInterval = -time.Second }, want: "--heartbeat-interval (-1s) must be positive"},
+		{name: "negative discovery", give: func(o *workerOptions) { o.DiscoveryInterval = -time.Second }, want: "--discovery-interval (-1s) must be positive"},
 		{name: "zero drain", give: func(o *workerOptions) { o.DrainTimeout = 0 }, want: "--drain-timeout (0s) must be positive"},
 		{name: "sub-millisecond", give: func(o *workerOptions) { o.HeartbeatInterval = time.Microsecond }, want: "--heartbeat-interval (1µs) must be at least 1ms"},
 		{name: "over a day", give: func(o *workerOptions) { o.HeartbeatInterval = 25 * time.Hour }, want: "--heartbeat-interval (25h0m0s) must be at most 24h0m0s"},
@@ -177,7 +178,7 @@ func TestRunBadConfigOneLine(t *testing.T) {
 		give []string
 		want string
 	}{
-		{name: "lease ttl", give: []string{"--lease-ttl", "20s"},
+		{name: "lease ttl", give: []string{"--lease-ttl", "20s", "--renew-interval", "10s"},
 			want: "pollworker: invalid config: --lease-ttl (20s) must be at least 3 × --renew-interval (10s) = 30s\n"},
 		{name: "scheme", give: []string{"--redis-url", "http://u:hunter2@h"},
 			want: `pollworker: invalid config: --redis-url scheme "http" must be redis or rediss (want redis://[user:password@]host:port/db or rediss://...)` + "\n"},
@@ -273,7 +274,7 @@ log-format:         console
 // TestBinaryBadConfig checks the real process: exit status 2 and one line
 // on stderr.
 func TestBinaryBadConfig(t *testing.T) {
-	cmd := exec.Command(binary(t), "run", "--lease-ttl", "20s", "--redis-url", "redis://127.0.0.1:1")
+	cmd := exec.Command(binary(t), "run", "--lease-ttl", "20s", "--renew-interval", "10s", "--redis-url", "redis://127.0.0.1:1")
 	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -308,4 +309,28 @@ func TestHelp(t *testing.T) {
 		"DISCOVERY_INTERVAL", "DRAIN_TIMEOUT", "KEY_PREFIX", "SESSION_PREFIX", "HTTP_ADDR", "LOG_LEVEL", "LOG_FORMAT"} {
 		require.Contains(t, r.stdout, "[$POLLWORKER_"+env+"]")
 	}
+}
+
+// TestIntervalsFollowLeaseTTL: --lease-ttl alone sets the renew, heartbeat
+// and discovery intervals (issue 22 item 5: --lease-ttl 3s alone was
+// refused, and with --renew-interval 1s a crashed worker's sessions still
+// waited for its 30s heartbeat); an interval given is kept.
+func TestIntervalsFollowLeaseTTL(t *testing.T) {
+	r := runApp(t, "run", "--dry-run", "--lease-ttl", "3s")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "renew-interval:     1s\nheartbeat-interval: 1s\ndiscovery-interval: 1s\n")
+
+	r = runApp(t, "run", "--dry-run")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "lease-ttl:          30s\nrenew-interval:     10s\nheartbeat-interval: 10s\ndiscovery-interval: 10s\n")
+
+	r = runApp(t, "run", "--dry-run", "--lease-ttl", "90s", "--heartbeat-interval", "5s")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "renew-interval:     30s\nheartbeat-interval: 5s\ndiscovery-interval: 10s\n")
+
+	o := validOptions()
+	o.LeaseTTL, o.RenewInterval, o.HeartbeatInterval, o.DiscoveryInterval = 3*time.Second, 0, 0, 0
+	cfg, err := parseConfig(o)
+	require.NoError(t, err)
+	require.Equal(t, 4*time.Second, cfg.Poller.WithDefaults().FailoverBound())
 }

@@ -36,15 +36,20 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 	dur := func(name string, def time.Duration, usage string) cli.Flag {
 		return &cli.DurationFlag{Name: name, Value: def, Usage: usage, Sources: fromEnv(name)}
 	}
+	derived := func(name, def, usage string) cli.Flag { // 0 means def, worked out by poller.Config.WithDefaults
+		return &cli.DurationFlag{Name: name, DefaultText: def, Usage: usage, Sources: fromEnv(name)}
+	}
 	str := func(name, def, usage string) cli.Flag {
 		return &cli.StringFlag{Name: name, Value: def, Usage: usage, Sources: fromEnv(name)}
 	}
 	flags := append(connFlags(),
 		&cli.StringFlag{Name: "id", Usage: "this worker's id, unique among live workers", DefaultText: "<hostname>", Sources: fromEnv("id")},
-		dur("lease-ttl", poller.DefaultLeaseTTL, "lease time to live: how long a crashed worker's sessions wait for a new poller; at least 3 × --renew-interval"),
-		dur("renew-interval", poller.DefaultRenewInterval, "time between lease renewals"),
-		dur("heartbeat-interval", poller.DefaultHeartbeatInterval, "time between heartbeats; a worker is live for 3 heartbeat intervals"),
-		dur("discovery-interval", poller.DefaultDiscoveryInterval, "time between full rounds (membership, sessions, ownership) when no event arrives"),
+		dur("lease-ttl", poller.DefaultLeaseTTL, "lease time to live; at least 3 × --renew-interval. The three intervals below follow it unless set, "+
+			"so that it alone sets how long a crashed worker's sessions wait for a new poller: until its leases and its heartbeat (3 heartbeat intervals) "+
+			"have expired, at most --lease-ttl + --discovery-interval with those defaults (40s; 4s with --lease-ttl 3s)"),
+		derived("renew-interval", "--lease-ttl / 3", "time between lease renewals"),
+		derived("heartbeat-interval", "--lease-ttl / 3", "time between heartbeats; a worker is live for 3 heartbeat intervals"),
+		derived("discovery-interval", "--lease-ttl / 3, at most 10s", "time between full rounds (membership, sessions, ownership) when no event arrives"),
 		dur("drain-timeout", poller.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long to wait for polls to stop and leases to be released"),
 		&cli.IntFlag{Name: "wait-replicas", Sources: fromEnv("wait-replicas"),
 			Usage: "count an acquisition or renewal only once WAIT confirms this many replicas have it (a Sentinel failover to a caught-up replica then loses no lease; a WAIT that falls short stops the polls of those leases); 0 = no WAIT"},
