@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -113,7 +114,7 @@ type genKind struct {
 var genKinds = []genKind{
 	{name: "add", class: classAction, quick: true, run: (*genWorld).doAdd},
 	{name: "pause", class: classAction, run: (*genWorld).doPause},
-	{name: "resume", class: classAction, quick: true, run: (*genWorld).doResume},
+	{name: "resume", class: classAction, run: (*genWorld).doResume},
 	{name: "rm", class: classAction, run: (*genWorld).doRemove},
 	{name: "apply", class: classAction, quick: true, run: (*genWorld).doApply},
 	{name: "apply-prune", class: classAction, run: (*genWorld).doApplyPrune},
@@ -130,12 +131,12 @@ var genKinds = []genKind{
 	{name: "memory-pressure", class: classFault, run: (*genWorld).doMemoryPressure},
 	{name: "client-kill", class: classFault, quick: true, run: (*genWorld).doClientKill},
 	{name: "script-flush", class: classFault, quick: true, run: (*genWorld).doScriptFlush},
-	{name: "bad-lease-type", class: classData, run: plantSessionKey("lease")},
-	{name: "bad-fence-type", class: classData, run: plantSessionKey("fence")},
+	{name: "bad-lease-type", class: classData, quick: true, run: plantSessionKey("lease")},
+	{name: "bad-fence-type", class: classData, quick: true, run: plantSessionKey("fence")},
 	{name: "bad-state", class: classData, run: plantSessionKey("state")},
-	{name: "bad-marker-type", class: classData, run: (*genWorld).doBadMarker},
-	{name: "bad-node-type", class: classData, run: (*genWorld).doBadNode},
-	{name: "huge-fence", class: classData, run: (*genWorld).doHugeFence},
+	{name: "bad-marker-type", class: classData, quick: true, run: (*genWorld).doBadMarker},
+	{name: "bad-node-type", class: classData, quick: true, run: (*genWorld).doBadNode},
+	{name: "huge-fence", class: classData, quick: true, run: (*genWorld).doHugeFence},
 	{name: "junk-members", class: classData, run: (*genWorld).doJunkMembers},
 	{name: "overload-host-limit", class: classLoad, run: (*genWorld).doLoadHost},
 	{name: "overload-cpu", class: classLoad, long: true, run: (*genWorld).doLoadCPU},
@@ -210,9 +211,9 @@ func planString(plan []*genStep) string {
 
 // selectKinds reads POLLWORKER_CHAOS_KINDS: empty for the default set
 // (quick: the kinds marked quick; long: every kind), "all", or a comma
-// list of kind names, class names (action, fault, data, load) and -name
-// or -class to take one out of what the list has so far (a list that
-// starts with a "-" starts from the default set).
+// list of kind names, class names (action, fault, data, load), "default"
+// and "all", and -name or -class to take one out of what the list has so
+// far (a list that starts with a "-" starts from the default set).
 func selectKinds(spec string, long bool) ([]*genKind, error) {
 	def := func() map[string]bool {
 		m := map[string]bool{}
@@ -244,6 +245,12 @@ func selectKinds(spec string, long bool) ([]*genKind, error) {
 				continue
 			}
 			name, off := strings.CutPrefix(item, "-")
+			if name == "default" {
+				for k := range def() {
+					on[k] = !off
+				}
+				continue
+			}
 			matched := false
 			for _, k := range genKinds {
 				if k.name == name || k.class == name || name == "all" {
@@ -344,6 +351,9 @@ type genWorld struct {
 	exempt   []exemptWindow
 	limits   []limitWindow
 	steps    []*genStep
+	// effects are what operator repairs cost after their step (a deleted
+	// loss marker), counted in gap bounds like steps.
+	effects []*genStep
 	// fenceRaised: sessions whose fencing counter the run raised (a
 	// huge counter), from when: their holder's polls below it are not
 	// past their lease.
@@ -1003,7 +1013,8 @@ func (w *genWorld) expectCheckNames(key string, names ...string) {
 	out, code := w.cli("check", "--grace", "0s")
 	named := strings.Contains(out, key)
 	for _, n := range names {
-		named = named || strings.Contains(out, n)
+		// The name as a word: s1 is not named by s10.
+		named = named || regexp.MustCompile(`(^|[^\w])`+regexp.QuoteMeta(n)+`($|[^\w])`).MatchString(out)
 	}
 	if code == 0 || !named {
 		w.violate(checkCLI, strings.Join(names, ","), "check with %s planted: exit %d, names it: %v: %s", key, code, named, firstLines(out, 6))
@@ -1020,22 +1031,27 @@ func firstLines(s string, n int) string {
 }
 
 // doBadMarker makes the loss marker (slot 0's, the one outside Cluster) a
-// hash: the workers repair it or report it loudly; check must name it.
-// The operator then deletes it, which reads as a loss: every session's gap
-// may take a loss recovery.
+// hash. The workers repair it when they next acquire (a kill or a handoff
+// in the next steps makes them), or report it; if it is still a hash 0-2
+// steps later, the operator deletes it, which reads as a loss: every
+// session's gap may then take a loss recovery.
 func (w *genWorld) doBadMarker(st *genStep) {
 	ctx := context.Background()
 	key := keyspace.Space{}.Epoch(0)
 	w.plant(ctx, key, false)
 	hold(time.Duration(1000+st.rng.IntN(2000)) * time.Millisecond)
-	if typ, _ := w.admin.Type(ctx, key).Result(); typ == "hash" {
-		w.expectCheckNames(key, "marker")
-		w.unplant(key)
-		st.note = "repaired by the operator"
-	} else {
-		st.note = "repaired by the workers (" + typ + ")"
-	}
+	after := len(w.steps) - 1 + st.rng.IntN(3)
+	w.repairs = append(w.repairs, repair{afterStep: after, run: func() {
+		if typ, _ := w.admin.Type(ctx, key).Result(); typ == "hash" {
+			now := time.Now()
+			w.unplant(key)
+			w.effects = append(w.effects, &genStep{kind: st.kind, from: now, to: time.Now(), allowance: genLoss, outage: true})
+			w.logf("the operator deleted the loss marker, still a hash after step %d", after)
+		}
+	}})
+	typ, _ := w.admin.Type(ctx, key).Result()
 	st.allowance, st.outage = genLoss, true
+	st.note = "a " + typ + " at the step's end"
 }
 
 // doBadNode makes a live worker's heartbeat key a hash: at worst that
@@ -1077,7 +1093,8 @@ func (w *genWorld) doHugeFence(st *genStep) {
 // doJunkMembers adds members to the node index that are no live worker:
 // a valid id without a heartbeat, invalid ids, and many short ones (issue
 // 22 item 9). No session may lose its poller over them; then the
-// operator removes the named ones with forget, which must accept them.
+// operator removes the named ones with forget, which must accept them,
+// and the rest (and what forget refused) with ZREM.
 func (w *genWorld) doJunkMembers(st *genStep) {
 	ctx := context.Background()
 	far := float64(time.Now().Add(time.Hour).UnixMilli())
@@ -1092,11 +1109,15 @@ func (w *genWorld) doJunkMembers(st *genStep) {
 	}
 	idx := keyspace.Space{}.NodeIndex()
 	require.NoError(w.t, w.admin.ZAdd(ctx, idx, members...).Err())
-	hold(time.Duration(1000+st.rng.IntN(2000)) * time.Millisecond)
+	hold(time.Duration(2000+st.rng.IntN(2000)) * time.Millisecond)
 	for _, m := range named {
 		w.operator("forget", m)
 	}
+	// What forget refused, and the rest, the operator removes by hand.
 	rest := []any{""}
+	for _, m := range named {
+		rest = append(rest, m)
+	}
 	for i := range many {
 		rest = append(rest, "x"+strconv.Itoa(i))
 	}
@@ -1313,12 +1334,12 @@ func (w *genWorld) exempted(id string, a, b time.Time) bool {
 
 // gapBound is the bound of a gap [a, b] of a session at interval: genBase,
 // or under a load step the fair bound (interval × due/achieved, +25 %,
-// +200 ms, + a discovery round and genSlack), plus each step's window and
-// allowance that the gap meets.
+// +200 ms, + a discovery round and genSlack), plus each step's (and
+// repair's) window and allowance that the gap meets.
 func (w *genWorld) gapBound(id string, interval time.Duration, a, b time.Time) (time.Duration, []string) {
 	bound := genBase(interval)
 	var why []string
-	for _, st := range w.steps {
+	for _, st := range append(append([]*genStep(nil), w.steps...), w.effects...) {
 		if !a.Before(st.to.Add(st.allowance)) || !b.After(st.from) {
 			continue
 		}
