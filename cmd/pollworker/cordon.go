@@ -53,7 +53,7 @@ func drainCommand() *cli.Command {
 			"as on SIGTERM (each poll in flight finishes first, then the lease is released with its\n" +
 			"schedule and the successor polls when the session is due) and takes nothing new. It stays a\n" +
 			"member, heartbeats, stays ready and serves its HTTP endpoints. The cordon lasts, across\n" +
-			"restarts of that worker, until `pollworker uncordon ID` (or `forget ID`). With --wait, waits\n" +
+			"restarts of that worker, until \"pollworker uncordon ID\" (or \"forget ID\"). With --wait, waits\n" +
 			"until it holds no lease (at most --timeout) and says how long that took.",
 		Flags: append(adminFlags(), &cli.BoolFlag{Name: "wait", Usage: "wait until the worker holds no lease"}),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {

@@ -114,8 +114,8 @@ func newApp(stdout, stderr io.Writer, setRedisLogger func(*zap.Logger)) *cli.Com
 		Name:  "pollworker",
 		Usage: "share polling sessions between identical worker replicas through Redis",
 		Description: "Each session is polled on its interval by exactly one live worker at a time,\n" +
-			"under a per-session lease with a fencing token. Start any number of `pollworker run`\n" +
-			"replicas against the same Redis; manage sessions with `pollworker sessions`.\n\n" +
+			"under a per-session lease with a fencing token. Start any number of \"pollworker run\"\n" +
+			"replicas against the same Redis; manage sessions with \"pollworker sessions\".\n\n" +
 			"Every flag of run, sessions and status can also be set through the environment\n" +
 			"variable shown next to it. Exit status: 0 ok, 1 failure, 2 invalid flags or config.",
 		Version:        versionString(),

@@ -80,7 +80,7 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		Description: "Joins the workers sharing --redis-url and polls its share of the sessions with HTTP GET,\n" +
 			"recording the results (--record) in the stream <key-prefix>:results, or in 16 streams\n" +
 			"under --redis-cluster, written in batches on a connection of their own (see\n" +
-			"`pollworker results`). Redis may be down at start:\n" +
+			"\"pollworker results\"). Redis may be down at start:\n" +
 			"the worker reports not ready (/readyz 503) and polls nothing until Redis is reachable.\n" +
 			"SIGTERM or SIGINT drains (stops polls, releases leases, leaves) and exits 0; a second\n" +
 			"signal kills the process.\n\n" +
@@ -206,18 +206,18 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	defer hp.CloseIdleConnections()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	builtFrom, _ := buildInfo()
+	built := currentBuild()
 	if rec != nil {
 		reg.MustRegister(recorderMetrics(rec)...)
 	}
 	reg.MustRegister(httpPollMetrics(hp)...)
-	obs, err := metrics.New(reg, metrics.WithBuildInfo(version, builtFrom))
+	obs, err := metrics.New(reg, metrics.WithBuildInfo(built.Version, built.Commit))
 	if err != nil {
 		return err
 	}
 	events := newRecentEvents(50)
 	pc := cfg.Poller
-	pc.Client, pc.Poller, pc.Logger, pc.Version, pc.Observer = client, hp, base, version, obs
+	pc.Client, pc.Poller, pc.Logger, pc.Version, pc.Observer = client, hp, base, built.Version, obs
 	pc.OnEvent = events.add
 	// The HTTP poller's fenced state (one script call per changed poll, and
 	// the loads before a session's first poll here) goes through a small
@@ -279,7 +279,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	}
 
 	log.Info("worker starting",
-		zap.String("version", version),
+		zap.String("version", built.Version),
 		zap.String("redis_url", cfg.RedisURL),
 		zap.String("key_prefix", cfg.Keys.Prefix),
 		zap.String("session_prefix", cfg.Keys.SessionPrefix),
@@ -608,7 +608,7 @@ func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.P
 	hc := httppoll.Config{
 		Keys:            cfg.Keys,
 		Worker:          cfg.Poller.ID,
-		UserAgent:       "pollworker/" + version,
+		UserAgent:       "pollworker/" + currentBuild().Version,
 		Logger:          log,
 		Record:          rc.Mode,
 		MaxPerHost:      zeroMeansOff(rc.HTTP.MaxPerHost),

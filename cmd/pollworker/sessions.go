@@ -208,9 +208,9 @@ const eachDescription = "Every ID is checked before anything changes: it must be
 // sessionsEachCommand checks every id argument with op.check, then, if all
 // pass, applies op.apply to each in turn.
 func sessionsEachCommand(op eachOp) *cli.Command {
-	which := "one that `sessions list` does not show as malformed"
+	which := "one that \"sessions list\" does not show as malformed"
 	if op.anyID {
-		which = "or an entry `sessions list` shows as malformed, whatever its id"
+		which = "or an entry \"sessions list\" shows as malformed, whatever its id"
 	}
 	return &cli.Command{
 		Name:        op.name,
@@ -364,7 +364,7 @@ func sessionsListCommand() *cli.Command {
 		Usage: "list the sessions and the malformed entries",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-			&cli.BoolFlag{Name: "wide", Usage: "add the HTTP poller's saved state of each session (last status, latency, last success, failures in a row, last change, saved by; see `sessions get`)"},
+			&cli.BoolFlag{Name: "wide", Usage: "add the HTTP poller's saved state of each session (last status, latency, last success, failures in a row, last change, saved by; see sessions get)"},
 		},
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {

@@ -45,7 +45,7 @@ do not reread). New and changed sessions are written with PutMany in chunks of
 
 "paused": an entry that says paused: true or false sets it; an entry without it
 keeps the state the session has in Redis (a new session starts unpaused), so
-` + "`sessions pause`" + ` during an incident survives a periodic re-apply.
+"sessions pause" during an incident survives a periodic re-apply.
 
 --prune removes the sessions that are not in the file. It refuses a file with no
 sessions (an empty ConfigMap must not wipe a fleet) unless --allow-empty is
@@ -338,8 +338,8 @@ func sessionsExportCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "export",
 		Usage: "print every session as a file that sessions apply reads (YAML or JSON)",
-		Description: "Prints the sessions sorted by id, in the format of `sessions apply`, so that\n" +
-			"`pollworker sessions export | pollworker sessions apply -f -` changes nothing.\n" +
+		Description: "Prints the sessions sorted by id, in the format of \"sessions apply\", so that\n" +
+			"\"pollworker sessions export | pollworker sessions apply -f -\" changes nothing.\n" +
 			"URLs are printed whole, passwords included: keep the output as you keep the\n" +
 			"Redis credentials. \"paused: true\" is printed for paused sessions only.\n" +
 			"Malformed entries are skipped and counted on stderr (see sessions list).",

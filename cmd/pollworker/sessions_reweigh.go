@@ -17,7 +17,7 @@ func sessionsReweighCommand() *cli.Command {
 			"its size. An index written before they did has no complete loads, and the workers then\n" +
 			"balance by session counts; so does one written behind the store's back. reweigh reads\n" +
 			"every session, counts the loads and writes them (only if no write was recorded\n" +
-			"meanwhile; it retries, and fails if writes keep coming). `sessions apply` does it too\n" +
+			"meanwhile; it retries, and fails if writes keep coming). \"sessions apply\" does it too\n" +
 			"when the loads are incomplete.",
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -55,7 +56,7 @@ func statusCommand() *cli.Command {
 				if every <= 0 {
 					return once(ctx, w)
 				}
-				return watch(ctx, w, every, a.timeout, once)
+				return watch(ctx, w, every, a.timeout, isTerminal(w), once)
 			})
 		}),
 	}
@@ -188,13 +189,25 @@ const flagWatch = "watch"
 // clearScreen moves the cursor home and erases the display (ANSI).
 const clearScreen = "\x1b[H\x1b[2J"
 
+// isTerminal reports whether w is a terminal (a character device), where
+// watch may redraw in place; a pipe or a file gets no ANSI codes.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
 // watch calls draw every period until ctx is done, each call bounded by
-// timeout, and redraws the screen in place with one write per frame, once
-// draw has finished: the previous frame stays on screen while a refresh
+// timeout, and redraws the screen in place (on a terminal; elsewhere each
+// frame follows the last after a blank line, without ANSI codes) with one
+// write per frame, once draw has finished: the previous frame stays on screen while a refresh
 // waits on Redis. A failed refresh shows its error with its time and since
 // when refreshes fail, above the last successful frame and its time; the
 // error stays until a refresh succeeds. Only ctx ends the watch.
-func watch(ctx context.Context, w io.Writer, period, timeout time.Duration, draw func(context.Context, io.Writer) error) error {
+func watch(ctx context.Context, w io.Writer, period, timeout time.Duration, terminal bool, draw func(context.Context, io.Writer) error) error {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	var good []byte      // the last successful frame's body
@@ -209,7 +222,12 @@ func watch(ctx context.Context, w io.Writer, period, timeout time.Duration, draw
 			return nil
 		}
 		now := time.Now().UTC()
-		frame.WriteString(clearScreen)
+		switch {
+		case terminal:
+			frame.WriteString(clearScreen)
+		case good != nil || !failSince.IsZero():
+			frame.WriteString("\n") // not the first frame
+		}
 		fmt.Fprintf(&frame, "pollworker status, every %v (Ctrl-C to stop)   %s\n\n", period, now.Format(time.TimeOnly))
 		if err == nil {
 			good, goodAt, failSince = body.Bytes(), now, time.Time{}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -178,7 +179,7 @@ func TestWatchRedrawsUntilCancelled(t *testing.T) {
 	draws := 0
 	done := make(chan error, 1)
 	go func() {
-		done <- watch(ctx, &buf, time.Millisecond, time.Second, func(context.Context, io.Writer) error {
+		done <- watch(ctx, &buf, time.Millisecond, time.Second, true, func(context.Context, io.Writer) error {
 			draws++
 			if draws == 3 {
 				cancel()
@@ -219,7 +220,7 @@ func TestWatchKeepsLastErrorOnScreen(t *testing.T) {
 	calls := 0
 	done := make(chan error, 1)
 	go func() {
-		done <- watch(ctx, &buf, time.Millisecond, time.Minute, func(ctx context.Context, w io.Writer) error {
+		done <- watch(ctx, &buf, time.Millisecond, time.Minute, true, func(ctx context.Context, w io.Writer) error {
 			calls++
 			switch calls {
 			case 1:
@@ -478,4 +479,31 @@ func TestPollBalanceByLabels(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWatchIntoPipeHasNoANSI: status --watch writes ANSI codes only to a
+// terminal; into a pipe or a file each frame follows the last (issue 22:
+// `status --watch | tee` got escape codes).
+func TestWatchIntoPipeHasNoANSI(t *testing.T) {
+	_, url := miniURL(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"pollworker", "status", "--redis-url", url, "--watch", "100ms"}, &stdout, &stderr, nil)
+	}()
+	require.Eventually(t, func() bool { return strings.Count(stdout.String(), "pollworker status, every") >= 2 },
+		20*time.Second, 10*time.Millisecond)
+	cancel()
+	require.Equal(t, exitOK, <-done, stderr.String())
+	require.NotContains(t, stdout.String(), "\x1b")
+	require.Contains(t, stdout.String(), "\n\npollworker status, every 100ms", "frames are separated by a blank line")
+
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	require.False(t, isTerminal(w))
+	require.False(t, isTerminal(&stdout))
 }
