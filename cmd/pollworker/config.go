@@ -48,8 +48,12 @@ type connConfig struct {
 	// Cluster and Sentinel select the kind of client (see newClient).
 	Cluster  bool
 	Sentinel string
-	// RedisURL is the URL with its password replaced by "xxxxx", for logs.
+	// RedisURL is the URL with its password replaced by "xxxxx", for logs
+	// (the user name too when the URL gives no password: see userOnly).
 	RedisURL string
+	// UserOnly: a URL gives a user name and no password, which is often a
+	// password in the wrong place (see authError).
+	UserOnly bool
 	// Keys are the validated prefixes.
 	Keys keyspace.Space
 }
@@ -63,6 +67,7 @@ func parseConn(o connOptions) (connConfig, error) {
 		if err != nil {
 			return connConfig{}, err
 		}
+		cfg.UserOnly = cfg.UserOnly || (opts.Username != "" && opts.Password == "")
 		if cfg.Redis == nil {
 			// Honour context deadlines on the socket: the coordinator bounds
 			// every round trip (a renewal answered after its lease's
@@ -198,10 +203,13 @@ func parseRedisURL(raw string) (*redis.Options, string, error) {
 	if u.Opaque != "" || u.Hostname() == "" {
 		return nil, "", fmt.Errorf("%w: --%s must name a host %s", errInvalidConfig, flagRedisURL, hint)
 	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, "", fmt.Errorf("%w: --%s port %s must be from 1 to 65535", errInvalidConfig, flagRedisURL, p)
-		}
+	p := u.Port()
+	if p == "" {
+		// go-redis would dial 6379 without a word.
+		return nil, "", fmt.Errorf("%w: --%s must name a port, host:port (Redis's default is 6379) %s", errInvalidConfig, flagRedisURL, hint)
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return nil, "", fmt.Errorf("%w: --%s port %s must be from 1 to 65535", errInvalidConfig, flagRedisURL, p)
 	}
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
@@ -209,7 +217,47 @@ func parseRedisURL(raw string) (*redis.Options, string, error) {
 		// password.
 		return nil, "", fmt.Errorf("%w: --%s: %v", errInvalidConfig, flagRedisURL, err)
 	}
+	if userOnly(u) {
+		// redis://secret@host: often a password written where the user
+		// name goes; never show it.
+		u.User = url.User(redactedUser)
+	}
 	return opts, u.Redacted(), nil
+}
+
+// redactedUser stands for the user name of a URL that gives a user name
+// and no password, in logs and errors.
+const redactedUser = "xxxxx"
+
+// userOnly reports whether u gives a user name and no password
+// (redis://name@host:port).
+func userOnly(u *url.URL) bool {
+	if u.User == nil {
+		return false
+	}
+	_, hasPassword := u.User.Password()
+	return !hasPassword && u.User.Username() != ""
+}
+
+// authError explains err, a failure to talk to Redis at c, when it is one
+// that no retry fixes (credentials, permissions; see authProblem), as an
+// exit-2 error naming the redacted URL; nil for any other error. Every
+// command that connects reports these the same way.
+func authError(err error, c connConfig) error {
+	problem := authProblem(err)
+	if problem == "" {
+		return nil
+	}
+	if c.UserOnly && (redis.HasErrorPrefix(err, "NOAUTH") || redis.HasErrorPrefix(err, "WRONGPASS")) {
+		problem += "; the URL gives a user name and no password (redis://NAME@host): " +
+			"a password alone is written redis://:PASSWORD@host:port, a user and a password redis://USER:PASSWORD@host:port"
+	}
+	said := err
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		said = rerr
+	}
+	return configError(fmt.Errorf("--%s %s: %s (Redis said: %v)", flagRedisURL, c.RedisURL, problem, said))
 }
 
 // parseKeys validates the two prefixes: each a valid id, and the two

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 )
 
@@ -55,6 +56,14 @@ func TestParseConfigRules(t *testing.T) {
 			want: "--redis-url port 0 must be from 1 to 65535"},
 		{name: "redis seed port out of range", give: func(o *workerOptions) { o.RedisURL, o.Cluster = "redis://a:7000,redis://b:70000", true },
 			want: "--redis-url port 70000 must be from 1 to 65535"},
+		{name: "redis url without port", give: func(o *workerOptions) { o.RedisURL = "redis://127.0.0.1/0" },
+			want: "--redis-url must name a port, host:port (Redis's default is 6379) (want redis://"},
+		{name: "redis url with an empty port", give: func(o *workerOptions) { o.RedisURL = "redis://u:hunter2@127.0.0.1:/0" },
+			want: "--redis-url must name a port, host:port (Redis's default is 6379) (want redis://"},
+		{name: "redis url of host alone", give: func(o *workerOptions) { o.RedisURL = "redis://127.0.0.1" },
+			want: "--redis-url must name a port"},
+		{name: "sentinel without port", give: func(o *workerOptions) { o.RedisURL, o.Sentinel = "redis://a:26379,redis://b", "m" },
+			want: "--redis-url must name a port"},
 		{name: "redis url without host", give: func(o *workerOptions) { o.RedisURL = "redis://:6379/0" },
 			want: "--redis-url must name a host (want redis://"},
 		{name: "opaque redis url", give: func(o *workerOptions) { o.RedisURL = "redis:hunter2@host" },
@@ -70,7 +79,7 @@ func TestParseConfigRules(t *testing.T) {
 			want: `--redis-url is not a valid URL: invalid port ":port" after host`},
 		{name: "bad database", give: func(o *workerOptions) { o.RedisURL = "redis://u:hunter2@host:6379/x" },
 			want: `--redis-url: redis: invalid database number: "x"`},
-		{name: "unknown option", give: func(o *workerOptions) { o.RedisURL = "redis://host/0?bogus=1" },
+		{name: "unknown option", give: func(o *workerOptions) { o.RedisURL = "redis://host:6379/0?bogus=1" },
 			want: "--redis-url: redis: unexpected option: bogus"},
 		{name: "bad key prefix", give: func(o *workerOptions) { o.KeyPrefix = "a{b}" }, want: `--key-prefix: invalid id: "a{b}" has byte '{' at 1`},
 		{name: "empty key prefix", give: func(o *workerOptions) { o.KeyPrefix = "" }, want: "--key-prefix: invalid id: empty"},
@@ -333,4 +342,67 @@ func TestIntervalsFollowLeaseTTL(t *testing.T) {
 	cfg, err := parseConfig(o)
 	require.NoError(t, err)
 	require.Equal(t, 4*time.Second, cfg.Poller.WithDefaults().FailoverBound())
+}
+
+// TestRedisURLWithoutPortExit2: --dry-run refuses a URL without a port,
+// exit 2 naming the rule (issue 22: redis://127.0.0.1:/0 and
+// redis://127.0.0.1 passed --dry-run and connected to 6379).
+func TestRedisURLWithoutPortExit2(t *testing.T) {
+	for _, give := range []string{"redis://127.0.0.1:/0", "redis://127.0.0.1"} {
+		r := runApp(t, "run", "--dry-run", "--redis-url", give)
+		require.Equal(t, exitUsage, r.code, r.stdout)
+		require.Equal(t, "pollworker: invalid config: --redis-url must name a port, host:port (Redis's default is 6379) "+
+			"(want redis://[user:password@]host:port/db or rediss://...)\n", r.stderr)
+		r = runApp(t, "sessions", "--redis-url", give, "list")
+		require.Equal(t, exitUsage, r.code, r.stdout)
+		require.Contains(t, r.stderr, "--redis-url must name a port")
+	}
+}
+
+// TestAdminBadCredentialsExplained: every command explains a refused
+// password as run does, exit 2, with the secret redacted; a URL that gives
+// a user name and no password (a password written where the user goes)
+// gets the hint how to write one (issue 22: sessions commands printed a
+// raw "read session revision: WRONGPASS…", redis://hunter2@host a bare
+// NOAUTH).
+func TestAdminBadCredentialsExplained(t *testing.T) {
+	srv := redistest.Start(t)
+	require.NoError(t, srv.Client(t).ConfigSet(ctxT(t), "requirepass", "right-secret").Err())
+	const userOnlyHint = "the URL gives a user name and no password (redis://NAME@host): a password alone is written " +
+		"redis://:PASSWORD@host:port, a user and a password redis://USER:PASSWORD@host:port"
+	tests := []struct {
+		name string
+		url  string
+		args []string
+		want string
+	}{
+		{name: "sessions list, wrong password", url: "redis://:hunter2@" + srv.Addr() + "/0", args: []string{"sessions", "list"},
+			want: "pollworker: invalid config: --redis-url redis://:xxxxx@" + srv.Addr() + "/0: Redis rejected the user name or password: " +
+				"check the credentials in the URL (Redis said: WRONGPASS"},
+		{name: "status, no password", url: "redis://" + srv.Addr() + "/0", args: []string{"status"},
+			want: "pollworker: invalid config: --redis-url redis://" + srv.Addr() + "/0: Redis requires a password: " +
+				"give it as redis://[user]:password@host:port (Redis said: NOAUTH"},
+		{name: "sessions add, password as the user name", url: "redis://hunter2@" + srv.Addr() + "/0",
+			args: []string{"sessions", "add", "--id", "s1", "--url", "http://127.0.0.1:1/", "--interval", "1s"},
+			want: "pollworker: invalid config: --redis-url redis://xxxxx@" + srv.Addr() + "/0: "},
+		{name: "explain, password as the user name", url: "redis://hunter2@" + srv.Addr() + "/0", args: []string{"explain", "s1"},
+			want: "pollworker: invalid config: --redis-url redis://xxxxx@" + srv.Addr() + "/0: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{tt.args[0], "--redis-url", tt.url}, tt.args[1:]...)
+			r := runApp(t, args...)
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			oneLine(t, r.stderr)
+			require.True(t, strings.HasPrefix(r.stderr, tt.want), "got %q", r.stderr)
+			require.NotContains(t, r.stderr, "hunter2")
+			if strings.HasPrefix(tt.url, "redis://hunter2@") {
+				require.Contains(t, r.stderr, userOnlyHint)
+			}
+		})
+	}
+	code, stderr, _ := runUntilExit(t, "--redis-url", "redis://hunter2@"+srv.Addr()+"/0", "--id", "auth-w")
+	require.Equal(t, exitUsage, code, stderr)
+	require.Contains(t, lastLine(stderr), userOnlyHint)
+	require.NotContains(t, stderr, "hunter2")
 }

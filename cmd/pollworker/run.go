@@ -407,8 +407,8 @@ func checkRedis(ctx context.Context, client redis.UniversalClient, cfg connConfi
 	if err == nil {
 		return nil
 	}
-	if problem := authProblem(err); problem != "" {
-		return configError(fmt.Errorf("--%s %s: %s (Redis said: %v)", flagRedisURL, cfg.RedisURL, problem, err))
+	if aerr := authError(err, cfg); aerr != nil {
+		return aerr
 	}
 	if cfg.Redis.TLSConfig == nil && ctx.Err() == nil && speaksTLS(ctx, cfg.Addrs[0]) {
 		return configError(fmt.Errorf("--%s %s: the server speaks TLS (%v): %s", flagRedisURL, cfg.RedisURL, err, tlsSchemeAdvice))

@@ -65,7 +65,11 @@ func withAdminSteps(ctx context.Context, cmd *cli.Command, fn func(ctx context.C
 	if err != nil {
 		return configError(err)
 	}
-	return fn(ctx, admin{client: client, keys: conn.Keys, store: store, timeout: timeout})
+	err = fn(ctx, admin{client: client, keys: conn.Keys, store: store, timeout: timeout})
+	if aerr := authError(err, conn); aerr != nil {
+		return aerr
+	}
+	return err
 }
 
 func sessionsCommand() *cli.Command {
