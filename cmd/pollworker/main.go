@@ -6,6 +6,7 @@
 //	pollworker explain    say who polls a session, who should, and why
 //	pollworker check      verify the fleet's invariants (exit 3 when one is broken)
 //	pollworker demo       watch 3 in-process workers share 30 sessions (no Redis needed)
+//	pollworker target     serve a local HTTP target that logs every poll, to try things out
 //	pollworker version    print the build version
 //
 // Every flag of run, sessions and status also reads the environment variable
@@ -134,6 +135,7 @@ func newApp(stdout, stderr io.Writer, setRedisLogger func(*zap.Logger)) *cli.Com
 			drainCommand(),
 			uncordonCommand(),
 			forgetCommand(),
+			targetCommand(),
 		},
 	}
 	setUsageErrors(app)

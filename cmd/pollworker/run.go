@@ -194,6 +194,15 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		setRedisLogger(log.Named("go-redis"))
 	}
 
+	// Bind first: a taken --http-addr is refused before anything else is
+	// set up or logged.
+	ln, err := listenHTTP(cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	if ln != nil {
+		defer func() { _ = ln.Close() }() // when the server never took it
+	}
 	gcPercent := setDefaultGCPercent(os.Getenv)
 
 	client := cfg.newClient()
@@ -237,13 +246,9 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	defer cancel()
 	var srv *http.Server
 	srvErr := make(chan error, 1) // the health server's failure, nil after Shutdown
-	if cfg.HTTPAddr == "" {
+	if ln == nil {
 		srvErr <- nil
 	} else {
-		ln, err := net.Listen("tcp", cfg.HTTPAddr)
-		if err != nil {
-			return fmt.Errorf("health server: %w", err)
-		}
 		ready := &readiness{coordinator: coord.Ready, ping: func(ctx context.Context) error { return client.Ping(ctx).Err() }}
 		behind := func() bool { return coord.PollStats().Behind }
 		srv = &http.Server{
@@ -307,6 +312,24 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	}
 	log.Info("worker stopped")
 	return nil
+}
+
+// listenHTTP binds addr, the health server's --http-addr; nil for ""
+// (disabled). An address it cannot bind (taken by another worker, say) is
+// an exit-2 error naming the flag.
+func listenHTTP(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		var se *os.SyscallError
+		if errors.As(err, &se) {
+			err = se.Err // "address already in use", without the repeated address
+		}
+		return nil, configError(fmt.Errorf("--http-addr %s: cannot listen: %w (each worker on a host needs its own --http-addr; \"\" disables the server)", addr, err))
+	}
+	return ln, nil
 }
 
 // shutdownHTTP stops the health server, if any, within httpShutdownTimeout.

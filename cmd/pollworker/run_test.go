@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -338,4 +339,21 @@ func TestRunTLSSchemeMismatchExit2(t *testing.T) {
 	require.Contains(t, lastLine(stderr), "the server speaks TLS")
 	require.Contains(t, lastLine(stderr), "check rediss:// vs redis://")
 	require.Less(t, took, 6*time.Second)
+}
+
+// TestRunHTTPAddrTakenExit2: a worker whose --http-addr is taken refuses at
+// start, exit 2, with one line naming the flag and nothing logged before it
+// (issue 22: the second worker on one --http-addr exited 1 after an
+// unrelated "results recorder stopped" line).
+func TestRunHTTPAddrTakenExit2(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	addr := ln.Addr().String()
+	var stdout, stderr syncBuffer
+	code := run(ctxT(t), []string{"pollworker", "run", "--redis-url", "redis://127.0.0.1:1/0", "--id", "w2", "--http-addr", addr},
+		&stdout, &stderr, nil)
+	require.Equal(t, exitUsage, code, stderr.String())
+	require.Equal(t, "pollworker: invalid config: --http-addr "+addr+": cannot listen: address already in use "+
+		"(each worker on a host needs its own --http-addr; \"\" disables the server)\n", stderr.String())
 }
