@@ -189,9 +189,16 @@ func explainCommand() *cli.Command {
 				if cmd.Bool("json") {
 					enc := json.NewEncoder(w)
 					enc.SetIndent("", "  ")
-					return enc.Encode(e)
+					if err := enc.Encode(e); err != nil {
+						return err
+					}
+				} else {
+					printExplanation(w, e)
 				}
-				printExplanation(w, e)
+				if !e.Found {
+					// Explained (a lease may be left), but exit 1 as sessions get does.
+					return fmt.Errorf("explain %s: no such session", id)
+				}
 				return nil
 			})
 		}),

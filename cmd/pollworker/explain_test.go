@@ -283,7 +283,12 @@ func TestExplainOnRedis(t *testing.T) {
 	t.Run("paused and not found", func(t *testing.T) {
 		f := newExplainFixture(t)
 		require.Equal(t, reasonPaused, f.explain(t, "p1").Reason)
-		e := f.explain(t, "nope")
+		// Explained, but exit 1 as sessions get (issue 22: explain nope exited 0).
+		res := runApp(t, "explain", "--redis-url", f.url, "--json", "nope")
+		require.Equal(t, exitFailure, res.code, res.stderr)
+		require.Equal(t, "pollworker: explain nope: no such session\n", res.stderr)
+		var e explanation
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &e), res.stdout)
 		require.Equal(t, reasonNotFound, e.Reason)
 		require.False(t, e.Found)
 		require.Len(t, e.Ranking, 3, "the ranking is shown anyway")

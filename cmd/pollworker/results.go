@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/session"
 )
 
 // resultsCommand reads the results streams: the recent ones, then with
@@ -55,6 +57,11 @@ func resultsCommand() *cli.Command {
 				if err != nil {
 					return fmt.Errorf("results: %w", err)
 				}
+				if len(entries) == 0 && q.Session != "" {
+					if err := sessionExists(ctx, a, q.Session); err != nil {
+						return fmt.Errorf("results: %w", err)
+					}
+				}
 				for _, e := range entries {
 					show(w, e)
 				}
@@ -74,6 +81,21 @@ func resultsCommand() *cli.Command {
 			})
 		}),
 	}
+}
+
+// sessionExists returns an error saying "no such session" when session id
+// is not stored (a malformed definition exists), nil when it is, or the
+// error of the read. results asks it only when no result of id is left:
+// a removed session's results are still shown.
+func sessionExists(ctx context.Context, a admin, id string) error {
+	_, err := bounded(ctx, a, func(ctx context.Context) (session.Session, error) { return a.store.Get(ctx, id) })
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		return fmt.Errorf("no such session %s, and no results recorded for it (sessions list shows the sessions)", id)
+	case err == nil, errors.Is(err, session.ErrMalformed):
+		return nil
+	}
+	return err
 }
 
 // validateResultsQuery checks the flags of results, naming the rule.

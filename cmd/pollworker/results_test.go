@@ -47,6 +47,17 @@ func TestResultsCommand(t *testing.T) {
 	require.Equal(t, 2.5, got.LatencyMs)
 	require.Equal(t, keys.ResultStreamOf("b"), got.Stream)
 
+	// No result and no session of that id: say so, exit 1 (issue 22: it
+	// printed nothing, exit 0). A removed session's results are still shown.
+	res = runApp(t, "results", "--redis-url", srv.URL(), "--session", "nope")
+	require.Equal(t, exitFailure, res.code, res.stderr)
+	require.Equal(t, "pollworker: results: no such session nope, and no results recorded for it (sessions list shows the sessions)\n", res.stderr)
+	require.Empty(t, res.stdout)
+	require.NoError(t, c.Set(ctxT(t), keys.Session("quiet"), `{"url":"http://127.0.0.1:1/","interval":"1s"}`, 0).Err())
+	res = runApp(t, "results", "--redis-url", srv.URL(), "--session", "quiet")
+	require.Equal(t, exitOK, res.code, res.stderr)
+	require.Empty(t, res.stdout)
+
 	res = runApp(t, "results", "--redis-url", srv.URL(), "--limit", "1")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	require.Equal(t, 1, strings.Count(res.stdout, "\n"))
