@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -149,9 +150,39 @@ func sessionsAddCommand() *cli.Command {
 					return err
 				}
 				fmt.Fprintf(cmd.Root().Writer, "%s session %s\n", verb, s.ID)
+				warnUnmatchedSelectors(ctx, a, cmd.Root().ErrWriter, "sessions add", []session.Session{s})
 				return nil
 			})
 		}),
+	}
+}
+
+// warnUnmatchedSelectors prints a warning to w, prefixed by cmdName, for
+// each selector of sessions that no live worker's labels match: their
+// sessions are polled by nobody until such a worker joins. Not an error:
+// the worker may be about to start. A failed read of the workers is
+// warned about too.
+func warnUnmatchedSelectors(ctx context.Context, a admin, w io.Writer, cmdName string, sessions []session.Session) {
+	count := make(map[string]int)
+	for _, s := range sessions {
+		if sel := s.SelectorKey(); sel != "" {
+			count[sel]++
+		}
+	}
+	if len(count) == 0 {
+		return
+	}
+	p, err := bounded(ctx, a, func(ctx context.Context) (placement, error) { return readPlacement(ctx, a.client, a.keys, a.store) })
+	if err != nil {
+		fmt.Fprintf(w, "pollworker: %s: warning: could not check the selectors against the live workers: %v\n", cmdName, err)
+		return
+	}
+	for _, sel := range slices.Sorted(maps.Keys(count)) {
+		if p.Unplaceable(sel) {
+			fmt.Fprintf(w, "pollworker: %s: warning: no live worker's --labels match selector %s (%s; %s): "+
+				"polled by nobody until a worker with these labels joins\n",
+				cmdName, sel, plural(count[sel], "session"), plural(len(p.Members.Placeable()), "placeable live worker"))
+		}
 	}
 }
 

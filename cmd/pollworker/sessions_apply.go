@@ -132,11 +132,16 @@ func applySessions(ctx context.Context, cmd *cli.Command, a admin, entries []ses
 		return fmt.Errorf("sessions apply: nothing written: %w", err)
 	}
 	p := planApply(entries, snap.Sessions, snap.Malformed, cmd.Bool("prune"))
+	inFile := make([]session.Session, len(entries))
+	for i, e := range entries {
+		inFile[i] = e.Session
+	}
 	if cmd.Bool("dry-run") {
 		for _, line := range p.lines {
 			fmt.Fprintln(out, line)
 		}
 		fmt.Fprintln(out, p.summary(true))
+		warnUnmatchedSelectors(ctx, a, cmd.Root().ErrWriter, "sessions apply", inFile)
 		return nil
 	}
 	for lo := 0; lo < len(p.write); lo += applyChunk {
@@ -152,6 +157,7 @@ func applySessions(ctx context.Context, cmd *cli.Command, a admin, entries []ses
 		}
 	}
 	fmt.Fprintln(out, p.summary(false))
+	warnUnmatchedSelectors(ctx, a, cmd.Root().ErrWriter, "sessions apply", inFile)
 	return reweighIfIncomplete(ctx, a, out)
 }
 

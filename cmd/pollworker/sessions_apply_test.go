@@ -14,6 +14,7 @@ import (
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -314,4 +315,46 @@ func TestSessionsApplyHelp(t *testing.T) {
 	r = runApp(t, "sessions", "apply")
 	require.Equal(t, exitUsage, r.code)
 	oneLine(t, r.stderr)
+}
+
+// TestSelectorNoWorkerMatchesWarns: add and apply warn, naming the
+// selector, when no live worker's labels match it; the sessions are still
+// written, exit 0 (issue 22: such a selector was accepted without a word).
+func TestSelectorNoWorkerMatchesWarns(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	labels, err := nodes.ParseLabels("zone=us,tier=gold")
+	require.NoError(t, err)
+	reg, err := nodes.New(nodes.Config{Client: client, ID: "w1", TTL: time.Minute, Labels: labels})
+	require.NoError(t, err)
+	require.NoError(t, reg.Heartbeat(ctxT(t)))
+	cli := func(args ...string) result {
+		t.Helper()
+		return runApp(t, append([]string{"sessions", "--redis-url", srv.URL()}, args...)...)
+	}
+
+	r := cli("add", "--id", "us-1", "--url", "http://127.0.0.1:1/", "--interval", "1s", "--selector", "zone=us")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Empty(t, r.stderr)
+	r = cli("add", "--id", "eu-1", "--url", "http://127.0.0.1:1/", "--interval", "1s", "--selector", "zone=eu")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "added session eu-1\n", r.stdout)
+	require.Equal(t, "pollworker: sessions add: warning: no live worker's --labels match selector zone=eu (1 session; 1 placeable live worker): "+
+		"polled by nobody until a worker with these labels joins\n", r.stderr)
+
+	file := filepath.Join(t.TempDir(), "s.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("sessions:\n"+
+		"  - {id: eu-1, url: 'http://127.0.0.1:1/', interval: 1s, selector: zone=eu}\n"+
+		"  - {id: eu-2, url: 'http://127.0.0.1:1/', interval: 1s, selector: 'zone=eu'}\n"+
+		"  - {id: us-1, url: 'http://127.0.0.1:1/', interval: 1s, selector: 'tier=gold,zone=us'}\n"), 0o600))
+	for _, dry := range []bool{true, false} {
+		args := []string{"apply", "-f", file}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		r = cli(args...)
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Equal(t, "pollworker: sessions apply: warning: no live worker's --labels match selector zone=eu (2 sessions; 1 placeable live worker): "+
+			"polled by nobody until a worker with these labels joins\n", r.stderr)
+	}
 }
