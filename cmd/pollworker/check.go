@@ -108,7 +108,7 @@ func checkCommand() *cli.Command {
 			"                                      acquires it until it is repaired by hand (not also session-without-lease)\n\n" +
 			"Checks Redis refuses (CONFIG or SCAN under a restricted ACL) are skipped with a note.\n" +
 			"--grace 0 reads once: session-without-lease then reports sessions between two rounds, and\n" +
-			"duplicate-id is skipped. Exit status: 0 healthy, 3 an invariant is broken, 1 the check could\n" +
+			"duplicate-id is skipped. A wait of 1s or more is announced on stderr. Exit status: 0 healthy, 3 an invariant is broken, 1 the check could\n" +
 			"not run (Redis unreachable), 2 bad flags.",
 		Flags: append(adminFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"},
 			&cli.DurationFlag{Name: flagGrace, Value: 20 * time.Second, Sources: fromEnv(flagGrace),
@@ -125,7 +125,7 @@ func checkCommand() *cli.Command {
 				return usageError(fmt.Errorf("check: --%s (%d) must be -1 (no bound) or at least 0", flagMaxNotPlanned, maxNotPlanned))
 			}
 			return withAdminSteps(ctx, cmd, func(ctx context.Context, a admin) error {
-				r, err := runChecks(ctx, a, grace, maxNotPlanned)
+				r, err := runChecks(ctx, a, grace, maxNotPlanned, cmd.Root().ErrWriter)
 				if err != nil {
 					return fmt.Errorf("check: %w", err)
 				}
@@ -206,14 +206,31 @@ func readFleet(ctx context.Context, a admin) (fleetRead, []session.Session, []se
 	return r, sessions, problems, nil
 }
 
+// announceGrace is the shortest --grace that check announces: a shorter
+// wait goes unnoticed.
+const announceGrace = time.Second
+
 // runChecks reads the fleet, waits grace, reads it again and verifies
-// every invariant.
-func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned int) (checkReport, error) {
+// every invariant. A wait of announceGrace or more is announced on
+// waiting first.
+func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned int, waiting io.Writer) (checkReport, error) {
 	first, sessions, problems, err := readFleet(ctx, a)
 	if err != nil {
 		return checkReport{}, err
 	}
 	last := first
+	if grace >= announceGrace {
+		held := 0
+		for _, h := range first.holdings {
+			if h.Owner != "" {
+				held++
+			}
+		}
+		fmt.Fprintf(waiting, "pollworker: check: read %s, %s and %s; reading again in %v (--%s): "+
+			"a session counts as without a lease only if it has none at both reads\n",
+			plural(first.pl.Members.Len(), "live worker"), plural(len(first.active), "active session"),
+			plural(held, "lease"), grace, flagGrace)
+	}
 	if grace > 0 {
 		t := time.NewTimer(grace)
 		select {

@@ -194,3 +194,28 @@ func TestCheckBadFlags(t *testing.T) {
 		require.Contains(t, res.stderr, "pollworker: check: --")
 	}
 }
+
+// TestCheckAnnouncesGrace: check says on stderr what it waits for before
+// its --grace (issue 22: it was silent for 20 s).
+func TestCheckAnnouncesGrace(t *testing.T) {
+	f := newExplainFixture(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"pollworker", "check", "--redis-url", f.url, "--grace", "1m"}, &stdout, &stderr, nil)
+	}()
+	const want = "pollworker: check: read 3 live workers, 1 active session and 0 leases; reading again in 1m0s (--grace): " +
+		"a session counts as without a lease only if it has none at both reads\n"
+	require.Eventually(t, func() bool { return stderr.String() != "" }, 20*time.Second, 5*time.Millisecond)
+	require.Equal(t, want, stderr.String())
+	select {
+	case <-done:
+		t.Fatal("check ended before its grace")
+	default:
+	}
+	cancel()
+	<-done
+	require.Empty(t, stdout.String())
+}
