@@ -228,6 +228,10 @@ func (s Space) SessionSizes() string { return s.prefix() + ":{sessions}:sizes" }
 // SessionRev's slot.
 func (s Space) SessionLoads() string { return s.prefix() + ":{sessions}:loads" }
 
+// SessionSettings is the hash of the keyspace's session settings that
+// operators set (session.Store.SetURLRule: field "url-rule").
+func (s Space) SessionSettings() string { return s.prefix() + ":{sessions}:settings" }
+
 // Results is the capped stream of poll results (the single-stream layout,
 // outside Redis Cluster).
 func (s Space) Results() string { return s.prefix() + ":results" }

@@ -11,6 +11,7 @@
 //	<prefix>:{sessions}:changes   bucket -> revision of its last change
 //	<prefix>:{sessions}:sizes     bucket -> number of ids in it
 //	<prefix>:{sessions}:loads     placement unit -> polls per day (weight.go)
+//	<prefix>:{sessions}:settings  url-rule -> http or any (URLRule, url.go)
 //
 // so that a worker learns what changed with one round trip per round
 // (Store.Changes: nothing, or the buckets changed since the revision it has

@@ -32,6 +32,9 @@ type Store struct {
 	changes *redis.Script // reads the changes since a revision
 	// checkURL checks the URL of every session written; see WithURLCheck.
 	checkURL func(string) error
+	// keyspaceRule: the keyspace's URLRule replaces checkURL; see
+	// WithKeyspaceURLRule.
+	keyspaceRule bool
 
 	// afterRead, when set by a test, runs inside Pause and Resume between
 	// the read and the write, to provoke a conflict.
@@ -76,7 +79,11 @@ func (s *Store) Keys() keyspace.Space { return s.keys }
 // WithURLCheck) and creates or replaces it (unknown fields of a stored
 // value are not kept), then bumps the revision and announces the change.
 func (s *Store) Put(ctx context.Context, sess Session) error {
-	if err := s.validate(sess); err != nil {
+	checkURL, err := s.writeCheck(ctx)
+	if err != nil {
+		return fmt.Errorf("put %.64q: %w", sess.ID, err)
+	}
+	if err := validate(sess, checkURL); err != nil {
 		return fmt.Errorf("put %.64q: %w", sess.ID, err)
 	}
 	b, err := Encode(sess)
@@ -134,9 +141,13 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 	if len(sessions) == 0 {
 		return nil
 	}
+	checkURL, err := s.writeCheck(ctx)
+	if err != nil {
+		return fmt.Errorf("put many: %w", err)
+	}
 	values := make([][]byte, len(sessions))
 	for i, sess := range sessions {
-		if err := s.validate(sess); err != nil {
+		if err := validate(sess, checkURL); err != nil {
 			return fmt.Errorf("put many: %.64q: %w", sess.ID, err)
 		}
 		b, err := Encode(sess)

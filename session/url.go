@@ -1,10 +1,13 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // httpURLRule is the rule HTTPURL checks, in words.
@@ -45,18 +48,111 @@ func WithURLCheck(check func(url string) error) Option {
 }
 
 // validate is what Put and PutMany check before writing sess: Validate,
-// then the store's URL check.
-func (s *Store) validate(sess Session) error {
+// then checkURL (see writeCheck), if not nil.
+func validate(sess Session, checkURL func(string) error) error {
 	if err := sess.Validate(); err != nil {
 		return err
 	}
-	if s.checkURL == nil {
+	if checkURL == nil {
 		return nil
 	}
-	err := s.checkURL(sess.URL)
+	err := checkURL(sess.URL)
 	var fe *FieldError
 	if err == nil || errors.As(err, &fe) {
 		return err
 	}
 	return &FieldError{Field: "url", Reason: err.Error(), err: err}
+}
+
+// URLRule is a keyspace's rule for the URL of the sessions written to it
+// through a Store made with WithKeyspaceURLRule, kept in Redis
+// (keyspace.Space.SessionSettings) so that every operator and tool
+// writing to the keyspace applies the same one.
+type URLRule string
+
+// The URL rules.
+const (
+	// URLRuleHTTP accepts what the built-in HTTP poller can GET (HTTPURL):
+	// the rule of a keyspace that has none set.
+	URLRuleHTTP URLRule = "http"
+	// URLRuleAny accepts any non-blank target (Session.Validate's rule),
+	// for embedders whose Poller reads URL as something else
+	// (serial:/dev/ttyUSB0, say).
+	URLRuleAny URLRule = "any"
+)
+
+// urlRuleField is the field of keyspace.Space.SessionSettings that holds
+// the URLRule.
+const urlRuleField = "url-rule"
+
+// ErrBadURLRule is returned (wrapped) for a URL rule that is neither http
+// nor any, given or stored.
+var ErrBadURLRule = errors.New("session: url rule must be http or any")
+
+// ParseURLRule returns the rule named s ("http" or "any").
+func ParseURLRule(s string) (URLRule, error) {
+	switch r := URLRule(s); r {
+	case URLRuleHTTP, URLRuleAny:
+		return r, nil
+	}
+	return "", fmt.Errorf("%w, got %.20q", ErrBadURLRule, s)
+}
+
+// Check is the URL check of r: HTTPURL for URLRuleHTTP, nil (no check
+// beyond Session.Validate) for URLRuleAny.
+func (r URLRule) Check() func(url string) error {
+	if r == URLRuleAny {
+		return nil
+	}
+	return HTTPURL
+}
+
+// WithKeyspaceURLRule makes Put and PutMany apply the URL rule stored in
+// the keyspace (see URLRule; URLRuleHTTP when none is set) instead of the
+// check of WithURLCheck: one HGET per call. A stored value that is not a
+// rule refuses every write (ErrBadURLRule) until it is set again.
+func WithKeyspaceURLRule() Option {
+	return func(s *Store) { s.keyspaceRule = true }
+}
+
+// URLRule reads the keyspace's URL rule: URLRuleHTTP when none is set,
+// ErrBadURLRule (wrapped) when the stored value is not a rule.
+func (s *Store) URLRule(ctx context.Context) (URLRule, error) {
+	v, err := s.client.HGet(ctx, s.keys.SessionSettings(), urlRuleField).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return URLRuleHTTP, nil
+	case err != nil:
+		return "", fmt.Errorf("read url rule: %w", err)
+	}
+	r, err := ParseURLRule(v)
+	if err != nil {
+		return "", fmt.Errorf("read url rule: stored value: %w", err)
+	}
+	return r, nil
+}
+
+// SetURLRule stores r as the keyspace's URL rule. It applies to later
+// writes only: the sessions stored are neither checked nor changed.
+func (s *Store) SetURLRule(ctx context.Context, r URLRule) error {
+	if _, err := ParseURLRule(string(r)); err != nil {
+		return fmt.Errorf("set url rule: %w", err)
+	}
+	if err := s.client.HSet(ctx, s.keys.SessionSettings(), urlRuleField, string(r)).Err(); err != nil {
+		return fmt.Errorf("set url rule: %w", err)
+	}
+	return nil
+}
+
+// writeCheck is the URL check of the next write: the keyspace's rule with
+// WithKeyspaceURLRule, else the store's check.
+func (s *Store) writeCheck(ctx context.Context) (func(string) error, error) {
+	if !s.keyspaceRule {
+		return s.checkURL, nil
+	}
+	r, err := s.URLRule(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Check(), nil
 }

@@ -124,3 +124,54 @@ func TestFieldErrorMessages(t *testing.T) {
 	require.EqualError(t, err, `session: malformed: url is not a valid https URL: invalid character " " in host name`)
 	require.EqualError(t, Session{ID: "s1", Interval: Duration(time.Second)}.Validate(), "session: malformed: url missing or blank")
 }
+
+// TestKeyspaceURLRule: a Store made with WithKeyspaceURLRule applies the
+// URL rule stored in the keyspace: http by default (what the built-in
+// poller can GET), any non-blank target once set to any (issue 22: the CLI
+// could not manage an embedder's serial:/dev/ttyUSB0 sessions).
+func TestKeyspaceURLRule(t *testing.T) {
+	m, c, s := newMini(t, WithKeyspaceURLRule())
+	ctx := ctxT(t)
+	serial := Session{ID: "tty-1", URL: "serial:/dev/ttyUSB0", Interval: Duration(time.Second)}
+
+	r, err := s.URLRule(ctx)
+	require.NoError(t, err)
+	require.Equal(t, URLRuleHTTP, r)
+	require.ErrorIs(t, s.Put(ctx, serial), ErrMalformed)
+	require.ErrorIs(t, s.PutMany(ctx, []Session{sess("a"), serial}), ErrMalformed)
+	require.False(t, m.Exists(keys.Session("tty-1")))
+
+	require.NoError(t, s.SetURLRule(ctx, URLRuleAny))
+	require.Equal(t, "any", m.HGet(keys.SessionSettings(), "url-rule"))
+	require.NoError(t, s.Put(ctx, serial))
+	require.NoError(t, s.PutMany(ctx, []Session{sess("a"), {ID: "tty-2", URL: "serial:/dev/ttyUSB1", Interval: Duration(time.Second)}}))
+	got, err := s.Get(ctx, "tty-2")
+	require.NoError(t, err)
+	require.Equal(t, "serial:/dev/ttyUSB1", got.URL)
+	require.ErrorIs(t, s.Put(ctx, Session{ID: "blank", URL: " ", Interval: Duration(time.Second)}), ErrMalformed, "any is not blank")
+
+	// A store without the option keeps its own check.
+	plain, err := NewStore(c, keys)
+	require.NoError(t, err)
+	require.ErrorIs(t, plain.Put(ctx, serial), ErrMalformed)
+
+	require.ErrorIs(t, s.SetURLRule(ctx, "bogus"), ErrBadURLRule)
+	m.HSet(keys.SessionSettings(), "url-rule", "ftp")
+	_, err = s.URLRule(ctx)
+	require.ErrorIs(t, err, ErrBadURLRule)
+	require.ErrorIs(t, s.Put(ctx, sess("b")), ErrBadURLRule, "a bad stored rule refuses writes")
+	require.NoError(t, s.SetURLRule(ctx, URLRuleHTTP))
+	require.NoError(t, s.Put(ctx, sess("b")))
+}
+
+func TestParseURLRule(t *testing.T) {
+	for _, tt := range []struct {
+		give string
+		want URLRule
+		err  bool
+	}{{"http", URLRuleHTTP, false}, {"any", URLRuleAny, false}, {"", "", true}, {"HTTP", "", true}, {"none", "", true}} {
+		got, err := ParseURLRule(tt.give)
+		require.Equal(t, tt.want, got, tt.give)
+		require.Equal(t, tt.err, err != nil, tt.give)
+	}
+}

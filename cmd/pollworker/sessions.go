@@ -62,7 +62,7 @@ func withAdminSteps(ctx context.Context, cmd *cli.Command, fn func(ctx context.C
 	conn.Redis.ClientName = "pollworker-cli"
 	client := conn.newClient()
 	defer func() { _ = client.Close() }()
-	store, err := session.NewStore(client, conn.Keys)
+	store, err := session.NewStore(client, conn.Keys, session.WithKeyspaceURLRule())
 	if err != nil {
 		return configError(err)
 	}
@@ -91,6 +91,7 @@ func sessionsCommand() *cli.Command {
 			sessionsApplyCommand(),
 			sessionsReweighCommand(),
 			sessionsExportCommand(),
+			sessionsConfigCommand(),
 		},
 	}
 }
@@ -127,15 +128,18 @@ func sessionsAddCommand() *cli.Command {
 			if c, err := nodes.CanonicalSelector(s.Selector); err == nil {
 				s.Selector = c
 			}
-			err = s.Validate()
-			if err == nil {
-				// What the store checks too, but before connecting.
-				err = session.HTTPURL(s.URL)
-			}
-			if err != nil {
+			if err := s.Validate(); err != nil {
 				return usageError(fmt.Errorf("invalid session: %s", sessionProblem(err)))
 			}
+			// What the store checks too; only a keyspace whose URL rule is
+			// "any" takes a URL the built-in poller cannot GET.
+			notHTTP := session.HTTPURL(s.URL)
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+				if notHTTP != nil {
+					if err := checkURLRule(ctx, a, notHTTP); err != nil {
+						return err
+					}
+				}
 				verb := "added"
 				switch _, err := a.store.Get(ctx, s.ID); {
 				case err == nil || errors.Is(err, session.ErrMalformed):

@@ -80,18 +80,34 @@ func sessionsApplyCommand() *cli.Command {
 				return usageError(fmt.Errorf("sessions apply: %w; nothing written", err))
 			}
 			entries, err := session.ParseFile(raw, session.HTTPURL)
-			if fe := (*session.FileError)(nil); errors.As(err, &fe) {
-				w := cmd.Root().ErrWriter
-				for _, line := range strings.Split(fe.Error(), "\n") {
-					fmt.Fprintf(w, "pollworker: sessions apply: %s: %s\n", name, line)
-				}
-				return usageError(fmt.Errorf("sessions apply: %s: %s; nothing written", name, plural(fe.Total, "problem")))
-			}
-			if len(entries) == 0 && cmd.Bool("prune") && !cmd.Bool("allow-empty") {
-				return usageError(fmt.Errorf("sessions apply: %s has no sessions, and --prune would remove every session: "+
-					"add --allow-empty if that is meant; nothing written", name))
-			}
 			return withAdminSteps(ctx, cmd, func(ctx context.Context, a admin) error {
+				var fe *session.FileError
+				if errors.As(err, &fe) {
+					// Only a keyspace whose URL rule is "any" takes URLs the
+					// built-in poller cannot GET: check the file by its rule.
+					// Unread, the http rule stands.
+					rule, rerr := bounded(ctx, a, a.store.URLRule)
+					if rerr == nil && rule.Check() == nil {
+						entries, err = session.ParseFile(raw, nil)
+					}
+					if errors.As(err, &fe) {
+						w := cmd.Root().ErrWriter
+						for _, line := range strings.Split(fe.Error(), "\n") {
+							fmt.Fprintf(w, "pollworker: sessions apply: %s: %s\n", name, line)
+						}
+						switch {
+						case rerr != nil:
+							fmt.Fprintf(w, "pollworker: sessions apply: the keyspace's url-rule could not be read (%v): URLs were checked by the http rule\n", rerr)
+						case rule.Check() != nil && slices.ContainsFunc(fe.Problems, func(p session.FileProblem) bool { return strings.HasPrefix(p.Reason, "url ") }):
+							fmt.Fprintf(w, "pollworker: sessions apply: the keyspace's url-rule is %s (see sessions config --%s)\n", rule, flagURLRule)
+						}
+						return usageError(fmt.Errorf("sessions apply: %s: %s; nothing written", name, plural(fe.Total, "problem")))
+					}
+				}
+				if len(entries) == 0 && cmd.Bool("prune") && !cmd.Bool("allow-empty") {
+					return usageError(fmt.Errorf("sessions apply: %s has no sessions, and --prune would remove every session: "+
+						"add --allow-empty if that is meant; nothing written", name))
+				}
 				return applySessions(ctx, cmd, a, entries)
 			})
 		}),

@@ -236,15 +236,16 @@ func TestSessionsInvalidInput(t *testing.T) {
 func TestSessionsAddRefusesUnpollableURLs(t *testing.T) {
 	mr, url := miniURL(t)
 	const rule = "pollworker: invalid session: url must be an absolute http or https URL with a host; "
+	const ruleHint = " (the keyspace's url-rule is http; see sessions config --url-rule)\n"
 	tests := []struct {
 		give string
 		want string
 	}{
-		{"not a url", rule + "it has no scheme\n"},
-		{"ftp://example.com/file", rule + "its scheme is \"ftp\"\n"},
-		{"file:///etc/passwd", rule + "its scheme is \"file\"\n"},
-		{"javascript:alert(1)", rule + "its scheme is \"javascript\"\n"},
-		{"/relative/path", rule + "it has no scheme\n"},
+		{"not a url", rule + "it has no scheme" + ruleHint},
+		{"ftp://example.com/file", rule + "its scheme is \"ftp\"" + ruleHint},
+		{"file:///etc/passwd", rule + "its scheme is \"file\"" + ruleHint},
+		{"javascript:alert(1)", rule + "its scheme is \"javascript\"" + ruleHint},
+		{"/relative/path", rule + "it has no scheme" + ruleHint},
 		{"http://", "pollworker: invalid session: url is an http URL without host\n"},
 	}
 	for _, tt := range tests {
