@@ -75,8 +75,8 @@ func TestGapBound(t *testing.T) {
 	pressure := &genStep{kind: &genKind{name: "memory-pressure"}, from: at(8000), to: at(10000), stall: true, outage: true}
 	load := &genStep{kind: &genKind{name: "overload-host-limit"}, from: at(20000), to: at(26000),
 		load: map[string]bool{"l1": true}, ratio: 3}
-	w := &genWorld{steps: []*genStep{kill, pressure, load}}
-	base := genBase(chaosInterval)
+	w := &genWorld{steps: []*genStep{kill, pressure, load}, slack: genSlackLong}
+	base := genBase(chaosInterval, genSlackLong)
 	tests := []struct {
 		name     string
 		session  string
@@ -89,7 +89,7 @@ func TestGapBound(t *testing.T) {
 		{"began under memory pressure: holders keep polling", "s1", 8500, 9500, base},
 		{"began before memory pressure: it lasts through it", "s1", 7900, 9500, base + 2*time.Second},
 		{"a load session under load: the fair bound", "l1", 21000, 22000,
-			time.Duration(float64(chaosInterval)*3*1.25) + 200*time.Millisecond + chaosDiscovery + genSlack},
+			time.Duration(float64(chaosInterval)*3*1.25) + 200*time.Millisecond + chaosDiscovery + genSlackLong},
 		{"another session under host load: the base", "s1", 21000, 22000, base},
 	}
 	for _, tt := range tests {
