@@ -42,3 +42,9 @@ func crc16(s string) uint16 {
 	}
 	return crc
 }
+
+// EpochConfirmed is the confirmation time of slot's loss marker (Epoch):
+// the Redis time (ms) at which the slot's data was last seen on the server
+// the marker names, so that a marker moved by a slot migration is told
+// from a loss (see lease/doc.go). It shares the marker's slot.
+func (s Space) EpochConfirmed(slot uint16) string { return s.Epoch(slot) + ":at" }

@@ -73,6 +73,22 @@
 //     LossQuarantine negative where that cannot be tolerated. The run id
 //     comes from INFO server; where INFO is refused (an ACL without +info),
 //     restarts and failovers go unseen and only a lost marker counts.
+//   - A Redis Cluster slot migration (resharding) is not a loss, although
+//     it moves the marker to a master of another run id: the marker counts
+//     as moved, and is rewritten with the new master's run id and the same
+//     quarantine end, when its writer is a master now of the same run,
+//     never promoted from replica (asked just before, by INFO on every
+//     master: it held the slot without a loss until it left), and the new
+//     master was never promoted from replica and started before the
+//     marker's confirmation time (<marker>:at, a time on the old master's
+//     clock when the slot was still there, so it has not restarted since
+//     the slot arrived; 2 s of margin for clock skew and the uptime's whole
+//     seconds). A failover (a promoted master), a restart, a master that
+//     does not answer, and a marker written before this scheme (no
+//     confirmation time) all count as a loss, as before; so does a move of
+//     a slot to a master that was itself promoted once, or out of a master
+//     that no longer serves any slot (a safe false alarm). Assumption:
+//     server clocks within 1 s of each other.
 //
 // # Non-guarantees
 //

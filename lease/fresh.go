@@ -26,7 +26,8 @@ func MarkFresh(ctx context.Context, c Client, keys keyspace.Space) (int, error) 
 	}
 	script := redis.NewScript(lua.Fresh)
 	slots := []uint16{0}
-	if _, cluster := c.(*redis.ClusterClient); cluster {
+	_, cluster := c.(*redis.ClusterClient)
+	if cluster {
 		slots = make([]uint16, 16384)
 		for i := range slots {
 			slots[i] = uint16(i)
@@ -38,7 +39,11 @@ func MarkFresh(ctx context.Context, c Client, keys keyspace.Space) (int, error) 
 	pipe := c.Pipeline()
 	cmds := make([]*redis.Cmd, len(slots))
 	for i, s := range slots {
-		cmds[i] = script.EvalSha(ctx, pipe, []string{keys.Epoch(s)})
+		ks := []string{keys.Epoch(s)}
+		if cluster {
+			ks = append(ks, keys.EpochConfirmed(s))
+		}
+		cmds[i] = script.EvalSha(ctx, pipe, ks)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("mark fresh: %w", err)

@@ -288,32 +288,66 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 
 	var calls []*call
 	for _, b := range m.batches(todo, sessions) {
-		args := evalsha(m.acquire, 3*len(b)+1, 4*len(b)+3)
-		for _, i := range b {
-			s := sessions[i]
-			args = append(args, m.cfg.Keys.Lease(s), m.cfg.Keys.Fence(s), m.cfg.Keys.Released(s))
-		}
-		args = append(args, m.cfg.Keys.Epoch(m.epochSlot(sessions[b[0]])))
-		args = append(args, m.ttlArg)
-		for _, i := range b {
-			args = append(args, owners[i])
-		}
-		args = append(args, m.quarantineArg)
-		calls = append(calls, &call{idx: b, args: args})
+		calls = append(calls, &call{idx: b, args: m.acquireArgs(b, sessions, owners)})
 	}
 
-	var mu sync.Mutex // guards changes
+	var mu sync.Mutex // guards changes and moved
 	var changes []change
-	m.send(ctx, m.acquire, calls, 1, true, func(done []*call, now time.Time) {
+	var moved []*call // asked for the masters: sent again with them
+	handle := func(done []*call, now time.Time) {
 		for _, c := range done {
+			if c.asksMasters() {
+				mu.Lock()
+				moved = append(moved, c)
+				mu.Unlock()
+				continue
+			}
 			ch := m.acquired(c, sessions, owners, results, now)
 			mu.Lock()
 			changes = append(changes, ch...)
 			mu.Unlock()
 		}
-	})
+	}
+	m.send(ctx, m.acquire, calls, 1, true, handle)
+	if len(moved) > 0 {
+		masters := m.settledMasters(ctx)
+		for _, c := range moved {
+			c.withMasters(masters)
+		}
+		m.send(ctx, m.acquire, moved, 1, true, handle) // never asks again
+	}
 	m.notify(changes)
 	return results
+}
+
+// acquireArgs is the command line of one acquire call for the sessions
+// at positions b, with their owner values. Under Redis Cluster it passes
+// the loss marker's confirmation time and '-', so that a marker moved by a
+// slot migration is told from a loss (acquire.lua, settledMasters).
+func (m *Manager) acquireArgs(b []int, sessions, owners []string) []any {
+	slot := m.epochSlot(sessions[b[0]])
+	numKeys := 3*len(b) + 1
+	if m.cluster {
+		numKeys++
+	}
+	args := evalsha(m.acquire, numKeys, 4*len(b)+5)
+	for _, i := range b {
+		s := sessions[i]
+		args = append(args, m.cfg.Keys.Lease(s), m.cfg.Keys.Fence(s), m.cfg.Keys.Released(s))
+	}
+	args = append(args, m.cfg.Keys.Epoch(slot))
+	if m.cluster {
+		args = append(args, m.cfg.Keys.EpochConfirmed(slot))
+	}
+	args = append(args, m.ttlArg)
+	for _, i := range b {
+		args = append(args, owners[i])
+	}
+	args = append(args, m.quarantineArg)
+	if m.cluster {
+		args = append(args, "-")
+	}
+	return args
 }
 
 // epochSlot is the hash slot whose loss marker guards the acquisition of

@@ -402,7 +402,7 @@ func whyUnowned(e explanation) (reason, sentence string) {
 			e.Planned + " takes it"
 	case loss.ServerRunID != "" && loss.ServerRunID != loss.RunID:
 		return reasonLossDetected, "unowned: Redis restarted or failed over since the loss marker was written (run id " + loss.RunID + ", now " + loss.ServerRunID +
-			"): the next acquisition starts the loss quarantine (--loss-quarantine), then " + e.Planned + " takes it"
+			"): the next acquisition starts the loss quarantine (--loss-quarantine), then " + e.Planned + " takes it (under Cluster, unless the slot was migrated here: then it takes it at once)"
 	case e.Watcher != "":
 		return reasonUnowned, fmt.Sprintf("unowned right now: the planned owner %s takes it at its next round; if it does not, the watcher %s adopts it after the orphan grace",
 			e.Planned, e.Watcher)

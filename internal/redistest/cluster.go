@@ -98,3 +98,72 @@ func clusterPort(t testing.TB) int {
 	t.Fatalf("redistest: no free port p with p+10000 free on 127.0.0.1")
 	return 0
 }
+
+// SlotOwner is the index in Servers of the master that serves slot, in
+// that master's own view.
+func (c *Cluster) SlotOwner(t testing.TB, slot uint16) int {
+	t.Helper()
+	ctx := context.Background()
+	for i, s := range c.Servers {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		id, err := cl.ClusterMyID(ctx).Result()
+		ranges, err2 := cl.ClusterSlots(ctx).Result()
+		_ = cl.Close()
+		if err != nil || err2 != nil {
+			t.Fatalf("redistest: slots of %s: %v %v", s.Addr(), err, err2)
+		}
+		for _, r := range ranges {
+			if int(slot) >= r.Start && int(slot) <= r.End && len(r.Nodes) > 0 && r.Nodes[0].ID == id {
+				return i
+			}
+		}
+	}
+	t.Fatalf("redistest: no master serves slot %d", slot)
+	return -1
+}
+
+// MigrateSlot moves slot, with every key in it, to Servers[to], as
+// `redis-cli --cluster reshard` does: IMPORTING and MIGRATING, MIGRATE of
+// the keys in batches, then SETSLOT NODE on every master. Clients follow
+// with the MOVED and ASK redirections they get meanwhile.
+func (c *Cluster) MigrateSlot(t testing.TB, slot uint16, to int) {
+	t.Helper()
+	from := c.SlotOwner(t, slot)
+	if from == to {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clients := make([]*redis.Client, len(c.Servers))
+	for i, s := range c.Servers {
+		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr()})
+		defer func() { _ = clients[i].Close() }()
+	}
+	src, dst := clients[from], clients[to]
+	do := func(cl *redis.Client, args ...any) {
+		t.Helper()
+		if err := cl.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("redistest: %v: %v", args, err)
+		}
+	}
+	do(dst, "cluster", "setslot", slot, "importing", src.ClusterMyID(ctx).Val())
+	toID := dst.ClusterMyID(ctx).Val()
+	do(src, "cluster", "setslot", slot, "migrating", toID)
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		if err != nil {
+			t.Fatalf("redistest: getkeysinslot %d: %v", slot, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"migrate", "127.0.0.1", c.Servers[to].Port, "", 0, 5000, "keys"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		do(src, args...)
+	}
+	for _, cl := range clients {
+		do(cl, "cluster", "setslot", slot, "node", toID)
+	}
+}

@@ -2,9 +2,13 @@
 -- KEYS[3i-2]=lease key of session i, KEYS[3i-1]=its fencing counter,
 -- KEYS[3i]=its handoff mark (written by release.lua); all three in one slot;
 -- KEYS[3n+1]=the loss marker of that slot (keyspace Epoch; optional: without
--- it no loss is looked for)
+-- it no loss is looked for); KEYS[3n+2]=its confirmation time (optional:
+-- without it a slot migration is not told from a loss)
 -- ARGV[1]=ttl in ms; ARGV[1+i]=owner value for session i (unique per
--- acquisition); ARGV[n+2]=loss quarantine in ms (optional, default 0 = off)
+-- acquisition); ARGV[n+2]=loss quarantine in ms (optional, default 0 = off);
+-- ARGV[n+3]='-' asks the caller for the masters when a marker may have
+-- moved, or ARGV[n+3..] are those masters' run ids ("" for none); absent:
+-- a marker of another server is always a loss
 -- returns a flat array, four values per session:
 --   token, 0, gap, due  acquired now. gap is the ms since the previous holder
 --                 released the lease (from the handoff mark, which is
@@ -29,6 +33,9 @@
 --                 the session was written; the key is left as it is (an
 --                 operator may need it). Other sessions of the batch are
 --                 acquired as usual.
+-- or, instead of all that, {'<masters?>'} when ARGV[n+3] is '-' and the
+-- marker may have moved: nothing was written; the caller calls again with
+-- the run ids of the masters (see Moves below).
 -- after the 4n values, when the loss marker had the wrong type, two more:
 --   '<bad:marker>', its type. The marker is pollworker's own key: it is
 --   overwritten with a fresh quarantine, as a lost marker is (a repair
@@ -52,6 +59,22 @@
 -- lost) is written anew with a quarantine of ARGV[n+2] ms from now, during
 -- which no free lease of the slot is taken, so that every lease granted
 -- before the loss has ended at its holder (whose renewal fails) first.
+--
+-- Moves: in Redis Cluster a slot migration (resharding) moves the marker to
+-- another master, with its writer's run id: not a loss, as MIGRATE moves
+-- every key whole. A marker of another run id counts as moved, and is
+-- written anew with this server's run id and the same quarantine end, only
+-- when all of these hold: (1) its writer is a master now, of the same run
+-- (not restarted) and never promoted from replica (second_repl_offset -1),
+-- as the caller found it just before this call: it lost nothing before
+-- the slot left it; (2) this server was never promoted from replica
+-- (a failover, which may lose the latest writes, always makes a loss);
+-- (3) this server started (TIME - uptime, + 2 s for the uptime's whole
+-- seconds and clock skew between servers) before the confirmation time
+-- KEYS[3n+2]: a time, on the old server's clock, when the slot was still
+-- there, so this server has not restarted since the slot arrived. The
+-- confirmation time is written with every marker, and refreshed (at most
+-- once a minute) while the marker's own server runs the script.
 local n = math.floor(#KEYS / 3)
 local ttl = ARGV[1]
 local safe = 9007199254740991 -- 2^53 - 1, the largest token minted
@@ -108,12 +131,30 @@ end
 
 local quarantine = 0
 local badmarker
-local marker = KEYS[3 * n + 1]
+local marker, confirmed = KEYS[3 * n + 1], KEYS[3 * n + 2]
+local asked = ARGV[n + 3] == '-'
+local masters = {}
+if ARGV[n + 3] and not asked then
+  for k = n + 3, #ARGV do
+    masters[ARGV[k]] = true
+  end
+end
+-- info returns field f of an INFO section, nil when INFO is refused.
+local function info(section, f)
+  local text = redis.pcall('INFO', section)
+  return type(text) == 'string' and string.match(text, f .. ':([%w%-]+)') or nil
+end
+-- settled reports whether this server has held its data since the time at
+-- (ms): never promoted from replica, and started before it.
+local function settled(at)
+  local up = tonumber(info('server', 'uptime_in_seconds') or '')
+  return at ~= nil and up ~= nil and info('replication', 'second_repl_offset') == '-1' and
+    now - up * 1000 + 2000 < at
+end
 if marker then
   -- INFO may be refused (an ACL without +info, an emulator): a restart
   -- or failover then goes unseen, a lost marker still counts
-  local info = redis.pcall('INFO', 'server')
-  local runid = type(info) == 'string' and string.match(info, 'run_id:(%w+)') or 'unknown'
+  local runid = info('server', 'run_id') or 'unknown'
   local m, problem = get(marker)
   local r, u
   if m == nil then
@@ -122,9 +163,24 @@ if marker then
     r, u = string.match(m, '^(%w+):(%d+)$')
   end
   clock()
-  if r ~= runid then
+  local at
+  if confirmed then
+    at = tonumber(get(confirmed) or '')
+  end
+  if r ~= runid and r ~= nil and (asked or masters[r]) and settled(at) then
+    if asked then
+      return {'<masters?>'}
+    end
+    -- moved here by a slot migration: this server's now, same quarantine
+    redis.call('SET', marker, runid .. ':' .. u)
+    at = nil
+  elseif r ~= runid then
     u = now + (tonumber(ARGV[n + 2] or '0') or 0)
     redis.call('SET', marker, runid .. ':' .. string.format('%d', u))
+    at = nil
+  end
+  if confirmed and (at == nil or at < now - 60000) then
+    redis.call('SET', confirmed, string.format('%d', now))
   end
   quarantine = tonumber(u) - now
 end

@@ -1,0 +1,86 @@
+package lease
+
+import (
+	"bufio"
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// askMasters is what acquire.lua returns, instead of its usual reply, when
+// the loss marker it found may have been moved by a slot migration: it
+// wants the run ids of the masters (settledMasters) to decide.
+const askMasters = "<masters?>"
+
+// asksMasters reports whether c's reply is askMasters.
+func (c *call) asksMasters() bool {
+	if c.err != nil {
+		return false
+	}
+	raw, err := c.cmd.Slice()
+	return err == nil && len(raw) == 1 && raw[0] == askMasters
+}
+
+// withMasters replaces the '-' that ends an acquire call's arguments by
+// the run ids of masters ("" for none), for the call to be sent again.
+func (c *call) withMasters(masters []string) {
+	c.args = c.args[:len(c.args)-1]
+	if len(masters) == 0 {
+		c.args = append(c.args, "")
+	}
+	for _, id := range masters {
+		c.args = append(c.args, id)
+	}
+	c.cmd, c.err = nil, nil
+}
+
+// settledMasters asks every master of the cluster, now, for its run id, and
+// returns those of the masters that have been masters since they started
+// (never promoted from replica: see settledMaster). A master that does not
+// answer is left out: a marker it wrote then counts as a loss, as before.
+func (m *Manager) settledMasters(ctx context.Context) []string {
+	cc, ok := m.client.(*redis.ClusterClient)
+	if !ok {
+		return nil
+	}
+	var mu sync.Mutex
+	var ids []string
+	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		text, err := c.Info(ctx, "server", "replication").Result()
+		if err != nil {
+			return nil // left out
+		}
+		if id, ok := settledMaster(text); ok {
+			mu.Lock()
+			ids = append(ids, id)
+			mu.Unlock()
+		}
+		return nil
+	})
+	return ids
+}
+
+// settledMaster reads the text of INFO server and replication: the run id
+// of a master that was never promoted from replica since it started
+// (second_repl_offset -1), so that it has held its data without a loss
+// (a restart gives a new run id, a failover a promotion); ok is false for
+// any other server or an incomplete text.
+func settledMaster(info string) (runID string, ok bool) {
+	fields := infoFields(info)
+	runID = fields["run_id"]
+	return runID, runID != "" && fields["role"] == "master" && fields["second_repl_offset"] == "-1"
+}
+
+// infoFields returns the "field:value" lines of an INFO reply by field.
+func infoFields(info string) map[string]string {
+	fields := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		if k, v, found := strings.Cut(strings.TrimSpace(sc.Text()), ":"); found {
+			fields[k] = v
+		}
+	}
+	return fields
+}
