@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,12 +157,13 @@ const (
 	checkAfterStop   = "polled-after-stop"
 	checkGap         = "gap"
 	checkBehind      = "behind-report"
+	checkReady       = "ready-report"
 	checkCLI         = "check-report"
 	checkOperator    = "operator-command"
 )
 
 var genChecks = []string{checkOverlap, checkTokenBack, checkTokenShared, checkPastLease, checkStateWrite,
-	checkAfterStop, checkGap, checkBehind, checkCLI, checkOperator}
+	checkAfterStop, checkGap, checkBehind, checkReady, checkCLI, checkOperator}
 
 // genStep is one drawn step of a plan and, once run, its effect window.
 type genStep struct {
@@ -974,10 +976,41 @@ func (w *genWorld) doMemoryPressure(st *genStep) {
 	}
 	d := time.Duration(1000+st.rng.IntN(3000)) * time.Millisecond
 	require.NoError(w.t, w.admin.ConfigSet(ctx, "maxmemory", limit).Err())
-	hold(d)
+	notReady := map[string]bool{}
+	w.sample(d, func(id string, wk lossWorker) {
+		if ready, err := wk.ready(); err == nil && !ready {
+			notReady[id] = true
+		}
+	})
 	require.NoError(w.t, w.admin.ConfigSet(ctx, "maxmemory", "0").Err())
 	st.stall = true
-	st.note = fmt.Sprintf("maxmemory %s for %v", limit, d)
+	st.note = fmt.Sprintf("maxmemory %s for %v; not ready: %v", limit, d, sortedSet(notReady))
+	// The README: a full Redis refuses the heartbeat, and the workers
+	// report not ready (a heartbeat every 300 ms: within a second).
+	if limit == "1" && d >= 2*time.Second && len(notReady) == 0 {
+		w.violate(checkReady, "-", "maxmemory 1 for %v and no worker said not ready (/readyz)", d)
+	}
+}
+
+// sample calls fn for every worker every 250 ms for d.
+func (w *genWorld) sample(d time.Duration, fn func(id string, wk lossWorker)) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		for id, wk := range w.workers {
+			fn(id, wk)
+		}
+		hold(min(250*time.Millisecond, max(time.Until(end), 0)))
+	}
+}
+
+// sortedSet lists the keys of m, sorted.
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // infoField reads an integer field of an INFO answer, 0 when absent.
@@ -1261,15 +1294,11 @@ func (w *genWorld) load(st *genStep, host *recorder, count int, ivl time.Duratio
 		}
 	}
 	behind := map[string]bool{}
-	end := time.Now().Add(genLoadFor)
-	for time.Now().Before(end) {
-		for id, wk := range w.workers {
-			if m, err := wk.metrics(); err == nil && metricSum(m, "pollworker_behind") > 0 {
-				behind[id] = true
-			}
+	w.sample(genLoadFor, func(id string, wk lossWorker) {
+		if m, err := wk.metrics(); err == nil && metricSum(m, "pollworker_behind") > 0 {
+			behind[id] = true
 		}
-		hold(250 * time.Millisecond)
-	}
+	})
 	measureTo := time.Now()
 	ok, pstart, returned := w.apply(w.file(toSet(ids), false), true)
 	for _, id := range ids {
@@ -1291,11 +1320,7 @@ func (w *genWorld) load(st *genStep, host *recorder, count int, ivl time.Duratio
 		due += float64(measureTo.Sub(from)) / float64(w.openInterval(id, ivl))
 	}
 	st.ratio = max(1, due/float64(max(achieved, 1)))
-	var said []string
-	for id := range behind {
-		said = append(said, id)
-	}
-	sort.Strings(said)
+	said := sortedSet(behind)
 	st.note = fmt.Sprintf("%d sessions at %v: due %.0f, achieved %d (due/achieved %.2f); behind said by %v", count, ivl, due, achieved, st.ratio, said)
 	if st.ratio >= genBehindRatio && len(said) == 0 {
 		w.violate(checkBehind, "-", "due/achieved %.2f for %v and no worker said behind (pollworker_behind)", st.ratio, genLoadFor)
@@ -1316,6 +1341,22 @@ func toSet(ids []string) map[string]bool {
 		m[id] = true
 	}
 	return m
+}
+
+// ready reads the worker's /readyz: whether it answers 200.
+func (w lossWorker) ready() (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.base+"/readyz", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, nil
 }
 
 // metricSum adds the samples of a metric over its labels.
@@ -1525,7 +1566,8 @@ func (w *genWorld) check(t0 time.Time) genOutcome {
 		}
 		if len(late) > 0 {
 			l := late[len(late)-1]
-			w.violateAt(l.Start, checkAfterStop, m.session, "%d polls after %s returned + %v; the last by %s tok %d, %v after the command returned",
+			// Of the step whose command stopped it.
+			w.violateAt(m.from.Add(-genStopBound), checkAfterStop, m.session, "%d polls after %s returned + %v; the last by %s tok %d, %v after the command returned",
 				len(late), m.how, genStopBound, l.Worker, l.Token, l.Start.Sub(m.from.Add(-genStopBound)).Round(time.Millisecond))
 		}
 	}
