@@ -321,3 +321,21 @@ func TestURLChangeStartsAfresh(t *testing.T) {
 	require.Equal(t, 200, slot.saved(t).Status)
 	require.Zero(t, p.Stats().Changes, "a new URL starts afresh: no change counted")
 }
+
+// TestGarbageStateStartsAfresh: saved data that is not a State (garbage,
+// another version, JSON of another shape) never stops the session: the
+// poll runs unconditionally and its save replaces the garbage.
+func TestGarbageStateStartsAfresh(t *testing.T) {
+	for _, garbage := range []string{"garbage", `{"v":1,"status":"x"}`, `{"v":99}`, "null", "[]", "\xff\xfe", `{"v":1,"etag":"\"v1\""`} {
+		t.Run(garbage, func(t *testing.T) {
+			tg := newTarget(t)
+			tg.set(func(tg *target) { tg.etag = `"v2"` })
+			p := newPoller(t, Config{Record: RecordNone})
+			slot := &fakeSlot{rec: state.Record{Data: []byte(garbage), Token: 7}}
+			require.NoError(t, p.poll(ctxT(t), sess(tg.URL, time.Second), nil, slot))
+			require.Empty(t, tg.last(t).Get("If-None-Match"))
+			require.Equal(t, 200, slot.saved(t).Status)
+			require.Equal(t, 1, slot.saveCount())
+		})
+	}
+}

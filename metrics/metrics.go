@@ -73,6 +73,7 @@ type Prometheus struct {
 	pollDuration   prometheus.Histogram
 	redisErrors    *prometheus.CounterVec
 	handoffGap     prometheus.Histogram
+	badData        *prometheus.CounterVec
 }
 
 var _ poller.Observer = (*Prometheus)(nil)
@@ -123,9 +124,14 @@ func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
 			// 1ms to ~33s: a prompt handoff takes milliseconds, a missed
 			// event waits for the next round (seconds).
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		badData: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pollworker_bad_data_total",
+			Help: "Bad records found and worked around, each counted once (when it is logged), by kind: " +
+				"state (a corrupt session state, polled as never saved), member (a node index entry that is not a live worker, ignored)."},
+			[]string{"kind"}),
 	}
 	for _, c := range []prometheus.Collector{p.buildInfo, p.leasesHeld, p.leaseEvents, p.renewed, p.renewRoundTrip,
-		p.sessions, p.liveNodes, p.memberChanges, p.polls, p.pollDuration, p.redisErrors, p.handoffGap} {
+		p.sessions, p.liveNodes, p.memberChanges, p.polls, p.pollDuration, p.redisErrors, p.handoffGap, p.badData} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -142,6 +148,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
 	}
 	for _, st := range SessionStates {
 		p.sessions.WithLabelValues(st)
+	}
+	for _, k := range []string{poller.BadDataState, poller.BadDataMember} {
+		p.badData.WithLabelValues(k)
 	}
 	return p, nil
 }
@@ -181,6 +190,9 @@ func (p *Prometheus) RedisError(op string) { p.redisErrors.WithLabelValues(op).I
 
 // HandoffGap implements poller.Observer.
 func (p *Prometheus) HandoffGap(d time.Duration) { p.handoffGap.Observe(d.Seconds()) }
+
+// BadData implements poller.Observer.
+func (p *Prometheus) BadData(kind string) { p.badData.WithLabelValues(kind).Inc() }
 
 // ReasonCategory maps a lease reason to a label value from a fixed set, so
 // that error texts never become label values.

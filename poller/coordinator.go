@@ -35,6 +35,7 @@ type Coordinator struct {
 	health health // what the main loop and the background loops tell readers
 
 	shedding shedding // the heartbeat loop's only
+	bad      badData  // bad records reported once each (baddata.go)
 
 	statusMu sync.Mutex
 	status   Status // published by the main loop at the end of a round

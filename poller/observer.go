@@ -27,7 +27,18 @@ type Observer interface {
 	// previous holder's release (Redis clock) to this acquisition, plus the
 	// local time from the acquisition to the start of that first poll.
 	HandoffGap(d time.Duration)
+	// BadData counts one bad record the worker found and worked around,
+	// once per record (when it logs it): kind is BadDataState (a corrupt
+	// session state, read as never saved) or BadDataMember (an entry of
+	// the node index that is not a live worker, ignored).
+	BadData(kind string)
 }
+
+// The kinds of BadData.
+const (
+	BadDataState  = "state"
+	BadDataMember = "member"
+)
 
 type nopObserver struct{}
 
@@ -37,3 +48,4 @@ func (nopObserver) PollDone(time.Duration, string)          {}
 func (nopObserver) Round(int, int, int, int, bool)          {}
 func (nopObserver) RedisError(string)                       {}
 func (nopObserver) HandoffGap(time.Duration)                {}
+func (nopObserver) BadData(string)                          {}

@@ -85,7 +85,8 @@ func (c *Coordinator) stateful() StatefulPoller {
 // now: the session keeps its schedule. Then it returns false, having moved w's next
 // poll there (deferPoll). A load that fails is a failed poll (retried at
 // the next one, after the backoff); the poller never runs without its
-// state.
+// state. A corrupt state is not a failure: it reads as never saved (the
+// poll goes on as for a new session) and is reported once (noteState).
 func (c *Coordinator) prepareState(w *worker, now time.Time) (pollNow, failed bool) {
 	st := w.state
 	st.mu.Lock()
@@ -106,6 +107,7 @@ func (c *Coordinator) prepareState(w *worker, now time.Time) (pollNow, failed bo
 		}
 		return false, w.ctx.Err() == nil
 	}
+	c.noteState(w.sess.ID, rec.Corrupt) // a corrupt state reads as never saved
 	st.mu.Lock()
 	st.loaded, st.last = true, rec.Compact()
 	st.mu.Unlock()

@@ -23,6 +23,13 @@
 //   - A load under a lease sees every earlier holder's last save: once a
 //     lease is acquired, no earlier acquisition can pass the check, so a
 //     state read after acquiring is the last one written before it.
+//   - A corrupt state never blocks its session nor fails the others: a
+//     state key of another type than hash (an operator's or another
+//     program's), or a hash whose token, saved or polled field is not a
+//     decimal, or whose token is above every fencing token (2^53-1 or
+//     more), reads as never saved with Record.Corrupt saying why, in Load
+//     as in every batch of LoadMany. It is never deleted by a read: an
+//     operator may need it; the next fenced Save overwrites it.
 //   - Oversized data (over the Store's limit, DefaultMaxSize unless set
 //     with WithMaxSize) is refused with ErrTooLarge before anything is
 //     sent; the stored state is unchanged.

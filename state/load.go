@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -13,7 +14,8 @@ import (
 )
 
 // Load reads the saved state of session; a session never saved (or whose
-// state was deleted or lost) reads as a Record with Token 0 and nil Data.
+// state was deleted or lost) reads as a Record with Token 0 and nil Data,
+// and so does a corrupt one, with Record.Corrupt saying why.
 func (s *Store) Load(ctx context.Context, session string) (Record, error) {
 	recs, err := s.LoadMany(ctx, []string{session})
 	if err != nil {
@@ -25,8 +27,9 @@ func (s *Store) Load(ctx context.Context, session string) (Record, error) {
 // LoadMany reads the saved states of sessions with a read-only script, in
 // one pipeline (one round trip per Redis shard): up to 500 sessions per
 // call, and under Redis Cluster one call per hash slot. Every session asked
-// for is in the map (never-saved ones with Token 0). An error from any call
-// fails the whole load: no record is guessed.
+// for is in the map (never-saved and corrupt ones with Token 0). A corrupt
+// state fails nothing but its own record (Record.Corrupt); an error from
+// any call fails the whole load: no record is guessed.
 func (s *Store) LoadMany(ctx context.Context, sessions []string) (map[string]Record, error) {
 	for _, id := range sessions {
 		if err := keyspace.ValidateID(id); err != nil {
@@ -120,44 +123,63 @@ func (s *Store) exec(ctx context.Context, calls []*loadCall) (noscript []*loadCa
 	return noscript, nil
 }
 
-// records parses c's reply into out.
+// records parses c's reply into out. A session whose state is corrupt
+// (a key of the wrong type, a field missing or not a decimal) reads as
+// never saved, with Record.Corrupt saying why: one bad record never fails
+// the others.
 func (c *loadCall) records(out map[string]Record) error {
 	vals, err := c.cmd.Slice()
 	if err != nil {
 		return err
 	}
-	if len(vals) != 1+4*len(c.ids) {
-		return fmt.Errorf("script reply has %d values, want %d", len(vals), 1+4*len(c.ids))
+	if len(vals) != 1+5*len(c.ids) {
+		return fmt.Errorf("script reply has %d values, want %d", len(vals), 1+5*len(c.ids))
 	}
 	now, ok := vals[0].(int64)
 	if !ok {
 		return fmt.Errorf("script reply: server time %v", vals[0])
 	}
 	for i, id := range c.ids {
-		v := vals[1+4*i : 5+4*i]
-		r := Record{Read: msTime(now)}
-		if !absent(v[1]) {
-			data, ok := v[0].(string)
-			if !ok {
-				return fmt.Errorf("state of %s: data %T", id, v[0])
-			}
-			r.Data = []byte(data)
-			if r.Token, err = parseInt(v[1]); err != nil {
-				return fmt.Errorf("state of %s: token: %w", id, err)
-			}
-			saved, err := parseInt(v[2])
-			if err != nil {
-				return fmt.Errorf("state of %s: saved: %w", id, err)
-			}
-			polled, err := parseInt(v[3])
-			if err != nil {
-				return fmt.Errorf("state of %s: polled: %w", id, err)
-			}
-			r.Saved, r.PolledAt = msTime(saved), msTime(polled)
+		r, problem := parseRecord(vals[1+5*i : 6+5*i])
+		r.Read = msTime(now)
+		if problem != "" {
+			r = Record{Read: r.Read, Corrupt: problem}
 		}
 		out[id] = r
 	}
 	return nil
+}
+
+// parseRecord reads the five values state_load.lua returns for one
+// session; problem says why they are not a saved state ("" when they are,
+// or when nothing was saved).
+func parseRecord(v []any) (r Record, problem string) {
+	if p, ok := v[4].(string); ok {
+		return Record{}, "the key is not a hash: " + p
+	}
+	if absent(v[1]) {
+		return Record{}, "" // never saved (a hash without a token reads so too)
+	}
+	data, ok := v[0].(string)
+	if !ok {
+		return Record{}, "field data is missing"
+	}
+	token, err := parseInt(v[1])
+	if err != nil {
+		return Record{}, "field token: " + err.Error()
+	}
+	if token >= maxToken {
+		return Record{}, fmt.Sprintf("field token: %d is at or above 2^53-1, above every fencing token", token)
+	}
+	saved, err := parseInt(v[2])
+	if err != nil {
+		return Record{}, "field saved: " + err.Error()
+	}
+	polled, err := parseInt(v[3])
+	if err != nil {
+		return Record{}, "field polled: " + err.Error()
+	}
+	return Record{Data: []byte(data), Token: token, Saved: msTime(saved), PolledAt: msTime(polled)}, ""
 }
 
 // absent reports a field the session's hash lacks: Lua's false arrives as
@@ -167,13 +189,21 @@ func absent(v any) bool {
 	return v == nil || isBool && !b
 }
 
-// parseInt reads a decimal field of the state hash.
+// maxToken is above every fencing token: package lease mints none at or
+// above 2^53-1 (exact in Lua's doubles below it).
+const maxToken = 1<<53 - 1
+
+// parseInt reads a decimal field of the state hash, from 0 to 2^63-1.
 func parseInt(v any) (int64, error) {
 	s, ok := v.(string)
 	if !ok {
-		return 0, fmt.Errorf("value %v (%T), want a decimal", v, v)
+		return 0, errors.New("missing")
 	}
-	return strconv.ParseInt(s, 10, 64)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%.40q is not a decimal from 0 to 2^63-1", s)
+	}
+	return n, nil
 }
 
 // LoadBatched is Load for many concurrent callers, such as the poll loops

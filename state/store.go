@@ -44,6 +44,12 @@ type Record struct {
 	// Load or LoadMany), or written (by Save): Read − PolledAt is how long
 	// before that read the poll started, whatever the writer's clock said.
 	Read time.Time
+	// Corrupt says why the stored state is unreadable ("" when it is
+	// readable or absent): its key is not a hash, or a field is missing or
+	// not a decimal, or its token is above every fencing token. A corrupt
+	// state reads as never saved (Token 0, nil Data) and is left in Redis
+	// for an operator to see; the next fenced Save overwrites it.
+	Corrupt string
 }
 
 // SincePolled returns how long before it was read the poll that saved r
@@ -192,7 +198,9 @@ func (s *Store) Delete(ctx context.Context, session string) error {
 // Compact is a Record in 56 bytes instead of 104, for a holder that keeps
 // one per session (poller.State): the Store makes every Record's times
 // whole milliseconds, so they are kept as Unix milliseconds, 0 for the
-// zero time. Record gives back the very Record it was made from.
+// zero time. Record gives back the very Record it was made from, but for
+// Corrupt (a corrupt Record has no data to keep: its holder reports it
+// when it loads it).
 type Compact struct {
 	data                         []byte
 	token, saved, polledAt, read int64

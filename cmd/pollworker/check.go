@@ -40,7 +40,7 @@ const (
 
 // allChecks lists them in the order they are reported.
 var allChecks = []string{checkHolderNotLive, checkPrevious, checkDuplicateID, checkUnknownSession,
-	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkIndexSizes, checkBadKey}
+	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkIndexSizes, checkBadKey, checkCorruptState}
 
 // Flags of check.
 const (
@@ -105,7 +105,9 @@ func checkCommand() *cli.Command {
 			"  index-sizes                         the index's bucket sizes hash disagrees with SCARD of a bucket\n" +
 			"  bad-key                             an active session's lease key, fencing counter or handoff mark is\n" +
 			"                                      of the wrong type (or a counter not a decimal below 2^53-1): nobody\n" +
-			"                                      acquires it until it is repaired by hand (not also session-without-lease)\n\n" +
+			"                                      acquires it until it is repaired by hand (not also session-without-lease)\n" +
+			"  corrupt-state                       a session's saved state is unreadable (not a hash, a field not a decimal):\n" +
+			"                                      polled as never saved; its next save overwrites it\n\n" +
 			"Checks Redis refuses (CONFIG or SCAN under a restricted ACL) are skipped with a note.\n" +
 			"--grace 0 reads once: session-without-lease then reports sessions between two rounds, and\n" +
 			"duplicate-id is skipped. A wait of 1s or more is announced on stderr. Exit status: 0 healthy, 3 an invariant is broken, 1 the check could\n" +
@@ -311,6 +313,12 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 	}
 	r.Checks = append(r.Checks, checkIndexSizes)
 	r.Problems = append(r.Problems, sizeProblems...)
+	stateProblems, err := corruptStates(ctx, a, sessions)
+	if err != nil {
+		return checkReport{}, err
+	}
+	r.Checks = append(r.Checks, checkCorruptState)
+	r.Problems = append(r.Problems, stateProblems...)
 
 	order := func(c string) int { return slices.Index(allChecks, c) }
 	slices.SortStableFunc(r.Problems, func(x, y checkProblem) int { return order(x.Check) - order(y.Check) })

@@ -69,7 +69,7 @@ func TestCheckHealthyFleet(t *testing.T) {
 	res := runApp(t, "check", "--redis-url", f.url, "--grace", "0")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	require.Contains(t, res.stdout, "note: duplicate-id: skipped with --grace 0")
-	require.Contains(t, res.stdout, "ok: 9 checks")
+	require.Contains(t, res.stdout, "ok: 10 checks")
 	require.Empty(t, res.stderr)
 }
 
@@ -114,6 +114,12 @@ func TestCheckBrokenInvariants(t *testing.T) {
 		}},
 		{name: "fencing counter too large", want: checkBadKey, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.Set(ctxT(t), keyspace.Space{}.Fence("s5"), "9007199254740993", 0).Err())
+		}},
+		{name: "state of the wrong type", want: checkCorruptState, breakIt: func(t *testing.T, f *explainFixture) {
+			require.NoError(t, f.client.Set(ctxT(t), keyspace.Space{}.State("s2"), "garbage", 0).Err())
+		}},
+		{name: "state with a garbage token", want: checkCorruptState, breakIt: func(t *testing.T, f *explainFixture) {
+			require.NoError(t, f.client.HSet(ctxT(t), keyspace.Space{}.State("s2"), "data", "{}", "token", "garbage").Err())
 		}},
 		{name: "index sizes", want: checkIndexSizes, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.HIncrBy(ctxT(t), keyspace.Space{}.SessionSizes(), fmt.Sprint(keyspace.BucketOf("s5")), 1).Err())

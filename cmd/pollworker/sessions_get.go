@@ -88,9 +88,13 @@ type stateView struct {
 	// Bytes is the size of the saved data.
 	Bytes int `json:"bytes"`
 	// HTTP is the HTTP poller's state; nil when the data is not one
-	// (Problem says why).
+	// (Problem says why, and Raw is the data: another poller's state).
 	HTTP    *httppoll.State `json:"http"`
 	Problem string          `json:"problem,omitempty"`
+	Raw     []byte          `json:"raw,omitempty"`
+	// Corrupt says why the stored state is unreadable (state.Record.Corrupt):
+	// the workers poll the session as never saved.
+	Corrupt string `json:"corrupt,omitempty"`
 	// now is the Redis server's time of the read, for ages.
 	now time.Time
 }
@@ -102,6 +106,9 @@ func listedOf(s session.Session) listedSession {
 
 // newStateView reads rec; nil when nothing was saved.
 func newStateView(rec state.Record) *stateView {
+	if rec.Corrupt != "" {
+		return &stateView{Corrupt: rec.Corrupt, now: rec.Read}
+	}
 	if rec.Token == 0 && rec.Data == nil {
 		return nil
 	}
@@ -110,11 +117,24 @@ func newStateView(rec state.Record) *stateView {
 		v.now = time.Now()
 	}
 	if st, err := httppoll.DecodeState(rec.Data); err != nil {
-		v.Problem = err.Error()
+		v.Problem, v.Raw = err.Error(), rec.Data
 	} else {
 		v.HTTP = &st
 	}
 	return v
+}
+
+// rawTextMax is how many bytes of another poller's state sessions get
+// prints.
+const rawTextMax = 512
+
+// rawText is data as sessions get prints another poller's state: quoted
+// (Go escapes for what is not printable), its first rawTextMax bytes.
+func rawText(data []byte) string {
+	if len(data) > rawTextMax {
+		return strconv.Quote(string(data[:rawTextMax])) + fmt.Sprintf(" … (%d bytes in all)", len(data))
+	}
+	return strconv.Quote(string(data))
 }
 
 // readSessionView reads session id's definition, lease and state.
@@ -204,8 +224,11 @@ func printSessionView(w io.Writer, v sessionView) {
 	switch {
 	case st == nil:
 		row("state", "none saved yet")
+	case st.Corrupt != "":
+		row("state", "corrupt (%s): the workers poll the session as never saved; its next save overwrites it", st.Corrupt)
 	case st.HTTP == nil:
-		row("state", "%d bytes saved %s under token %d, not the HTTP poller's: %s", st.Bytes, stamp(st.Saved, st.now), st.Token, st.Problem)
+		row("state", "%d bytes saved %s under token %d (not the HTTP poller's)", st.Bytes, stamp(st.Saved, st.now), st.Token)
+		row("data", "%s", rawText(st.Raw))
 	default:
 		h := st.HTTP
 		row("state", "saved %s by %s under token %d", stamp(st.Saved, st.now), h.Worker, st.Token)

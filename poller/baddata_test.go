@@ -1,0 +1,99 @@
+package poller
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// badDataObserver counts BadData reports by kind.
+type badDataObserver struct {
+	nopObserver
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (o *badDataObserver) BadData(kind string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.counts == nil {
+		o.counts = map[string]int{}
+	}
+	o.counts[kind]++
+}
+
+func (o *badDataObserver) count(kind string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.counts[kind]
+}
+
+// TestStatefulCorruptStateIsPolledAsNeverSaved: a state key of the wrong
+// type and a state hash with a garbage token, loaded in the same batch as a
+// readable one, are polled as never saved (the old code failed the whole
+// load at every try: "state load failed; the poll waits for it", never
+// polled), reported once each (log and BadData), and overwritten by the
+// first save.
+func TestStatefulCorruptStateIsPolledAsNeverSaved(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	keys := keyspace.Space{}
+	putSessions(t, client, map[string]time.Duration{"str": 100 * time.Millisecond, "tok": 100 * time.Millisecond, "fine": 100 * time.Millisecond})
+	require.NoError(t, client.Set(ctx, keys.State("str"), "garbage", 0).Err())
+	require.NoError(t, client.HSet(ctx, keys.State("tok"), "data", "7", "token", "garbage", "saved", "x", "polled", "x").Err())
+
+	core, logs := observer.New(zap.InfoLevel)
+	obs := &badDataObserver{}
+	log := newCursorLog()
+	cfg := fastConfig(client, "w", log.poller("w"))
+	cfg.Logger, cfg.Observer = zap.New(core), obs
+	start(t, cfg)
+	require.Eventually(t, func() bool {
+		return len(log.of("str")) >= 3 && len(log.of("tok")) >= 3 && len(log.of("fine")) >= 3
+	}, 10*time.Second, 10*time.Millisecond, "every session polled, the corrupt ones too")
+	log.check(t) // the corrupt ones' first poll saw no state (cursor 0), then their own saves
+	require.Equal(t, 2, obs.count(BadDataState))
+	corrupt := logs.FilterField(zap.String("event", "corrupt_state"))
+	require.Equal(t, 2, corrupt.Len(), "logged once per session")
+	require.Zero(t, logs.FilterMessage("state load failed; the poll waits for it").Len())
+	for _, id := range []string{"str", "tok"} {
+		typ, err := client.Type(ctx, keys.State(id)).Result()
+		require.NoError(t, err)
+		require.Equal(t, "hash", typ, "overwritten by the first save")
+	}
+}
+
+// TestNoteStateOncePerSessionAndProblem: a corrupt state is reported once
+// per session and problem, again only after a readable load or with
+// another problem.
+func TestNoteStateOncePerSessionAndProblem(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	obs := &badDataObserver{}
+	c := &Coordinator{cfg: Config{Observer: obs}, log: zap.New(core)}
+	steps := []struct {
+		session, problem string
+		wantLogs         int
+	}{
+		{"a", "", 0},
+		{"a", "p", 1},
+		{"a", "p", 1},
+		{"b", "p", 2},
+		{"a", "q", 3},
+		{"a", "", 3},
+		{"a", "q", 4},
+		{"b", "p", 4},
+	}
+	for i, s := range steps {
+		c.noteState(s.session, s.problem)
+		require.Equal(t, s.wantLogs, logs.Len(), "step %d", i)
+		require.Equal(t, s.wantLogs, obs.count(BadDataState), "step %d", i)
+	}
+}
