@@ -168,16 +168,25 @@ func (r *Registry) WaitForID(ctx context.Context, every time.Duration, onWait fu
 // separately.
 const expiryJitterMs = 2
 
-// claim runs node_claim.lua: nil when this registry holds its id for TTL from now.
-func (r *Registry) claim(ctx context.Context) error {
+// claim runs node_claim.lua: nil when this registry holds its id for TTL
+// from now. With renew set it writes no new value, it only moves the
+// expiry of the Info this incarnation holds (errClaimAbsent when none).
+func (r *Registry) claim(ctx context.Context, renew bool) error {
 	info, value := r.current()
-	reply, err := claimScript.Run(ctx, r.client, []string{r.keys.Node(r.id)}, value, r.ttl.Milliseconds(), info.Incarnation).Slice()
+	args := []any{value, r.ttl.Milliseconds(), info.Incarnation}
+	if renew {
+		args = append(args, "renew")
+	}
+	reply, err := claimScript.Run(ctx, r.client, []string{r.keys.Node(r.id)}, args...).Slice()
 	if err != nil {
 		return err
 	}
 	if len(reply) == 1 {
-		if ok, _ := toInt64(reply[0]); ok == 1 {
+		switch ok, _ := toInt64(reply[0]); ok {
+		case 1:
 			return nil
+		case 2:
+			return errClaimAbsent
 		}
 	}
 	if len(reply) != 3 {

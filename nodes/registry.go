@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,7 @@ type Registry struct {
 	reader *Reader // the read side, shared with status pages and tools
 
 	claimed    atomic.Bool  // a heartbeat claimed the id at least once
+	full       atomic.Bool  // the last heartbeat found Redis over maxmemory (OverMaxmemory)
 	lastExpiry atomic.Int64 // index expiry (server ms) written by the last successful heartbeat
 
 	valueMu sync.Mutex // guards info and value
@@ -204,8 +206,23 @@ func (r *Registry) current() (Info, string) {
 // runs with the same id, or, when DuplicateIDError.TakenOver is set, this
 // process stopped heartbeating for longer than TTL and another took the id.
 // That error is final: the caller must stop working as this id.
+//
+// When Redis refuses the claim because it is over maxmemory (noeviction),
+// Heartbeat renews instead: it moves the expiry of the Info key this
+// incarnation holds (PEXPIRE, which Redis runs even then) and its entry
+// in the index, writing nothing new, so a member stays live, with the Info
+// it last wrote, for as long as the pressure lasts, while a worker that
+// was not a member cannot join. OverMaxmemory then reports true.
 func (r *Registry) Heartbeat(ctx context.Context) error {
-	if err := r.claim(ctx); err != nil {
+	err := r.claim(ctx, false)
+	full := isOutOfMemory(err)
+	r.full.Store(full)
+	if full {
+		if rerr := r.claim(ctx, true); rerr != errClaimAbsent {
+			err = rerr
+		}
+	}
+	if err != nil {
 		var dup *DuplicateIDError
 		if errors.As(err, &dup) {
 			return err
@@ -219,6 +236,22 @@ func (r *Registry) Heartbeat(ctx context.Context) error {
 	}
 	r.lastExpiry.Store(now + r.ttl.Milliseconds())
 	return nil
+}
+
+// OverMaxmemory reports whether the last Heartbeat found Redis refusing
+// writes that allocate (over maxmemory with noeviction): nobody can
+// acquire a lease or join then, while renewals (PEXPIRE) still pass.
+func (r *Registry) OverMaxmemory() bool { return r.full.Load() }
+
+// errClaimAbsent is claim's answer in renew mode when this worker has no
+// Info key to renew.
+var errClaimAbsent = errors.New("nodes: no Info key to renew")
+
+// isOutOfMemory reports whether err is Redis refusing a write because it
+// is over maxmemory (noeviction): "OOM command not allowed ...".
+func isOutOfMemory(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM ")
 }
 
 // Members prunes expired members and returns the live ones, in one script

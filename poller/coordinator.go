@@ -60,6 +60,7 @@ type news struct {
 type health struct {
 	redisOK         atomic.Bool
 	heartbeatAt     atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
+	redisFull       atomic.Bool  // the last heartbeat found Redis over maxmemory (nodes.Registry.OverMaxmemory)
 	evictionWarning atomic.Bool  // Redis runs an evicting maxmemory-policy
 	shareTaken      atomic.Bool  // held its planned share once since start (or readyBound passed)
 	pollPanics      atomic.Int64
@@ -161,8 +162,8 @@ func (c *Coordinator) ID() string { return c.cfg.ID }
 // on its last attempt, and has held its planned share of the sessions once
 // since it started (or waited readyBound, LeaseTTL + 2 × DiscoveryInterval,
 // for it): what a rolling update should wait for before it replaces the
-// next worker. A worker without a fresh heartbeat or Redis acquires
-// nothing.
+// next worker. A worker without a fresh heartbeat or Redis, or while
+// Redis is over maxmemory, acquires nothing.
 //
 // Ready does not turn false when the worker is behind (PollStats.Behind):
 // an unready worker keeps its sessions (the plan follows heartbeats, not
@@ -176,9 +177,10 @@ func (c *Coordinator) Ready() bool {
 }
 
 // live reports whether the worker holds a fresh heartbeat and reached Redis
-// on its last attempt: what it needs to take sessions.
+// on its last attempt, and Redis has room (noteMemoryPressure): what it
+// needs to take sessions.
 func (c *Coordinator) live() bool {
-	if !c.health.redisOK.Load() {
+	if !c.health.redisOK.Load() || c.health.redisFull.Load() {
 		return false
 	}
 	at := c.health.heartbeatAt.Load()
@@ -387,12 +389,31 @@ func (c *Coordinator) heartbeatLoop(ctx context.Context) {
 				c.trigger()
 			}
 		}
+		c.noteMemoryPressure()
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C():
 		}
 	}
+}
+
+// noteMemoryPressure records what the last heartbeat found: while Redis is
+// over maxmemory (noeviction) nobody can acquire, so the worker is not live
+// (it acquires nothing, Ready is false) and hands nothing off (a peer could
+// not take it), and it keeps polling what it holds: renewals and its own
+// heartbeat allocate nothing and still pass. Each change is logged once.
+func (c *Coordinator) noteMemoryPressure() {
+	full := c.registry.OverMaxmemory()
+	if c.health.redisFull.Swap(full) == full {
+		return
+	}
+	if full {
+		c.log.Warn("Redis is over maxmemory: keeping and polling the sessions held, acquiring and handing off nothing until it has room")
+		return
+	}
+	c.log.Info("Redis has room again: acquiring and handing off as planned")
+	c.trigger()
 }
 
 func (c *Coordinator) renewLoop(ctx context.Context) {

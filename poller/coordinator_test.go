@@ -18,7 +18,6 @@ import (
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
-	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -436,25 +435,7 @@ func TestAdoptsOrphansOfALiveButIdleWorker(t *testing.T) {
 	client := srv.Client(t)
 	ids := addSessions(t, client, 20, 50*time.Millisecond)
 
-	// "ghost" heartbeats like a worker but never takes a lease.
-	ghost, err := nodes.New(nodes.Config{Client: client, ID: "ghost", TTL: 600 * time.Millisecond})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			_ = ghost.Heartbeat(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	ghost := startGhost(t, client) // heartbeats like a worker but never takes a lease
 	require.Eventually(t, func() bool {
 		m, err := ghost.Members(context.Background())
 		return err == nil && m.Contains("ghost")
@@ -536,9 +517,10 @@ func TestMalformedSessionsAreSkippedNotDeleted(t *testing.T) {
 // TestMemoryPressureFailsClosed: with maxmemory-policy noeviction (the
 // documented setup) a full Redis refuses writes that allocate (SET, INCR)
 // but still runs renewals (PEXPIRE allocates nothing) and loses no key. So
-// the leases a worker holds stay valid and exclusive, its heartbeat fails
-// and it reports not ready, and a worker that joins meanwhile acquires and
-// polls nothing; once memory is available again the fleet rebalances.
+// the leases a worker holds stay valid and exclusive, its heartbeat only
+// renews and it reports not ready, and a worker that joins meanwhile
+// acquires and polls nothing; once memory is available again the fleet
+// rebalances. TestMemoryPressureKeepsEveryonePolling has several workers.
 func TestMemoryPressureFailsClosed(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	client := srv.Client(t)

@@ -215,7 +215,9 @@ func (c *Coordinator) checkWorker(id string, w *worker) {
 		// Another live worker is preferred. With no live worker at all
 		// (say every heartbeat fails while Redis refuses writes) there
 		// is nobody to hand to: keep the lease while it can be renewed.
-		owner != c.cfg.ID && owner != "" && c.orphanDue(id) && c.settled(w):
+		// Nor while Redis is over maxmemory (noteMemoryPressure): no
+		// peer could acquire it, while this worker's renewals pass.
+		owner != c.cfg.ID && owner != "" && !c.health.redisFull.Load() && c.orphanDue(id) && c.settled(w):
 		c.stopWorker(w)
 	case !sameSession(*s, *w.sess):
 		// Definition changed: restart the loop under the same lease
