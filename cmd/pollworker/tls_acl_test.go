@@ -54,7 +54,7 @@ func TestTLSWithClientCertificate(t *testing.T) {
 // CLI (README, "Redis ACL"): its own key patterns and channel, and only the
 // commands pollworker sends, including those its scripts call.
 const minimalACL = "on >worker-pass resetkeys ~poll:* ~session:* resetchannels &poll:events " +
-	"-@all +@connection -config +get +set +del +exists +getrange +incr +info +pexpire +pttl " +
+	"-@all +@connection -config +get +set +del +exists +getrange +incr +info +pexpire +pttl +type " +
 	"+mget +getdel +hincrby +hget +hmget +hset +hkeys +hgetall +sadd +srem +smembers +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard " +
 	"+xadd +xrange +xrevrange +time +publish +subscribe +unsubscribe " +
 	"+evalsha +eval +script|load +script|exists +watch +unwatch +multi +exec"

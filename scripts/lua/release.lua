@@ -28,8 +28,10 @@ for i = 1, n do
       now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
     local due = tonumber(ARGV[1 + n + i] or '-1') or -1
-    local kind = redis.call('TYPE', mark)['ok']
-    if kind ~= 'none' and kind ~= 'string' then
+    -- pcall: a wrong-typed mark is an error reply (a table); TYPE is not
+    -- called here, so the release needs no more ACL than GET
+    local cur = redis.pcall('GET', mark)
+    if type(cur) == 'table' then
       -- left alone
     elseif due >= 0 then
       redis.call('SET', mark, string.format('%d:%d', now, now + due), 'PX', life + due)
