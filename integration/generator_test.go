@@ -138,7 +138,7 @@ var genKinds = []genKind{
 	{name: "script-flush", class: classFault, quick: true, run: (*genWorld).doScriptFlush},
 	{name: "bad-lease-type", class: classData, quick: true, run: plantSessionKey("lease")},
 	{name: "bad-fence-type", class: classData, quick: true, run: plantSessionKey("fence")},
-	{name: "bad-state", class: classData, run: plantSessionKey("state")},
+	{name: "bad-state", class: classData, quick: true, run: plantSessionKey("state")},
 	{name: "bad-marker-type", class: classData, quick: true, run: (*genWorld).doBadMarker},
 	{name: "bad-node-type", class: classData, quick: true, run: (*genWorld).doBadNode},
 	{name: "huge-fence", class: classData, quick: true, run: (*genWorld).doHugeFence},
@@ -1060,19 +1060,33 @@ func plantSessionKey(which string) func(*genWorld, *genStep) {
 			key = keys.State(id)
 		}
 		plantAt := time.Now()
-		w.plant(ctx, key, which == "state" && st.rng.IntN(2) == 0)
+		how := plantHash
+		if which == "state" {
+			// A garbage string or a hash with garbage fields (issue 22
+			// item 8).
+			how = []plantHow{plantString, plantStateFields}[st.rng.IntN(2)]
+		}
+		w.plant(ctx, key, how)
+		// A corrupt state reads as never saved (the README): its session
+		// keeps its bound; a bad lease or counter may stop its own.
 		ex := len(w.exempt)
-		w.exempt = append(w.exempt, exemptWindow{session: id, from: plantAt})
+		if which != "state" {
+			w.exempt = append(w.exempt, exemptWindow{session: id, from: plantAt})
+		}
 		hold(time.Duration(1000+st.rng.IntN(2000)) * time.Millisecond)
-		w.expectCheckNames(key, id)
+		if !w.expectCheckNames(key, id) {
+			st.note = "overwritten by the workers; "
+		}
 		// The bad key stays for the next 0-2 steps (a kill or a handoff
 		// meets it there), then the operator deletes it.
 		after := len(w.steps) - 1 + st.rng.IntN(3)
 		w.repairs = append(w.repairs, repair{afterStep: after, run: func() {
 			w.unplant(key)
-			w.exempt[ex].to = time.Now().Add(repairCost)
+			if which != "state" {
+				w.exempt[ex].to = time.Now().Add(repairCost)
+			}
 		}})
-		st.note = fmt.Sprintf("%s, deleted after step %d", key, after)
+		st.note += fmt.Sprintf("%s, deleted after step %d if still planted", key, after)
 	}
 }
 
@@ -1095,33 +1109,62 @@ func (w *genWorld) runRepairs(i int) {
 	w.repairs = kept
 }
 
-// unplantScript deletes a key only while it holds what plant wrote: after
-// a data loss the key may be a real lease again, which a DEL would break.
-var unplantScript = redis.NewScript(`
+// plantedScript tells whether a key still holds what plant wrote (1) and,
+// with ARGV[2] "del", deletes it then: after a data loss or a repair by
+// the workers the key may be a real lease or state again, which a DEL
+// would break. A state save writes its fields over a planted hash (the
+// field "planted" stays): a token other than the planted one means saved.
+var plantedScript = redis.NewScript(`
 local t = redis.call('TYPE', KEYS[1]).ok
-if (t == 'hash' and redis.call('HGET', KEYS[1], 'planted')) or (t == 'string' and redis.call('GET', KEYS[1]) == ARGV[1]) then
-  return redis.call('DEL', KEYS[1])
+local tok = t == 'hash' and redis.call('HGET', KEYS[1], 'token')
+if (t == 'hash' and redis.call('HGET', KEYS[1], 'planted') and (not tok or tok == ARGV[3])) or (t == 'string' and redis.call('GET', KEYS[1]) == ARGV[1]) then
+  if ARGV[2] == 'del' then redis.call('DEL', KEYS[1]) end
+  return 1
 end
 return 0`)
 
-// plantedGarbage is the garbage string plant writes.
-const plantedGarbage = "garbage \x00\xff{"
+// stillPlanted reports whether key still holds what plant wrote.
+func (w *genWorld) stillPlanted(key string) bool {
+	w.t.Helper()
+	n, err := plantedScript.Run(context.Background(), w.admin, []string{key}, plantedGarbage, "", plantedToken).Int()
+	require.NoError(w.t, err)
+	return n == 1
+}
+
+// plantedGarbage is the garbage string plant writes, plantedToken the
+// garbage token of a planted state hash.
+const (
+	plantedGarbage = "garbage \x00\xff{"
+	plantedToken   = "x1"
+)
 
 // unplant deletes key if it still holds what plant wrote.
 func (w *genWorld) unplant(key string) {
 	w.t.Helper()
-	require.NoError(w.t, unplantScript.Run(context.Background(), w.admin, []string{key}, plantedGarbage).Err())
+	require.NoError(w.t, plantedScript.Run(context.Background(), w.admin, []string{key}, plantedGarbage, "del", plantedToken).Err())
 }
 
-// plant makes key a hash (or, with garbage, a garbage string), replacing
-// what it held.
-func (w *genWorld) plant(ctx context.Context, key string, garbage bool) {
+// plantHow is what plant writes.
+type plantHow int
+
+const (
+	plantHash        plantHow = iota // a hash of one field: a key of the wrong type
+	plantString                      // plantedGarbage: a garbage string
+	plantStateFields                 // a hash with a state's fields, garbage
+)
+
+// plant replaces what key held with bad data; every form keeps a mark
+// (the field "planted", or the garbage string) that stillPlanted reads.
+func (w *genWorld) plant(ctx context.Context, key string, how plantHow) {
 	w.t.Helper()
 	_, err := w.admin.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)
-		if garbage {
+		switch how {
+		case plantString:
 			p.Set(ctx, key, plantedGarbage, 0)
-		} else {
+		case plantStateFields:
+			p.HSet(ctx, key, "planted", "by the chaos generator", "data", "\xff{", "token", plantedToken, "saved", "-garbage")
+		default:
 			p.HSet(ctx, key, "planted", "by the chaos generator")
 		}
 		return nil
@@ -1131,9 +1174,17 @@ func (w *genWorld) plant(ctx context.Context, key string, garbage bool) {
 
 // expectCheckNames runs `pollworker check` while bad data is planted: it
 // must fail and name the key or the session (the worker's own report
-// agreeing with what happened).
-func (w *genWorld) expectCheckNames(key string, names ...string) {
+// agreeing with what happened). A key the workers overwrote before or
+// while check ran (a corrupt state, at the next save) is not expected;
+// it returns whether the key was planted throughout.
+func (w *genWorld) expectCheckNames(key string, names ...string) bool {
+	if !w.stillPlanted(key) {
+		return false
+	}
 	out, code := w.cli("check", "--grace", "0s")
+	if !w.stillPlanted(key) {
+		return false
+	}
 	named := strings.Contains(out, key)
 	for _, n := range names {
 		// The name as a word: s1 is not named by s10.
@@ -1142,6 +1193,7 @@ func (w *genWorld) expectCheckNames(key string, names ...string) {
 	if code == 0 || !named {
 		w.violate(checkCLI, strings.Join(names, ","), "check with %s planted: exit %d, names it: %v: %s", key, code, named, firstLines(out, 6))
 	}
+	return true
 }
 
 // firstLines keeps the first n lines of s, for a violation's detail.
@@ -1161,7 +1213,7 @@ func firstLines(s string, n int) string {
 func (w *genWorld) doBadMarker(st *genStep) {
 	ctx := context.Background()
 	key := keyspace.Space{}.Epoch(0)
-	w.plant(ctx, key, false)
+	w.plant(ctx, key, plantHash)
 	hold(time.Duration(1000+st.rng.IntN(2000)) * time.Millisecond)
 	after := len(w.steps) - 1 + st.rng.IntN(3)
 	w.repairs = append(w.repairs, repair{afterStep: after, run: func() {
@@ -1186,7 +1238,7 @@ func (w *genWorld) doBadNode(st *genStep) {
 	}
 	ctx := context.Background()
 	key := keyspace.Space{}.Node(id)
-	w.plant(ctx, key, false)
+	w.plant(ctx, key, plantHash)
 	hold(time.Duration(500+st.rng.IntN(1500)) * time.Millisecond)
 	w.unplant(key)
 	st.allowance, st.outage = genFailover, true
