@@ -18,10 +18,14 @@
 //     lease by more than the time the transport takes to notice the
 //     cancellation.
 //   - At most Config.MaxPerHost requests (64 by default) are in flight to
-//     one host (host and port of the URL) from one Poller. A poll waits for
-//     a slot at most half its timeout, so that the request it sends has at
-//     least the other half; a request abandoned at its timeout frees its
-//     slot, though the target may still be serving it.
+//     one host (host and port of the URL) from one Poller. Under a
+//     poller.Coordinator the bound is kept by its scheduler (PollGroup): a
+//     due poll of a full host waits there, earliest due first, and the wait
+//     is no failure. Called directly, a poll waits for a slot at most half
+//     its timeout, so that the request it sends has at least the other
+//     half, then returns poller.ErrNoCapacity without sending anything; a
+//     request abandoned at its timeout frees its slot, though the target
+//     may still be serving it.
 //   - With saved state (PollState, which the coordinator calls since Poller
 //     is a poller.StatefulPoller), each request is conditional on the ETag
 //     and Last-Modified of the session's last 2xx answer, saved by

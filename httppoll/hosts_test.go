@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -100,7 +101,9 @@ func TestMaxPerHost(t *testing.T) {
 
 // TestHostSlotWaitEnds: a poll waiting for a slot of its host stops
 // waiting when its context ends (the lease stopped being held:
-// cancelled) or when half its timeout passes (a timeout, and a failure).
+// cancelled) or when half its timeout passes: then it sends nothing and
+// returns poller.ErrNoCapacity, no result and no failure (before, the wait
+// was a timeout and a failure, which backed the session off).
 func TestHostSlotWaitEnds(t *testing.T) {
 	g := newGate(t)
 	p := newPoller(t, Config{Record: RecordNone, MaxPerHost: 1})
@@ -123,10 +126,11 @@ func TestHostSlotWaitEnds(t *testing.T) {
 	// It waits at most half its timeout (min(interval, Timeout)), so that
 	// a request it sends has the other half.
 	err := p.Poll(ctxT(t), session.Session{ID: "t", URL: g.URL, Interval: session.Duration(200 * time.Millisecond)}, nil)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, poller.ErrNoCapacity)
 	require.ErrorContains(t, err, "no slot of the host within 100ms")
-	require.EqualValues(t, 1, p.Stats().Polls[OutcomeTimeout])
-	require.Equal(t, []string{"t"}, failingIDs(p.Failing()))
+	require.Zero(t, p.Stats().Polls[OutcomeTimeout])
+	require.EqualValues(t, 1, p.Stats().NoSlot)
+	require.Empty(t, failingIDs(p.Failing()), "waiting for a slot is no failure of the target")
 
 	g.release()
 	require.NoError(t, <-held)

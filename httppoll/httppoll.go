@@ -110,10 +110,15 @@ type Config struct {
 	// UserAgent is sent with every request; default DefaultUserAgent.
 	UserAgent string
 	// MaxPerHost bounds the requests this Poller has in flight to one host
-	// (host and port of the URL as written); a poll waits for a slot under
-	// its context for at most half its timeout, so that the request it
-	// then sends has at least the other half (a wait cut short by that
-	// bound is a timeout, by the lease ending a cancellation). Default
+	// (host and port of the URL as written). Under a poller.Coordinator the
+	// bound is kept in front of the Poller (PollGroup, poller.GroupLimiter):
+	// a due poll of a full host waits in the scheduler, earliest due first,
+	// and a worker falling behind for it reports the host. Called directly,
+	// a poll waits for a slot under its context for at most half its
+	// timeout, so that the request it then sends has at least the other
+	// half; a wait cut short by that bound sends nothing and returns an
+	// error wrapping poller.ErrNoCapacity (no result, not a failure, counted
+	// in Stats.NoSlot), by the lease ending a cancellation. Default
 	// DefaultMaxPerHost (64); negative means no bound.
 	MaxPerHost int
 	// StateRefresh is how old the saved State of a session may grow while
@@ -254,6 +259,21 @@ func New(cfg Config) (*Poller, error) {
 	return p, nil
 }
 
+// PollGroup implements poller.GroupLimiter: s's polls count against the
+// MaxPerHost bound of its URL's host (lower-cased host and port, as
+// written), which a Coordinator then keeps in front of Poll. It returns ""
+// without a bound or for a URL without a host.
+func (p *Poller) PollGroup(s session.Session) (host string, max int) {
+	if p.hosts == nil {
+		return "", 0
+	}
+	u, err := url.Parse(s.URL)
+	if err != nil || u.Host == "" {
+		return "", 0
+	}
+	return strings.TrimSuffix(strings.ToLower(u.Host), ":"), p.cfg.MaxPerHost
+}
+
 // Poll sends one GET to s.URL under ctx and records the result, without
 // saved state: no conditional request, and the consecutive failures shown
 // by Failing count only those under l. It returns an error for a transport
@@ -289,6 +309,11 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 	prev, hadPrev := p.previous(s, l, st)
 	start := p.cfg.Clock.Now()
 	resp, err := p.get(ctx, s, l, prev, st != nil)
+	if errors.Is(err, poller.ErrNoCapacity) {
+		// Not sent: no result, no failure, no state (MaxPerHost).
+		p.stats.noSlot.Add(1)
+		return fmt.Errorf("poll %s: %w", s.ID, err)
+	}
 	latency := p.cfg.Clock.Since(start)
 	if err == nil && resp.status >= http.StatusInternalServerError {
 		err = &StatusError{Code: resp.status}
@@ -481,6 +506,11 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 		// would still serve.
 		release, err := p.hosts.acquire(ctx, strings.ToLower(req.URL.Host), timeout/2, func() { p.stats.hostWaits.Add(1) })
 		if err != nil {
+			if ctx.Err() == nil {
+				// The wait's own bound, not the lease: the target was not
+				// polled for want of a slot, which is no failure of it.
+				err = poller.ErrNoCapacity
+			}
 			return response{}, fmt.Errorf("no slot of the host within %v (%d requests in flight): %w", timeout/2, p.cfg.MaxPerHost, err)
 		}
 		defer release()

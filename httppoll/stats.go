@@ -84,6 +84,10 @@ type Stats struct {
 	// HostWaits counts the polls that waited for a slot of their host
 	// (Config.MaxPerHost).
 	HostWaits uint64
+	// NoSlot counts the polls not sent because no slot of their host came
+	// free within the wait allowed (Config.MaxPerHost, called without a
+	// Coordinator): not failures.
+	NoSlot uint64
 	// StateSaves counts the states saved; StateStale those refused because
 	// this worker no longer held the lease (state.ErrStale), StateTooLarge
 	// those refused for their size, StateFailed those that failed
@@ -94,7 +98,7 @@ type Stats struct {
 // stats are the atomic counters behind Stats.
 type stats struct {
 	polls                                              [numOutcomes]atomic.Uint64
-	changes, hostWaits                                 atomic.Uint64
+	changes, hostWaits, noSlot                         atomic.Uint64
 	stateSaves, stateStale, stateTooLarge, stateFailed atomic.Uint64
 }
 
@@ -104,7 +108,7 @@ func (p *Poller) Stats() Stats {
 	for i := range s.Polls {
 		s.Polls[i] = p.stats.polls[i].Load()
 	}
-	s.Changes, s.HostWaits = p.stats.changes.Load(), p.stats.hostWaits.Load()
+	s.Changes, s.HostWaits, s.NoSlot = p.stats.changes.Load(), p.stats.hostWaits.Load(), p.stats.noSlot.Load()
 	s.StateSaves, s.StateStale = p.stats.stateSaves.Load(), p.stats.stateStale.Load()
 	s.StateTooLarge, s.StateFailed = p.stats.stateTooLarge.Load(), p.stats.stateFailed.Load()
 	return s

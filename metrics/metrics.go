@@ -27,7 +27,7 @@ var (
 	// RedisOps are the operations poller.Observer.RedisError names.
 	RedisOps = []string{"acquire", "heartbeat", "members", "publish", "release", "renew", "sessions", "state"}
 	// PollOutcomes are the outcomes poller.Observer.PollDone reports.
-	PollOutcomes = []string{"ok", "error", "cancelled", "panic"}
+	PollOutcomes = []string{"ok", "error", "cancelled", "panic", "no_capacity"}
 	// SessionStates are the values of pollworker_sessions' state label.
 	SessionStates = []string{"owned", "pending", "malformed"}
 )
@@ -110,7 +110,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
 		memberChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pollworker_membership_changes_total", Help: "Rounds that saw a new set of live workers."}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pollworker_polls_total", Help: "Polls by outcome: ok, error, cancelled or panic."},
+			Name: "pollworker_polls_total", Help: "Polls by outcome: ok, error, cancelled, panic or no_capacity (not sent for want of a slot of the host: no failure)."},
 			[]string{"outcome"}),
 		pollDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "pollworker_poll_duration_seconds", Help: "Duration of one poll.",

@@ -46,10 +46,11 @@ func TestPrometheusRecords(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(p.memberChanges))
 	require.Equal(t, 1.0, testutil.ToFloat64(p.redisErrors.WithLabelValues("renew")))
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP pollworker_polls_total Polls by outcome: ok, error, cancelled or panic.
+# HELP pollworker_polls_total Polls by outcome: ok, error, cancelled, panic or no_capacity (not sent for want of a slot of the host: no failure).
 # TYPE pollworker_polls_total counter
 pollworker_polls_total{outcome="cancelled"} 0
 pollworker_polls_total{outcome="error"} 0
+pollworker_polls_total{outcome="no_capacity"} 0
 pollworker_polls_total{outcome="ok"} 1
 pollworker_polls_total{outcome="panic"} 1
 `), "pollworker_polls_total"))

@@ -36,6 +36,9 @@ type Info struct {
 	// is placed only on workers whose labels match it. Fixed for the
 	// process's life.
 	Labels Labels `json:"labels,omitempty"`
+	// Behind says why the worker is behind, as of its last heartbeat
+	// (poller.PollStats.Overload); empty while it keeps up.
+	Behind string `json:"behind,omitempty"`
 }
 
 // PlanWeight is the weight the planner gives the worker: Weight, or 1 when

@@ -173,13 +173,32 @@ func (r *Registry) SetWeight(w float64) error {
 	if err := ValidateWeight(w); err != nil {
 		return fmt.Errorf("%w: Weight: %w", ErrInvalidConfig, err)
 	}
+	return r.update(func(i *Info) bool {
+		changed := i.Weight != w
+		i.Weight = w
+		return changed
+	})
+}
+
+// SetBehind sets what the next heartbeats say about the worker being
+// behind (Info.Behind; "" when it keeps up).
+func (r *Registry) SetBehind(why string) error {
+	return r.update(func(i *Info) bool {
+		changed := i.Behind != why
+		i.Behind = why
+		return changed
+	})
+}
+
+// update applies change to the Info the next claims write and encodes it
+// again when change reports that it changed something.
+func (r *Registry) update(change func(*Info) bool) error {
 	r.valueMu.Lock()
 	defer r.valueMu.Unlock()
-	if w == r.info.Weight {
+	info := r.info
+	if !change(&info) {
 		return nil
 	}
-	info := r.info
-	info.Weight = w
 	value, err := json.Marshal(info)
 	if err != nil {
 		return fmt.Errorf("nodes: encode info: %w", err)

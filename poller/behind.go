@@ -1,72 +1,332 @@
 package poller
 
-import "time"
+import (
+	"fmt"
+	"math"
+	"time"
 
-// behindMinLate is the least lateness that counts toward being behind.
-const behindMinLate = time.Second
+	"go.uber.org/zap"
+)
 
-// behindLate is how late a poll of the given interval must start, or still
-// be waiting to start, to count toward being behind: max(1s, interval/10).
-// Below it a worker is merely late (schedStats.Late); a burst of first
-// polls after an acquisition, a GC pause or a slow round stays under it.
-func behindLate(interval time.Duration) time.Duration {
-	return max(behindMinLate, interval/10)
+// A worker is behind when its sessions are due more polls than it runs.
+// The scheduler measures both over a sliding window (pollMeter): each poll
+// that ran counts as done, and as due one poll plus the time it began
+// after it would have begun if the worker kept up (its previous poll's
+// start + its interval, or that poll's end when it overran the interval),
+// in intervals. A worker that keeps up is due one poll per poll it runs;
+// one whose sessions are each polled every 2 intervals is due two. A slow
+// target (a poll overrunning its interval) and a lease in doubt (the poll
+// waits for the lease, not for the worker) make nobody behind.
+//
+// Polls wait for a slot in order of due time (scheduler.admitLocked), so
+// that an overloaded worker slows every session alike: each session's gap
+// is about interval × due/achieved, the figures reported (behindReport).
+
+// Reasons a worker is behind (PollStats.BehindReason).
+const (
+	// BehindHostLimit: polls wait for a slot of their host (GroupLimiter,
+	// httppoll's MaxPerHost); PollStats.BehindHost names the host with the
+	// most polls waiting.
+	BehindHostLimit = "host-limit"
+	// BehindMaxPolls: polls wait for one of Config.MaxPolls's slots.
+	BehindMaxPolls = "max-polls"
+	// BehindCPU: polls start late without waiting for any slot: the
+	// process cannot start them in time (CPU, or the Go runtime).
+	BehindCPU = "cpu"
+)
+
+const (
+	// meterBucket is the step of the meter's sliding window.
+	meterBucket = 500 * time.Millisecond
+	// meterBuckets is the number of steps in the window: behindWindow.
+	meterBuckets = 8
+	// behindWindow is how far back the meter looks: a worker falling
+	// behind at twice what it achieves is reported within about half of
+	// it, one that catches up within about a bucket.
+	behindWindow = meterBuckets * meterBucket
+	// behindEnter is the achieved/due ratio under which a worker becomes
+	// behind; behindLeave the ratio at or above which it stops being
+	// (hysteresis, so that a worker at its capacity does not flap).
+	behindEnter = 0.9
+	behindLeave = 0.95
+	// behindEvidence is the least number of polls in the window that
+	// judges: fewer say nothing about the worker's capacity.
+	behindEvidence = 8
+	// maxLateAllowance bounds lateAllowance.
+	maxLateAllowance = 100 * time.Millisecond
+)
+
+// lateAllowance is how late a poll of the given interval may begin without
+// counting toward being behind (timer slack, a GC pause, a runner starting
+// under load): a tenth of the interval, at most maxLateAllowance. It does
+// not change the due rate reported.
+func lateAllowance(interval time.Duration) time.Duration {
+	return min(interval/10, maxLateAllowance)
 }
 
-// lateness follows the stretches of time during which a worker's polls keep
-// starting, or waiting to start, more than behindLate after they were due.
-// A stretch begins when the first such poll became that late; it goes on
-// while others follow within behindLate of the last one's start, or while
-// the oldest poll waiting for a slot is that late; it ends at a poll that
-// starts in time while no other poll waits for a slot. The scheduler
-// reports the worker behind once the current stretch has lasted its window
-// (Config.LeaseTTL). The zero value is a worker that keeps up.
-type lateness struct {
-	since time.Time // when the current stretch began; zero when none
-	until time.Time // the evidence of the stretch reaches this far
+// owed returns how many polls a poll that began lag after it would have
+// begun if the worker kept up stands for: 1 plus lag in intervals (due),
+// and the same less the lateAllowance (judged, which decides behind).
+func owed(lag, interval time.Duration) (due, judged float64) {
+	if interval <= 0 {
+		return 1, 1
+	}
+	due, judged = 1, 1
+	if lag > 0 {
+		due += float64(lag) / float64(interval)
+	}
+	if lag -= lateAllowance(interval); lag > 0 {
+		judged += float64(lag) / float64(interval)
+	}
+	return due, judged
 }
 
-// started records a poll due at `at` that starts at now; queued says
-// whether other due polls wait for a slot.
-func (l *lateness) started(at, now time.Time, interval time.Duration, queued bool) {
-	bound := behindLate(interval)
-	from := at.Add(bound) // when this poll became that late
-	if !now.After(from) {
-		if !queued {
-			*l = lateness{}
-		}
+// waitKind is what a poll waited for.
+type waitKind uint8
+
+const (
+	waitSlot  waitKind = iota // one of the limit's slots (Config.MaxPolls)
+	waitGroup                 // a slot of its group (GroupLimiter)
+)
+
+// meterCounts are the counts of one step of the meter, or of the window.
+type meterCounts struct {
+	due, judged float64 // polls due (owed), and due less the lateness allowed
+	done        int     // polls run
+	slotWaits   int     // polls that waited for one of the limit's slots
+	groupWaits  int     // polls that waited for a slot of their group
+}
+
+func (c *meterCounts) add(o meterCounts) {
+	c.due += o.due
+	c.judged += o.judged
+	c.done += o.done
+	c.slotWaits += o.slotWaits
+	c.groupWaits += o.groupWaits
+}
+
+// judgeBehind decides whether a worker is behind from its window's counts,
+// given whether it was: with enough evidence, when it ran less than
+// behindEnter of the polls due (judged), and it stays behind until it runs
+// behindLeave of them. stuck (a poll has waited for a slot longer than
+// oldestWaitBound) makes it behind whatever the counts.
+func judgeBehind(c meterCounts, was, stuck bool) bool {
+	if stuck {
+		return true
+	}
+	if c.done < behindEvidence || c.judged <= 0 {
+		return false
+	}
+	ratio := float64(c.done) / c.judged
+	if was {
+		return ratio < behindLeave
+	}
+	return ratio < behindEnter
+}
+
+// behindReason names what held the polls of a window back: the limit most
+// polls waited for, or the CPU when fewer than one poll in ten waited for
+// a slot.
+func behindReason(c meterCounts) string {
+	switch {
+	case (c.slotWaits+c.groupWaits)*10 < c.done:
+		return BehindCPU
+	case c.groupWaits >= c.slotWaits:
+		return BehindHostLimit
+	default:
+		return BehindMaxPolls
+	}
+}
+
+// oldestWaitBound is how long a poll may wait for a slot before the worker
+// is behind whatever its counts (judgeBehind's stuck): polls that wait
+// that long may return too seldom to count.
+func oldestWaitBound(interval time.Duration) time.Duration {
+	return max(time.Second, interval)
+}
+
+// pollMeter counts, over a sliding window of meterBuckets steps, the polls
+// due and those run (see the top of this file). The zero value is empty.
+type pollMeter struct {
+	first   time.Time // the first record: the window is shorter before first + behindWindow
+	at      time.Time // when buckets[cur] began
+	cur     int
+	buckets [meterBuckets]meterCounts
+	judgeAt time.Time // the next judgement outside snapshots (scheduler.judgeLocked)
+}
+
+// advance moves the window to now.
+func (m *pollMeter) advance(now time.Time) {
+	switch {
+	case m.at.IsZero():
+		m.first, m.at = now, now
+	case now.Sub(m.at) >= behindWindow:
+		m.buckets, m.cur, m.at = [meterBuckets]meterCounts{}, 0, now
+	}
+	for now.Sub(m.at) >= meterBucket {
+		m.cur = (m.cur + 1) % meterBuckets
+		m.buckets[m.cur] = meterCounts{}
+		m.at = m.at.Add(meterBucket)
+	}
+}
+
+// polled counts a poll run at now that stood for `due` (and judged) polls.
+func (m *pollMeter) polled(now time.Time, due, judged float64) {
+	m.advance(now)
+	b := &m.buckets[m.cur]
+	b.due += due
+	b.judged += judged
+	b.done++
+}
+
+// waited counts a poll that began waiting for a slot at now.
+func (m *pollMeter) waited(now time.Time, kind waitKind) {
+	m.advance(now)
+	if kind == waitGroup {
+		m.buckets[m.cur].groupWaits++
 		return
 	}
-	l.extend(from, now.Add(bound))
+	m.buckets[m.cur].slotWaits++
 }
 
-// extend adds evidence of lateness from `from` to `to`: it continues the
-// current stretch if it reaches back into it, and starts a new one after
-// a gap.
-func (l *lateness) extend(from, to time.Time) {
-	if l.since.IsZero() || from.After(l.until) {
-		l.since, l.until = from, to
-		return
+// window returns the counts of the window ending at now and how long it
+// spans (shorter in the first behindWindow).
+func (m *pollMeter) window(now time.Time) (c meterCounts, span time.Duration) {
+	m.advance(now)
+	for _, b := range m.buckets {
+		c.add(b)
 	}
-	if from.Before(l.since) {
-		l.since = from
-	}
-	if to.After(l.until) {
-		l.until = to
-	}
+	span = min(behindWindow-meterBucket+now.Sub(m.at), now.Sub(m.first))
+	return c, span
 }
 
-// behindFor returns how long the current stretch has lasted at now (0 when
-// there is none), counting the oldest poll waiting for a slot, due at
-// `due` with the given interval, if waiting is true.
-func (l lateness) behindFor(now time.Time, waiting bool, due time.Time, interval time.Duration) time.Duration {
-	if waiting {
-		if from := due.Add(behindLate(interval)); now.After(from) {
-			l.extend(from, now)
+// behindReport is the scheduler's judgement of whether the worker keeps
+// up (PollStats).
+type behindReport struct {
+	Behind bool
+	Reason string  // why, when Behind: BehindHostLimit, BehindMaxPolls or BehindCPU
+	Group  string  // with BehindHostLimit: the group (host) with the most polls waiting
+	Due    float64 // polls due per second over the window
+	Done   float64 // polls run per second over the window
+}
+
+// judgeLocked judges whether the worker is behind now, at most once per
+// half meterBucket unless always, and reports whether the judgement
+// changed (behind or not, its reason or group).
+func (s *scheduler) judgeLocked(now time.Time, always bool) bool {
+	if !always && now.Before(s.meter.judgeAt) {
+		return false
+	}
+	s.meter.judgeAt = now.Add(meterBucket / 2)
+	c, span := s.meter.window(now)
+	stuck, stuckKind := s.oldestWaitLocked(now)
+	r := behindReport{Behind: judgeBehind(c, s.judged.Behind, stuck)}
+	if span > 0 {
+		r.Due, r.Done = c.due/span.Seconds(), float64(c.done)/span.Seconds()
+	}
+	if r.Behind {
+		r.Reason = behindReason(c)
+		if stuck && c.done < behindEvidence {
+			r.Reason = BehindMaxPolls
+			if stuckKind == waitGroup {
+				r.Reason = BehindHostLimit
+			}
+		}
+		if r.Reason == BehindHostLimit {
+			r.Group = s.mostCrowdedLocked(s.judged.Group)
 		}
 	}
-	if l.since.IsZero() || now.After(l.until) {
-		return 0
+	was := s.judged
+	s.judged = r
+	return r.Behind != was.Behind || r.Reason != was.Reason || r.Group != was.Group
+}
+
+// oldestWaitLocked reports whether a poll has waited for a slot longer
+// than oldestWaitBound, and for which kind of slot.
+func (s *scheduler) oldestWaitLocked(now time.Time) (bool, waitKind) {
+	tooLong := func(w *worker) bool { return now.Sub(w.next) > oldestWaitBound(w.sess.Interval.D()) }
+	if s.admit.Len() > 0 && tooLong(s.admit[0]) {
+		return true, waitSlot
 	}
-	return now.Sub(l.since)
+	for g := range s.crowded {
+		if tooLong(g.waiting[0]) {
+			return true, waitGroup
+		}
+	}
+	return false, waitSlot
+}
+
+// mostCrowdedLocked returns the name of the group with the most polls
+// waiting for a slot, keeping prev while it has as many as any ("" when
+// none waits).
+func (s *scheduler) mostCrowdedLocked(prev string) string {
+	best, most := "", 0
+	if g := s.groups[prev]; g != nil {
+		best, most = prev, g.waiting.Len()
+	}
+	for g := range s.crowded {
+		if n := g.waiting.Len(); n > most {
+			best, most = g.name, n
+		}
+	}
+	return best
+}
+
+// meterPolledLocked counts w's poll, which has just returned, in the
+// meter (late against when it would have begun if the worker kept up, or,
+// for the first poll of the loop or after a lease in doubt, against its
+// due time), and sets when w's next poll would begin if the worker kept up:
+// gap after this one began (its interval with the spread step and
+// backoff), or now if the poll overran that.
+func (s *scheduler) meterPolledLocked(w *worker, now time.Time, gap time.Duration) {
+	from := w.expect
+	if from == 0 {
+		from = w.next.UnixNano() // a first poll: late against its due time
+	}
+	lag := time.Duration(w.began - from)
+	due, judged := owed(lag, w.sess.Interval.D())
+	s.meter.polled(now, due, judged)
+	w.expect = max(now.UnixNano(), w.began+int64(gap))
+}
+
+// logBehind logs a change of ps.Behind or of its reason.
+func logBehind(log *zap.Logger, ps PollStats, maxPolls int) {
+	fields := []zap.Field{zap.Float64("due_per_second", round1(ps.DueRate)), zap.Float64("achieved_per_second", round1(ps.AchievedRate)),
+		zap.Int("running", ps.Running), zap.Int("waiting", ps.Waiting), zap.Int64("deferred", ps.Deferred), zap.Int64("late", ps.Late)}
+	if !ps.Behind {
+		log.Info("caught up: this worker runs the polls its sessions are due again", fields...)
+		return
+	}
+	fields = append(fields, zap.String("reason", ps.BehindReason))
+	switch ps.BehindReason {
+	case BehindHostLimit:
+		fields = append(fields, zap.String("host", ps.BehindHost))
+	case BehindMaxPolls:
+		fields = append(fields, zap.Int("max_polls", maxPolls))
+	}
+	log.Warn("behind: this worker cannot keep up with its share; every session is polled less often alike, "+
+		"at about interval × due/achieved; it sheds load to its peers", fields...)
+}
+
+// round1 rounds x to one decimal, for logs.
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
+
+// Overload describes in one line why the worker is behind ("" when it
+// keeps up): the reason, with the host for BehindHostLimit, and the polls
+// it runs of those due, e.g. "host-limit (host 127.0.0.1:8080): runs
+// 2950 of 6000 polls/s due; each session polled about every 2.0 ×
+// its interval".
+func (s PollStats) Overload() string {
+	if !s.Behind {
+		return ""
+	}
+	why := s.BehindReason
+	if s.BehindReason == BehindHostLimit && s.BehindHost != "" {
+		why += " (host " + s.BehindHost + ")"
+	}
+	if s.AchievedRate <= 0 {
+		return why + ": polls wait for a slot longer than their interval"
+	}
+	return fmt.Sprintf("%s: runs %.0f of %.0f polls/s due; each session polled about every %.1f × its interval",
+		why, s.AchievedRate, s.DueRate, max(1, s.DueRate/s.AchievedRate))
 }

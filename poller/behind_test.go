@@ -1,102 +1,302 @@
 package poller
 
 import (
+	"container/heap"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/session"
 )
 
-func TestBehindLate(t *testing.T) {
-	require.Equal(t, time.Second, behindLate(10*time.Millisecond))
-	require.Equal(t, time.Second, behindLate(10*time.Second))
-	require.Equal(t, 6*time.Minute, behindLate(time.Hour))
-}
-
-// TestLateness: a stretch of lateness begins when a poll became
-// behindLate late, goes on while late polls follow or the oldest waiting
-// poll is late, and ends at a poll in time with none waiting, or when the
-// evidence runs out.
-func TestLateness(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	type start struct {
-		due, now int // ms
-		queued   bool
-	}
-	type head struct {
-		due     int // ms
-		waiting bool
-	}
+// TestOwed: a poll that began lag after it would have if the worker kept
+// up stands for 1 + lag/interval polls due; behind is judged on the lag
+// beyond a tenth of the interval (at most 100 ms).
+func TestOwed(t *testing.T) {
 	for _, tt := range []struct {
-		name   string
-		give   []start
-		head   head
-		now    int // ms
-		want   time.Duration
-		ivOver time.Duration // interval of every poll; default 100ms
+		lag, interval     time.Duration
+		wantDue, wantJudg float64
 	}{
-		{name: "keeping up", now: 5000},
-		{name: "late but under the bound", give: []start{{0, 900, true}, {100, 1050, true}}, now: 1100},
-		{name: "one late poll", give: []start{{0, 1500, false}}, now: 2000, want: time.Second},
-		{name: "one late poll, then nothing for its bound", give: []start{{0, 1500, false}}, now: 2600},
-		{name: "late polls keep coming", give: []start{{0, 1500, true}, {1000, 2400, true}, {2000, 3300, true}},
-			now: 4000, want: 3 * time.Second},
-		{name: "a gap starts a new stretch", give: []start{{0, 1500, true}, {3000, 4600, true}}, now: 4800, want: 800 * time.Millisecond},
-		{name: "in time with none waiting ends it", give: []start{{0, 1500, true}, {1450, 1500, false}}, now: 1600},
-		{name: "in time while others wait does not", give: []start{{0, 1500, true}, {1450, 1500, true}}, now: 1600,
-			want: 600 * time.Millisecond},
-		{name: "the oldest waiting poll carries it on", give: []start{{0, 1500, true}}, head: head{due: 500, waiting: true},
-			now: 10_000, want: 9 * time.Second},
-		{name: "waiting alone", head: head{due: 500, waiting: true}, now: 4000, want: 2500 * time.Millisecond},
-		{name: "waiting, not yet that late", head: head{due: 500, waiting: true}, now: 1400},
-		{name: "long intervals: a tenth of the interval", give: []start{{0, 5000, true}}, ivOver: time.Minute, now: 5000},
-		{name: "long intervals, later", give: []start{{0, 7000, true}}, ivOver: time.Minute, now: 7000, want: time.Second},
+		{lag: 0, interval: time.Second, wantDue: 1, wantJudg: 1},
+		{lag: -time.Second, interval: time.Second, wantDue: 1, wantJudg: 1},
+		{lag: 50 * time.Millisecond, interval: time.Second, wantDue: 1.05, wantJudg: 1},
+		{lag: time.Second, interval: time.Second, wantDue: 2, wantJudg: 1.9},
+		{lag: 500 * time.Millisecond, interval: 500 * time.Millisecond, wantDue: 2, wantJudg: 1.9},
+		{lag: 10 * time.Second, interval: time.Minute, wantDue: 1 + 1.0/6, wantJudg: 1 + 9.9/60},
+		{lag: time.Second, interval: 0, wantDue: 1, wantJudg: 1},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			iv := 100 * time.Millisecond
-			if tt.ivOver > 0 {
-				iv = tt.ivOver
-			}
-			var l lateness
-			for _, s := range tt.give {
-				l.started(at(s.due), at(s.now), iv, s.queued)
-			}
-			require.Equal(t, tt.want, l.behindFor(at(tt.now), tt.head.waiting, at(tt.head.due), iv))
+		t.Run(fmt.Sprintf("%v of %v", tt.lag, tt.interval), func(t *testing.T) {
+			due, judged := owed(tt.lag, tt.interval)
+			require.InDelta(t, tt.wantDue, due, 1e-9)
+			require.InDelta(t, tt.wantJudg, judged, 1e-9)
 		})
 	}
 }
 
-// TestSchedulerReportsBehind: on a fake clock, with one slot and a poll
-// that holds it, the session waiting for it makes the worker behind once
-// it has been behindLate late for behindSpan; polls in time clear it.
-func TestSchedulerReportsBehind(t *testing.T) {
+// TestJudgeBehind: behind when fewer than 90 % of the polls due ran, with
+// at least behindEvidence polls, until 95 % run again; or while a poll
+// has waited too long for a slot.
+func TestJudgeBehind(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		c          meterCounts
+		was, stuck bool
+		want       bool
+	}{
+		{name: "keeping up", c: meterCounts{judged: 100, done: 100}},
+		{name: "1.5x overload", c: meterCounts{judged: 150, done: 100}, want: true},
+		{name: "3x overload", c: meterCounts{judged: 300, done: 100}, want: true},
+		{name: "just under capacity does not become behind", c: meterCounts{judged: 108, done: 100}},
+		{name: "behind stays behind under 95 %", c: meterCounts{judged: 108, done: 100}, was: true, want: true},
+		{name: "behind clears at 95 %", c: meterCounts{judged: 105, done: 100}, was: true},
+		{name: "too few polls to judge", c: meterCounts{judged: 30, done: 7}},
+		{name: "no polls", c: meterCounts{}, was: true},
+		{name: "stuck without polls", c: meterCounts{}, stuck: true, want: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, judgeBehind(tt.c, tt.was, tt.stuck))
+		})
+	}
+}
+
+// TestBehindReason: the limit most polls waited for, or the CPU when
+// fewer than one poll in ten waited.
+func TestBehindReason(t *testing.T) {
+	for _, tt := range []struct {
+		c    meterCounts
+		want string
+	}{
+		{c: meterCounts{done: 100, groupWaits: 80}, want: BehindHostLimit},
+		{c: meterCounts{done: 100, slotWaits: 80, groupWaits: 5}, want: BehindMaxPolls},
+		{c: meterCounts{done: 100, slotWaits: 40, groupWaits: 40}, want: BehindHostLimit},
+		{c: meterCounts{done: 100, slotWaits: 9}, want: BehindCPU},
+		{c: meterCounts{done: 100}, want: BehindCPU},
+	} {
+		t.Run(tt.want, func(t *testing.T) {
+			require.Equal(t, tt.want, behindReason(tt.c))
+		})
+	}
+}
+
+// TestPollMeter: the window sums the last behindWindow of polls and waits,
+// and forgets what is older.
+func TestPollMeter(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var m pollMeter
+	// 2 polls due per poll run, 10 a second, for 2 s.
+	for i := range 20 {
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		m.polled(at, 2, 1.9)
+		m.waited(at, waitGroup)
+	}
+	c, span := m.window(t0.Add(2 * time.Second))
+	require.Equal(t, 20, c.done)
+	require.InDelta(t, 40, c.due, 1e-9)
+	require.InDelta(t, 38, c.judged, 1e-9)
+	require.Equal(t, 20, c.groupWaits)
+	require.Equal(t, 2*time.Second, span, "no longer than since the first record")
+
+	// Keeping up from 2 s on, one poll due per poll run.
+	for i := range 40 {
+		m.polled(t0.Add(2*time.Second+time.Duration(i)*100*time.Millisecond), 1, 1)
+	}
+	c, span = m.window(t0.Add(6 * time.Second))
+	require.Equal(t, behindWindow-meterBucket, span)
+	require.Equal(t, 35, c.done, "what is older than the window is forgotten")
+	require.InDelta(t, 35, c.due, 1e-9)
+	require.Zero(t, c.groupWaits)
+
+	c, _ = m.window(t0.Add(time.Hour))
+	require.Equal(t, meterCounts{}, c, "an idle hour forgets everything")
+}
+
+// TestSchedulerGroupWaitsInOrderOfDue: with a group bound of 1, the due
+// polls of the group wait in the scheduler (not in a running poll, not
+// holding a slot of the limit), and the slot a poll frees goes to the
+// poll due earliest.
+func TestSchedulerGroupWaitsInOrderOfDue(t *testing.T) {
 	f := newSchedFixture(t)
-	f.sched.limit, f.sched.behindSpan = 1, 2*time.Second
-	behind := func() bool { st, _, _ := f.sched.snapshot(); return st.Behind }
+	f.sched.limit = 10
+	f.sched.groupOf = func(s *session.Session) (string, int) {
+		if s.ID == "other" {
+			return "elsewhere", 1
+		}
+		return "host", 1
+	}
+	a := f.start("a")
+	pa := f.nextPoll()
+	f.clock.Step(10 * time.Millisecond)
+	c := f.start("c")
+	f.waitPhase(c, groupWaiting)
+	f.clock.Step(10 * time.Millisecond)
+	b := f.start("b")
+	f.waitPhase(b, groupWaiting)
+	// b came later, but is due earlier than c.
+	f.sched.mu.Lock()
+	b.next = b.next.Add(-time.Second)
+	heap.Fix(&b.group.waiting, b.index)
+	f.sched.mu.Unlock()
+
+	o := f.start("other") // another group has room
+	po := f.nextPoll()
+	require.Equal(t, o, po.w)
+	_, running, waiting := f.sched.snapshot()
+	require.Equal(t, 2, running)
+	require.Equal(t, 2, waiting)
+
+	close(pa.finish)
+	pb := f.nextPoll()
+	require.Equal(t, b, pb.w, "the slot goes to the poll due earliest")
+	f.waitPhase(a, queued)
+	f.waitPhase(c, groupWaiting)
+	close(pb.finish)
+	pc := f.nextPoll()
+	require.Equal(t, c, pc.w)
+	close(pc.finish)
+	close(po.finish)
+	close(f.nextPoll().finish) // b's
+	f.waitPhase(c, queued)
+	f.stopAll(a, b, c, o)
+	st, _, waiting := f.sched.snapshot()
+	require.Zero(t, waiting)
+	require.EqualValues(t, 3, st.Deferred, "b and c, then b again (due at once after its poll)")
+	require.Zero(t, st.Backoff)
+}
+
+// TestSchedulerStopsAWaitingPoll: a poll waiting for its group's slot or
+// for one of the limit's leaves its heap when its loop is stopped, and
+// gives back the group slot it held.
+func TestSchedulerStopsAWaitingPoll(t *testing.T) {
+	f := newSchedFixture(t)
+	f.sched.limit = 1
+	f.sched.groupOf = func(s *session.Session) (string, int) { return "host", 1 }
 	f.start("a")
 	pa := f.nextPoll()
 	b := f.start("b")
-	f.waitPhase(b, admitting)
-	require.False(t, behind())
-	f.clock.Step(time.Second + time.Millisecond) // b is behindLate late
-	require.False(t, behind())
-	require.NoError(t, f.leases.RenewAll(context.Background()).Err)
-	f.clock.Step(2 * time.Second) // for behindSpan
-	require.True(t, behind(), "b has waited behindLate + behindSpan")
+	f.waitPhase(b, groupWaiting)
+	f.sched.stop(b)
+	requireDone(t, f.sched, b)
 
-	require.NoError(t, f.leases.RenewAll(context.Background()).Err)
-	close(pa.finish) // b takes the slot, late; a waits behind it
-	pb := f.nextPoll()
-	require.Equal(t, b, pb.w)
-	require.True(t, behind())
-	close(pb.finish) // a polls again at once (it overran its interval): in time, none waiting
-	pa = f.nextPoll()
-	require.False(t, behind(), "a poll in time with none waiting clears it")
-	close(pa.finish) // b, waiting again, takes the slot
-	pb = f.nextPoll()
-	close(pb.finish)
-	f.waitPhase(pa.w, queued)
-	f.waitPhase(b, queued)
+	// Another group's poll waits for the limit's only slot, holding its
+	// group's; stopped, it gives that back.
+	f.sched.groupOf = func(s *session.Session) (string, int) { return "h2", 1 }
+	c := f.start("c")
+	f.waitPhase(c, admitting)
+	f.sched.mu.Lock()
+	require.Equal(t, 1, f.sched.groups["h2"].active)
+	f.sched.mu.Unlock()
+	f.sched.stop(c)
+	requireDone(t, f.sched, c)
+	f.sched.mu.Lock()
+	require.Nil(t, f.sched.groups["h2"], "a group without members is forgotten")
+	f.sched.mu.Unlock()
+	close(pa.finish)
+	f.stopAll(pa.w)
+	_, running, waiting := f.sched.snapshot()
+	require.Zero(t, waiting)
+	require.Zero(t, running)
+}
+
+// TestSchedulerSkippedPollIsNoFailure: a poll the Poller did not send for
+// want of a local resource (ErrNoCapacity) neither backs the session off
+// nor resets its failures; the session is polled at its next due time.
+func TestSchedulerSkippedPollIsNoFailure(t *testing.T) {
+	f := newSchedFixture(t)
+	f.sched.maxBackoff = time.Minute
+	a := f.start("a")
+	p := f.nextPoll()
+	p.skip.Store(true)
+	close(p.finish)
+	f.waitPhase(a, queued)
+	_, next := f.phaseOf(a)
+	require.Equal(t, p.at.Add(schedInterval), next, "at its next due time, without backoff")
+	st, _, _ := f.sched.snapshot()
+	require.Zero(t, st.Backoff)
+	require.EqualValues(t, 1, st.Skipped)
+	f.stopAll(a)
+}
+
+// TestSchedulerReportsBehindWithTheHost: on a fake clock, four sessions at
+// 1 s whose host runs one poll at a time, each taking 500 ms, run 2 polls
+// a second of the 4 due: the worker is behind for the host within a few
+// seconds, every session polled in turn (each gap about 2 s); with one
+// session left it catches up.
+func TestSchedulerReportsBehindWithTheHost(t *testing.T) {
+	f := newSchedFixture(t)
+	f.sched.groupOf = func(s *session.Session) (string, int) { return "target:80", 1 }
+	ws := map[string]*worker{}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		ws[id] = f.start(id)
+	}
+	report := func() behindReport { st, _, _ := f.sched.snapshot(); return st.Behind }
+	last := map[string]time.Time{}
+	var worstGap time.Duration
+	var behindAt time.Time
+	start := f.clock.Now()
+	for range 40 {
+		p := f.nextPoll()
+		if prev, ok := last[p.w.sess.ID]; ok {
+			worstGap = max(worstGap, p.at.Sub(prev))
+		}
+		last[p.w.sess.ID] = p.at
+		require.NoError(t, f.leases.RenewAll(context.Background()).Err)
+		f.stepTimer(500 * time.Millisecond)
+		close(p.finish)
+		if behindAt.IsZero() && report().Behind {
+			behindAt = f.clock.Now()
+		}
+	}
+	r := report()
+	require.True(t, r.Behind)
+	require.Equal(t, BehindHostLimit, r.Reason)
+	require.Equal(t, "target:80", r.Group)
+	require.InDelta(t, 2, r.Done, 0.3)
+	require.InDelta(t, 4, r.Due, 0.6)
+	require.LessOrEqual(t, behindAt.Sub(start), 3*time.Second, "reported within a few seconds")
+	require.LessOrEqual(t, worstGap, 2500*time.Millisecond, "every session slows alike: interval × due/achieved + 25 %")
+
+	for _, id := range []string{"b", "c", "d"} {
+		f.sched.stop(ws[id])
+	}
+	a := ws["a"]
+	for range 16 {
+		p := f.nextPoll()
+		require.NoError(t, f.leases.RenewAll(context.Background()).Err)
+		f.stepTimer(300 * time.Millisecond)
+		close(p.finish)
+		if p.w != a {
+			continue // a stopped session's last poll
+		}
+		// a is queued for its next poll, or (late) polls again at once.
+		require.Eventually(t, func() bool { ph, _ := f.phaseOf(a); return ph == queued || len(f.polls) > 0 }, waitFor, time.Millisecond)
+		if ph, next := f.phaseOf(a); ph == queued {
+			f.stepTimer(next.Sub(f.clock.Now()))
+		}
+	}
+	require.False(t, report().Behind, "one session at 1 s keeps up")
+	f.stopAll(a)
+}
+
+// stopAll stops ws and lets every poll still running or starting return,
+// until each has exited.
+func (f *schedFixture) stopAll(ws ...*worker) {
+	f.t.Helper()
+	for _, w := range ws {
+		f.sched.stop(w)
+	}
+	for _, w := range ws {
+		for done := false; !done; {
+			select {
+			case <-f.sched.exited(w):
+				done = true
+			case p := <-f.polls:
+				close(p.finish)
+			case <-time.After(waitFor):
+				f.t.Fatalf("worker %s did not exit", w.sess.ID)
+			}
+		}
+	}
 }

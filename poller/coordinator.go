@@ -86,7 +86,7 @@ type view struct {
 	sweepAll       bool                        // the next round looks at every session (assignment changed)
 	wasMember      bool                        // member at the last round
 	memberSince    time.Time                   // first round as a member (readiness bound)
-	behind         bool                        // PollStats.Behind at the last round (logged when it changes)
+	behind         PollStats                   // PollStats at the last change of Behind or its reason (logged)
 }
 
 // claims is the main loop's bookkeeping of sessions it could not simply
@@ -144,6 +144,9 @@ func New(cfg Config) (*Coordinator, error) {
 	c.sched.align, c.sched.pace, c.sched.slack = spreadStep, true, TimerSlack
 	c.sched.limit, c.sched.maxBackoff = cfg.MaxPolls, cfg.MaxErrorBackoff
 	c.sched.behindSpan = cfg.LeaseTTL
+	if gl, ok := cfg.Poller.(GroupLimiter); ok {
+		c.sched.groupOf = func(s *session.Session) (string, int) { return gl.PollGroup(*s) }
+	}
 	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize, LossQuarantine: cfg.LossQuarantine,
 		WaitReplicas: cfg.WaitReplicas,
@@ -261,22 +264,36 @@ type PollStats struct {
 	// its peers plan with: Config.Weight (1 when 0), lower while the
 	// worker sheds load after staying behind (Config.KeepWeightWhenBehind).
 	PlannedWeight float64
-	// Behind reports a worker that cannot keep up with its share: for at
-	// least one LeaseTTL, its polls have kept starting (or waiting for a
-	// slot) more than max(1s, interval/10) after they were due, with no
-	// poll starting in time while none waited. A burst (the first polls
-	// after a takeover, a pause) does not last that long; a worker behind
-	// needs more room (Config.MaxPolls, CPU, a faster target) or fewer
-	// sessions. It clears at the first poll that starts in time while no
-	// other waits, or once none has been late for that bound. Ready does
-	// not include it (see Ready).
+	// Behind reports a worker that cannot keep up with its share: over
+	// the last 4 s it ran fewer than 90 % of the polls its sessions were
+	// due (DueRate, AchievedRate; it clears at 95 %), or a poll has waited
+	// for a slot longer than max(1s, its interval). Polls wait for slots
+	// in order of due time, so every session slows alike, to about
+	// interval × DueRate/AchievedRate. A worker behind needs more room
+	// (BehindReason says which) or fewer sessions; it sheds load to its
+	// peers (Config.KeepWeightWhenBehind). Ready does not include it (see
+	// Ready).
 	Behind bool
+	// BehindReason says what holds the polls back while Behind:
+	// BehindHostLimit, BehindMaxPolls or BehindCPU.
+	BehindReason string
+	// BehindHost is, with BehindHostLimit, the host (GroupLimiter's group)
+	// with the most polls waiting for a slot.
+	BehindHost string
+	// DueRate and AchievedRate are the polls per second the held sessions
+	// were due and those run, over the last 4 s (see Behind).
+	DueRate, AchievedRate float64
+	// Skipped counts the polls the Poller did not send for want of a
+	// local resource (ErrNoCapacity), since start: not failures.
+	Skipped int64
 }
 
 // PollStats returns the scheduler's figures now.
 func (c *Coordinator) PollStats() PollStats {
 	st, running, waiting := c.sched.snapshot()
-	return PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late, Backoff: st.Backoff, Behind: st.Behind,
+	return PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late, Backoff: st.Backoff,
+		Behind: st.Behind.Behind, BehindReason: st.Behind.Reason, BehindHost: st.Behind.Group,
+		DueRate: st.Behind.Due, AchievedRate: st.Behind.Done, Skipped: st.Skipped,
 		PlannedWeight: c.registry.Info().PlanWeight()}
 }
 

@@ -12,7 +12,8 @@ type Observer interface {
 	// leases were renewed, lost and made uncertain.
 	RenewCycle(roundTrip time.Duration, renewed, lost, uncertain int)
 	// PollDone reports one poll: its duration and outcome ("ok", "error",
-	// "panic" or "cancelled").
+	// "panic", "cancelled", or "no_capacity": not sent for want of a local
+	// resource, ErrNoCapacity).
 	PollDone(d time.Duration, outcome string)
 	// Round reports the view after a round: live members, active sessions,
 	// sessions owned here, malformed session entries, and whether the

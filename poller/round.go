@@ -55,20 +55,15 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 }
 
 // checkBehind logs when the worker starts and stops being behind
-// (PollStats.Behind), once each time.
+// (PollStats.Behind), or its reason changes, once each time (the
+// scheduler wakes the main loop on a change).
 func (c *Coordinator) checkBehind() {
 	ps := c.PollStats()
-	if ps.Behind == c.view.behind {
+	if was := c.view.behind; ps.Behind == was.Behind && ps.BehindReason == was.BehindReason && ps.BehindHost == was.BehindHost {
 		return
 	}
-	c.view.behind = ps.Behind
-	fields := []zap.Field{zap.Int("running", ps.Running), zap.Int("waiting", ps.Waiting),
-		zap.Int64("deferred", ps.Deferred), zap.Int64("late", ps.Late), zap.Int("max_polls", c.cfg.MaxPolls)}
-	if ps.Behind {
-		c.log.Warn("behind: polls keep starting late; this worker cannot keep up with its share", fields...)
-		return
-	}
-	c.log.Info("caught up: polls start in time again", fields...)
+	c.view.behind = ps
+	logBehind(c.log, ps, c.cfg.MaxPolls)
 }
 
 // checkShare makes the worker ready (Ready) once it holds every session

@@ -11,8 +11,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pollworker/pollworker/hrw"
-
 	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/session"
 )
 
 // scheduler runs the poll loops of all owned sessions with one timer: a
@@ -23,7 +23,11 @@ import (
 // dominated a 1M-session cold start).
 //
 // Each worker is in one phase: queued (in the heap), waiting (its lease is
-// Uncertain; a lease change wakes it), polling, or exited. A worker polls
+// Uncertain; a lease change wakes it), groupWaiting or admitting (due,
+// waiting for a slot of its group or of the limit), polling, or exited.
+// Every poll waiting for a slot waits in a heap by due time: the slot a
+// poll frees goes to the poll due earliest (earliest deadline first), so
+// that under overload every session slows alike. A worker polls
 // only when its lease is Held, its term not ended and its deadline not
 // passed; the poll's context is cancelled by the lease term's end
 // (pollContext, Lease.AfterTerm), the moment the lease stops being Held.
@@ -36,14 +40,18 @@ type scheduler struct {
 	// (spreadStep); set before the first start.
 	align func(id string, interval time.Duration, next time.Time) time.Duration
 	// limit, if positive, bounds the polls running at once; due polls
-	// beyond it wait in admit, oldest first (set before the first start).
+	// beyond it wait in admit, earliest due first (set before the first
+	// start).
 	limit int
+	// groupOf, if set, returns the group of a session's polls and how many
+	// of them may run at once (GroupLimiter); due polls of a full group
+	// wait in its heap, earliest due first. Set before the first start.
+	groupOf func(s *session.Session) (name string, max int)
 	// maxBackoff, if positive, lets a session whose polls fail wait
 	// longer between polls (backoff); set before the first start.
 	maxBackoff time.Duration
-	// behindSpan, if positive, is how long polls must keep starting
-	// behindLate after they were due before the worker reports itself
-	// behind (schedStats.Behind); set before the first start.
+	// behindSpan, if positive, is how long a worker stays behind before
+	// each step of its shedding (shed); set before the first start.
 	behindSpan time.Duration
 	// pace, if set, paces the first polls of loops started without a
 	// schedule to keep (paceLocked); set before the first start.
@@ -65,11 +73,15 @@ type scheduler struct {
 	active   int           // polls running
 	paceAt   time.Time     // when the next paced first poll may start
 	shortest time.Duration // the shortest interval of a worker started; 0 before the first
-	admit    []*worker     // due polls waiting for a slot, oldest first; entries no longer admitting are skipped
-	waiting  int           // workers in phase admitting
+	admit    dueQueue      // due polls waiting for one of limit's slots, earliest due first (each holds its group's slot)
+	waiting  int           // workers in phase admitting or groupWaiting
+	groups   map[string]*pollGroup
+	freed    []*pollGroup            // groups whose slots were freed while polls wait for them (admitLocked)
+	crowded  map[*pollGroup]struct{} // groups with polls waiting for a slot
 	stats    schedStats
-	late     lateness // the current stretch of polls starting behindLate
-	queue    dueQueue // queued workers by next poll time
+	meter    pollMeter    // polls due and run over the last behindWindow (behind.go)
+	judged   behindReport // the last judgement of the meter
+	queue    dueQueue     // queued workers by next poll time
 	// workers are the poll loops by session id. Only the coordinator's
 	// main loop writes it, under mu (start, forget), so that it reads it
 	// without mu and the scheduler reads it under mu (leaseChanged).
@@ -84,25 +96,47 @@ type scheduler struct {
 type phase uint8
 
 const (
-	queued    phase = iota // in the heap, waiting for its next poll time
-	waiting                // lease Uncertain (or Held past its deadline): a lease change wakes it
-	admitting              // due, waiting for one of the limit's slots
-	polling                // a poll runs
-	exited                 // done is closed
+	queued       phase = iota // in the heap, waiting for its next poll time
+	waiting                   // lease Uncertain (or Held past its deadline): a lease change wakes it
+	admitting                 // due, holding its group's slot, waiting for one of the limit's slots
+	polling                   // a poll runs
+	exited                    // done is closed
+	groupWaiting              // due, waiting for a slot of its group (GroupLimiter)
+)
+
+// pollGroup is a group of sessions whose polls share a bound of their own
+// (GroupLimiter: an HTTP poller's hosts).
+type pollGroup struct {
+	name    string
+	max     int      // polls of the group at once
+	active  int      // polls of the group running, or admitting with the group's slot
+	waiting dueQueue // due polls waiting for a slot of the group, earliest due first
+	members int      // workers of the group not exited
+}
+
+// outcome is how a poll ended, for the scheduler.
+type outcome uint8
+
+const (
+	pollOK        outcome = iota // the target answered (or the poll returned nil)
+	pollFailed                   // an error or a panic: counts toward backoff
+	pollCancelled                // cut short by the lease term's end or an abort
+	pollSkipped                  // not sent for want of a local resource (ErrNoCapacity): no failure, no backoff
 )
 
 // schedStats counts what the scheduler did since start.
 type schedStats struct {
-	Deferred int64 // polls that waited for a slot (the limit was reached)
-	Late     int64 // polls that started later than a tenth of their interval after they were due
-	Backoff  int   // sessions whose last poll failed, now polled less often
-	Behind   bool  // polls have kept starting behindLate for behindSpan (set by snapshot)
+	Deferred int64        // polls that waited for a slot (of the limit or of their group)
+	Late     int64        // polls that started later than a tenth of their interval after they were due
+	Skipped  int64        // polls the Poller did not send for want of a local resource (ErrNoCapacity)
+	Backoff  int          // sessions whose last poll failed, now polled less often
+	Behind   behindReport // whether the worker keeps up, and if not why (set by snapshot)
 }
 
 func newScheduler(clk clock.WithTickerAndDelayedExecution, poll func(*worker), wake func()) *scheduler {
 	_, real := clk.(clock.RealClock)
 	return &scheduler{clock: clk, poll: poll, wake: wake, workers: make(map[string]*worker), ownGoroutine: real,
-		quit: make(chan struct{})}
+		quit: make(chan struct{}), groups: make(map[string]*pollGroup), crowded: make(map[*pollGroup]struct{})}
 }
 
 // TimerSlack is how late a Coordinator may start a poll after it is due
@@ -153,6 +187,7 @@ func (s *scheduler) run(w *worker) {
 	idle := time.NewTimer(runnerIdle)
 	defer idle.Stop()
 	for {
+		w.began = s.clock.Now().UnixNano() // when the poll really starts, for the meter (polled)
 		s.poll(w)
 		s.runMu.Lock()
 		s.idle = append(s.idle, r)
@@ -188,6 +223,9 @@ func (s *scheduler) start(w *worker, at time.Time) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	s.workers[w.sess.ID] = w
+	if s.groupOf != nil && w.group == nil {
+		w.group = s.joinGroupLocked(w.sess)
+	}
 	if iv := w.sess.Interval.D(); s.shortest == 0 || iv < s.shortest {
 		s.shortest = iv
 	}
@@ -204,18 +242,21 @@ func (s *scheduler) start(w *worker, at time.Time) {
 // stop ends w's loop: at once if no poll runs, else when the poll returns.
 func (s *scheduler) stop(w *worker) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	w.stopRequested = true
+	var launch []*worker
 	switch w.phase {
 	case queued:
 		heap.Remove(&s.queue, w.index)
 		s.exitLocked(w)
-	case admitting:
-		s.waiting--
-		s.exitLocked(w) // its entry in admit is skipped
+	case admitting, groupWaiting:
+		s.unwaitLocked(w)
+		s.exitLocked(w)
+		launch = s.admitLocked(s.clock.Now())
 	case waiting:
 		s.exitLocked(w)
 	}
+	s.mu.Unlock()
+	s.launchAll(launch)
 }
 
 // abort cancels w's running poll, if any.
@@ -284,46 +325,66 @@ func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
 		s.mu.Unlock()
 		return
 	}
-	launch := false
+	var launch []*worker
+	now := s.clock.Now()
 	switch to {
 	case lease.Lost, lease.Released:
 		switch w.phase {
 		case queued:
 			heap.Remove(&s.queue, w.index)
-		case admitting:
-			s.waiting-- // its entry in admit is skipped
+		case admitting, groupWaiting:
+			s.unwaitLocked(w)
 		}
 		s.exitLocked(w)
+		launch = s.admitLocked(now)
 	case lease.Held:
 		if w.phase == waiting {
-			now := s.clock.Now()
-			launch = s.settleLocked(w, now, now)
+			// The wait for the lease was no lack of capacity: the meter
+			// does not count it as lateness (polled).
+			w.expect = 0
+			if s.settleLocked(w, now, now) {
+				launch = append(launch, w)
+			}
 		}
 	}
 	s.mu.Unlock()
-	if launch {
+	s.launchAll(launch)
+}
+
+// launchAll launches each of ws (s.launch); called without s.mu held.
+func (s *scheduler) launchAll(ws []*worker) {
+	for _, w := range ws {
 		s.launch(w)
 	}
 }
 
 // polled settles w after a poll that began at its due time: next one
 // interval later (plus the align step, if any; longer after failures, with
-// maxBackoff), or at once if the poll overran it. failed says whether the
-// poll failed (not cancelled). A slot freed by the poll goes to the oldest
-// due poll waiting for one, before w.
-func (s *scheduler) polled(w *worker, failed bool) {
+// maxBackoff), or at once if the poll overran it. out is how the poll
+// ended: a failure counts toward backoff; a poll skipped for want of a
+// local resource (ErrNoCapacity) or cancelled neither counts nor resets
+// it. The slots freed by the poll go to the polls due earliest among those
+// waiting for them, before w.
+func (s *scheduler) polled(w *worker, out outcome) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	w.cancel()
 	w.ctx, w.cancel = nil, nil
 	s.active--
+	s.freeGroupSlotLocked(w.group)
 	iv := w.sess.Interval.D()
 	next := w.next.Add(iv)
 	if s.align != nil && !w.exact {
 		next = next.Add(s.align(w.sess.ID, iv, next))
 	}
 	w.exact = false
-	next = next.Add(s.backoffLocked(w, failed))
+	switch out {
+	case pollOK, pollFailed:
+		next = next.Add(s.backoffLocked(w, out == pollFailed))
+		s.meterPolledLocked(w, now, next.Sub(w.next))
+	case pollSkipped:
+		s.stats.Skipped++
+	}
 	if next.Before(now) {
 		next = now
 	}
@@ -334,9 +395,11 @@ func (s *scheduler) polled(w *worker, failed bool) {
 	if s.settleLocked(w, now, next) {
 		launch = append(launch, w)
 	}
+	changed := s.judgeLocked(now, false)
 	s.mu.Unlock()
-	for _, w := range launch {
-		s.launch(w)
+	s.launchAll(launch)
+	if changed {
+		s.wake() // the main loop logs the change (Coordinator.checkBehind)
 	}
 }
 
@@ -380,51 +443,152 @@ func ErrorBackoff(failures int, interval, max time.Duration) time.Duration {
 	return min(time.Duration((1<<min(failures, 5))-1)*interval, max)
 }
 
-// admitLocked settles the due polls waiting for a slot while slots are
-// free, and returns those to launch.
+// admitLocked gives the free slots to the due polls waiting for them,
+// earliest due first, and returns those to launch: a group's free slot to
+// the group's earliest waiting poll (which then waits for one of the
+// limit's slots if none is free), a free slot of the limit to the
+// earliest poll waiting for one.
 func (s *scheduler) admitLocked(now time.Time) []*worker {
 	var launch []*worker
-	for len(s.admit) > 0 && (s.limit <= 0 || s.active < s.limit) {
-		w := s.admit[0]
-		s.admit[0] = nil
-		s.admit = s.admit[1:]
-		if w.phase != admitting {
-			continue // stopped or lost while it waited
+	for {
+		for len(s.freed) > 0 {
+			g := s.freed[len(s.freed)-1]
+			s.freed[len(s.freed)-1] = nil
+			s.freed = s.freed[:len(s.freed)-1]
+			for g.active < g.max && g.waiting.Len() > 0 {
+				w := heap.Pop(&g.waiting).(*worker)
+				s.waiting--
+				if g.waiting.Len() == 0 {
+					delete(s.crowded, g)
+				}
+				if s.settleLocked(w, now, w.next) {
+					launch = append(launch, w)
+				}
+			}
 		}
-		s.waiting--
-		if s.settleLocked(w, now, w.next) {
-			launch = append(launch, w)
+		for s.admit.Len() > 0 && (s.limit <= 0 || s.active < s.limit) {
+			w := heap.Pop(&s.admit).(*worker)
+			s.waiting--
+			if s.settleLocked(w, now, w.next) {
+				launch = append(launch, w)
+			}
+		}
+		if len(s.freed) == 0 {
+			return launch
 		}
 	}
-	return launch
 }
 
-// snapshot returns the scheduler's counters and how many polls run and
-// wait for a slot now.
-func (s *scheduler) snapshot() (st schedStats, running, waiting int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st = s.stats
-	st.Behind = s.behindLocked(s.clock.Now())
-	return st, s.active, s.waiting
+// unwaitLocked takes w, waiting for a slot, out of the heap it waits in,
+// giving back the group slot it holds while admitting.
+func (s *scheduler) unwaitLocked(w *worker) {
+	s.waiting--
+	switch w.phase {
+	case admitting:
+		heap.Remove(&s.admit, w.index)
+		s.freeGroupSlotLocked(w.group)
+	case groupWaiting:
+		g := w.group
+		heap.Remove(&g.waiting, w.index)
+		if g.waiting.Len() == 0 {
+			delete(s.crowded, g)
+		}
+	}
 }
 
-// behindLocked reports whether the polls have kept starting, or waiting
-// to start, behindLate after they were due for at least behindSpan
-// (lateness), counting the oldest poll waiting for a slot.
-func (s *scheduler) behindLocked(now time.Time) bool {
-	if s.behindSpan <= 0 {
+// takeSlotsLocked starts w's due poll if a slot of its group (if any) and
+// one of the limit's are free, and reports it; else w waits, in a heap by
+// due time, for a slot of its group, or, holding that, for one of the
+// limit's. from is the phase w comes from: a poll leaving one wait for the
+// next is counted once (Deferred).
+func (s *scheduler) takeSlotsLocked(w *worker, now time.Time, from phase) bool {
+	waited := from == admitting || from == groupWaiting
+	if g := w.group; g != nil {
+		if g.active >= g.max {
+			w.phase = groupWaiting
+			heap.Push(&g.waiting, w)
+			s.crowded[g] = struct{}{}
+			s.waitedLocked(now, waited, waitGroup)
+			return false
+		}
+		g.active++
+	}
+	if s.limit > 0 && s.active >= s.limit {
+		// Every slot is taken: wait for one rather than start a poll the
+		// worker cannot sustain.
+		w.phase = admitting
+		heap.Push(&s.admit, w)
+		s.waitedLocked(now, waited, waitSlot)
 		return false
 	}
-	for len(s.admit) > 0 && s.admit[0].phase != admitting {
-		s.admit[0] = nil // stopped or lost while it waited, as admitLocked skips it
-		s.admit = s.admit[1:]
+	ctx, cancel, ok := pollContext(w.lease)
+	if !ok {
+		// The term ended since State said Held: the change is being
+		// reported (leaseChanged), and finds w waiting.
+		w.phase = waiting
+		s.freeGroupSlotLocked(w.group)
+		return false
 	}
-	waiting, due, interval := false, time.Time{}, time.Duration(0)
-	if len(s.admit) > 0 {
-		waiting, due, interval = true, s.admit[0].next, s.admit[0].sess.Interval.D()
+	if late := now.Sub(w.next); late > max(w.sess.Interval.D()/10, 10*time.Millisecond) {
+		s.stats.Late++
 	}
-	return s.late.behindFor(now, waiting, due, interval) >= s.behindSpan
+	s.active++
+	w.phase = polling
+	w.ctx, w.cancel = ctx, cancel
+	return true
+}
+
+// waitedLocked counts a poll that starts waiting for a slot of the given
+// kind (once per poll: not again when it already waited).
+func (s *scheduler) waitedLocked(now time.Time, already bool, kind waitKind) {
+	s.waiting++
+	if !already {
+		s.stats.Deferred++
+		s.meter.waited(now, kind)
+	}
+}
+
+// freeGroupSlotLocked gives back a slot of g (nil: none), to be taken by
+// its earliest waiting poll (admitLocked).
+func (s *scheduler) freeGroupSlotLocked(g *pollGroup) {
+	if g == nil {
+		return
+	}
+	g.active--
+	if g.waiting.Len() > 0 {
+		s.freed = append(s.freed, g)
+	}
+}
+
+// joinGroupLocked returns the group of sess's polls (groupOf), nil when
+// they have none, counting one more member in it.
+func (s *scheduler) joinGroupLocked(sess *session.Session) *pollGroup {
+	name, max := s.groupOf(sess)
+	if name == "" || max < 1 {
+		return nil
+	}
+	g := s.groups[name]
+	if g == nil {
+		g = &pollGroup{name: name, max: max}
+		s.groups[name] = g
+	}
+	g.members++
+	return g
+}
+
+// snapshot returns the scheduler's counters, whether it keeps up (judged
+// now), and how many polls run and wait for a slot now.
+func (s *scheduler) snapshot() (st schedStats, running, waiting int) {
+	s.mu.Lock()
+	changed := s.judgeLocked(s.clock.Now(), true)
+	st = s.stats
+	st.Behind = s.judged
+	running, waiting = s.active, s.waiting
+	s.mu.Unlock()
+	if changed {
+		s.wake()
+	}
+	return st, running, waiting
 }
 
 // fire launches the polls that are due and re-arms the timer.
@@ -446,12 +610,19 @@ func (s *scheduler) fire() {
 	}
 }
 
-// settleLocked decides what w, which is neither queued nor polling, does
-// next, given that its next poll is due at `at`: exit (stopped, or its
-// lease lost or released), wait (lease uncertain or past its deadline),
-// queue (not due yet) or poll now, which it reports; the caller then runs
-// s.poll(w) on a runner (launch).
+// settleLocked decides what w, which is neither queued nor polling (nor
+// in a heap of waiting polls: the caller took it out), does next, given
+// that its next poll is due at `at`: exit (stopped, or its lease lost or
+// released), wait (lease uncertain or past its deadline), queue (not due
+// yet), wait for a slot (takeSlotsLocked) or poll now, which it reports;
+// the caller then runs s.poll(w) on a runner (launch).
 func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
+	from := w.phase
+	if from == admitting {
+		// It gives back its group's slot and takes it again below if it
+		// polls now.
+		s.freeGroupSlotLocked(w.group)
+	}
 	if w.stopRequested {
 		w.next = at // what a successor keeps (nextDue)
 		s.exitLocked(w)
@@ -478,30 +649,7 @@ func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
 		return false
 	}
 	w.next = at
-	if s.limit > 0 && s.active >= s.limit {
-		// Every slot is taken: wait for one, in order of arrival, rather
-		// than start a poll the worker cannot sustain.
-		w.phase = admitting
-		s.admit = append(s.admit, w)
-		s.waiting++
-		s.stats.Deferred++
-		return false
-	}
-	ctx, cancel, ok := pollContext(w.lease)
-	if !ok {
-		// The term ended since State said Held: the change is being
-		// reported (leaseChanged), and finds w waiting.
-		w.phase = waiting
-		return false
-	}
-	if late := now.Sub(at); late > max(w.sess.Interval.D()/10, 10*time.Millisecond) {
-		s.stats.Late++
-	}
-	s.late.started(at, now, w.sess.Interval.D(), s.waiting > 0)
-	s.active++
-	w.phase = polling
-	w.ctx, w.cancel = ctx, cancel
-	return true
+	return s.takeSlotsLocked(w, now, from)
 }
 
 // pollContext returns the context of one poll under l's current Held
@@ -537,6 +685,12 @@ func maxTime(a, b time.Time) time.Time {
 // exitLocked ends w's loop and tells the main loop.
 func (s *scheduler) exitLocked(w *worker) {
 	w.phase = exited
+	if g := w.group; g != nil {
+		if g.members--; g.members == 0 {
+			delete(s.groups, g.name)
+		}
+		w.group = nil
+	}
 	if w.done != nil {
 		close(w.done)
 	}

@@ -34,6 +34,7 @@ type pollCall struct {
 	at     time.Time
 	finish chan struct{}
 	fail   *atomic.Bool // set before finish: the poll failed
+	skip   *atomic.Bool // set before finish: the poll was not sent (ErrNoCapacity)
 }
 
 const (
@@ -49,10 +50,17 @@ func newSchedFixture(t *testing.T) *schedFixture {
 	t.Cleanup(func() { _ = rdb.Close() })
 	f := &schedFixture{t: t, mr: mr, clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), polls: make(chan pollCall, 16)}
 	f.sched = newScheduler(f.clock, func(w *worker) {
-		call := pollCall{w: w, ctx: w.ctx, at: f.clock.Now(), finish: make(chan struct{}), fail: new(atomic.Bool)}
+		call := pollCall{w: w, ctx: w.ctx, at: f.clock.Now(), finish: make(chan struct{}), fail: new(atomic.Bool), skip: new(atomic.Bool)}
 		f.polls <- call
 		<-call.finish
-		f.sched.polled(w, call.fail.Load())
+		out := pollOK
+		switch {
+		case call.fail.Load():
+			out = pollFailed
+		case call.skip.Load():
+			out = pollSkipped
+		}
+		f.sched.polled(w, out)
 	}, func() {})
 	var err error
 	f.leases, err = lease.New(lease.Config{Client: rdb, Holder: "me", TTL: schedTTL, Clock: f.clock, LossQuarantine: -1,

@@ -57,15 +57,19 @@ func (s *shedding) step(now time.Time, behind bool, span time.Duration) (fractio
 	return s.fraction, false
 }
 
-// shed steps c's shedding with whether it is behind now and, on a change,
-// sets the weight its next heartbeat carries. Called from the heartbeat
-// loop, before each heartbeat.
+// shed sets why the worker is behind in its next heartbeat (nodes.Info.Behind,
+// which status shows), steps c's shedding with whether it is behind now
+// and, on a change, sets the weight its next heartbeat carries. Called
+// from the heartbeat loop, before each heartbeat.
 func (c *Coordinator) shed() {
+	if err := c.registry.SetBehind(c.PollStats().Overload()); err != nil {
+		c.log.Error("behind not published", zap.Error(err))
+	}
 	if c.cfg.KeepWeightWhenBehind || c.sched.behindSpan <= 0 {
 		return
 	}
 	st, _, _ := c.sched.snapshot()
-	fraction, changed := c.shedding.step(c.cfg.Clock.Now(), st.Behind, c.sched.behindSpan)
+	fraction, changed := c.shedding.step(c.cfg.Clock.Now(), st.Behind.Behind, c.sched.behindSpan)
 	if !changed {
 		return
 	}
@@ -75,8 +79,9 @@ func (c *Coordinator) shed() {
 		c.log.Error("planned weight not changed", zap.Float64("weight", w), zap.Error(err))
 		return
 	}
-	if st.Behind {
-		c.log.Warn("behind: shedding load to the other workers", zap.Float64("planned_weight", w), zap.Float64("weight", base))
+	if st.Behind.Behind {
+		c.log.Warn("behind: shedding load to the other workers", zap.Float64("planned_weight", w), zap.Float64("weight", base),
+			zap.String("reason", st.Behind.Reason))
 		return
 	}
 	c.log.Info("keeping up: taking load back", zap.Float64("planned_weight", w), zap.Float64("weight", base))

@@ -45,6 +45,9 @@ type worker struct {
 	next          time.Time // when the next (or running) poll is due
 	stopRequested bool
 	failures      int                // consecutive failed polls (backoff)
+	group         *pollGroup         // the group of its polls (GroupLimiter); nil when none
+	began         int64              // Unix ns when the running (or last) poll began on its runner
+	expect        int64              // Unix ns when the next poll would begin if the worker kept up; 0 unknown (the meter's lateness)
 	ctx           context.Context    // of the running poll: cancelled when the lease term ends (pollContext)
 	cancel        context.CancelFunc // cancels ctx
 }
@@ -91,8 +94,8 @@ func (c *Coordinator) stopWorker(w *worker) {
 // (cancelled when the lease term ends: pollContext), and hands w back to
 // the scheduler.
 func (c *Coordinator) runPoll(w *worker) {
-	failed := false
-	defer func() { c.sched.polled(w, failed) }()
+	out := pollCancelled // no poll ran
+	defer func() { c.sched.polled(w, out) }()
 	l := w.lease
 	now := c.cfg.Clock.Now()
 	// The term may have ended, or the deadline passed, since settleLocked
@@ -103,7 +106,9 @@ func (c *Coordinator) runPoll(w *worker) {
 	if w.state != nil {
 		pollNow, loadFailed := c.prepareState(w, now)
 		if !pollNow {
-			failed = loadFailed
+			if loadFailed {
+				out = pollFailed
+			}
 			return
 		}
 		w.state.mu.Lock()
@@ -122,15 +127,16 @@ func (c *Coordinator) runPoll(w *worker) {
 			c.cfg.Observer.HandoffGap(gap + now.Sub(from))
 		}
 	}
-	failed = c.pollOnce(w.ctx, *w.sess, l, w.state)
+	out = c.pollOnce(w.ctx, *w.sess, l, w.state)
 }
 
 // pollOnce runs one poll under ctx, which ends when the lease term ends or
 // the poll is aborted, and records its outcome; a panic is recovered. It
 // calls PollState with st when the Poller is a StatefulPoller (st is then
-// set), Poll otherwise. It reports whether the poll failed (an error or a
-// panic, not a cancellation).
-func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.Lease, st *State) (failed bool) {
+// set), Poll otherwise. It reports how the poll ended: failed (an error or
+// a panic), cancelled, skipped (an error wrapping ErrNoCapacity: the
+// target was not polled, which is no failure) or ok.
+func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.Lease, st *State) (out outcome) {
 	c.health.polls.Add(1)
 	started := c.cfg.Clock.Now()
 	outcome := "ok"
@@ -140,7 +146,7 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 			c.health.pollPanics.Add(1)
 			c.log.Error("poll panicked", zap.String("session", s.ID), zap.Any("panic", r),
 				zap.ByteString("stack", debug.Stack()))
-			failed = true
+			out = pollFailed
 		}
 		c.cfg.Observer.PollDone(c.cfg.Clock.Since(started), outcome)
 	}()
@@ -150,16 +156,23 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 	} else {
 		err = c.cfg.Poller.Poll(ctx, s, l)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+		return pollOK
+	case ctx.Err() != nil:
+		outcome = "cancelled"
+		out = pollCancelled
+	case errors.Is(err, ErrNoCapacity):
+		c.log.Debug("poll not sent", zap.String("session", s.ID), zap.Error(err))
+		outcome = "no_capacity"
+		return pollSkipped
+	default:
 		outcome = "error"
-		if ctx.Err() != nil {
-			outcome = "cancelled"
-		}
-		c.health.pollErrors.Add(1)
-		c.log.Debug("poll failed", zap.String("session", s.ID), zap.Int64("token", l.Token()), zap.Error(err))
-		return outcome == "error"
+		out = pollFailed
 	}
-	return false
+	c.health.pollErrors.Add(1)
+	c.log.Debug("poll failed", zap.String("session", s.ID), zap.Int64("token", l.Token()), zap.Error(err))
+	return out
 }
 
 // stopAll stops every poll loop and waits for them until ctx is done; then

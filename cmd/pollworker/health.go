@@ -13,8 +13,8 @@ import (
 //
 //	GET /healthz  200 while the process runs (liveness)
 //	GET /readyz   200 while ready() is true, else 503 (readiness); the body
-//	              says so when behind() is true (a worker behind stays ready:
-//	              see poller.Coordinator.Ready)
+//	              says so, and why, when behind() is not empty (a worker
+//	              behind stays ready: see poller.Coordinator.Ready)
 //	GET /metrics  Prometheus metrics, when metrics is not nil
 //	GET /         the status page, when page is not nil
 //	GET /debug/pprof/  Go's runtime profiles (net/http/pprof), when profiles
@@ -22,7 +22,7 @@ import (
 //	              process's internals to whoever reaches the port)
 //
 // behind may be nil.
-func healthHandler(ready, behind func() bool, metrics, page http.Handler, profiles bool) http.Handler {
+func healthHandler(ready func() bool, behind func() string, metrics, page http.Handler, profiles bool) http.Handler {
 	mux := http.NewServeMux()
 	if profiles {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -48,17 +48,22 @@ func healthHandler(ready, behind func() bool, metrics, page http.Handler, profil
 			_, _ = io.WriteString(w, "not ready\n")
 			return
 		}
-		if behind != nil && behind() {
-			_, _ = io.WriteString(w, behindText)
-			return
+		if why := ""; behind != nil {
+			if why = behind(); why != "" {
+				_, _ = io.WriteString(w, behindText(why))
+				return
+			}
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	return mux
 }
 
-// behindText is the body of /readyz for a ready worker that is behind.
-const behindText = "ready, but behind: polls keep starting late; this worker cannot keep up with its share (pollworker_behind)\n"
+// behindText is the body of /readyz for a ready worker that is behind
+// for the reason why (poller.PollStats.Overload).
+func behindText(why string) string {
+	return "ready, but behind: this worker cannot keep up with its share: " + why + " (pollworker_behind)\n"
+}
 
 // Timing of readiness's PING.
 const (

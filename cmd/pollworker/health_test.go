@@ -15,7 +15,13 @@ import (
 
 func TestHealthHandler(t *testing.T) {
 	var ready, behind atomic.Bool
-	h := healthHandler(ready.Load, behind.Load, nil, nil, false)
+	why := func() string {
+		if behind.Load() {
+			return "host-limit (host t:80): runs 10 of 20 polls/s due"
+		}
+		return ""
+	}
+	h := healthHandler(ready.Load, why, nil, nil, false)
 	serve := func(method, path string) (int, string) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
@@ -34,7 +40,8 @@ func TestHealthHandler(t *testing.T) {
 		{name: "alive when ready", ready: true, path: "/healthz", wantCode: http.StatusOK, wantBody: "ok\n"},
 		{name: "not ready", path: "/readyz", wantCode: http.StatusServiceUnavailable, wantBody: "not ready\n"},
 		{name: "ready", ready: true, path: "/readyz", wantCode: http.StatusOK, wantBody: "ready\n"},
-		{name: "ready and behind", ready: true, behind: true, path: "/readyz", wantCode: http.StatusOK, wantBody: behindText},
+		{name: "ready and behind", ready: true, behind: true, path: "/readyz", wantCode: http.StatusOK,
+			wantBody: "ready, but behind: this worker cannot keep up with its share: host-limit (host t:80): runs 10 of 20 polls/s due (pollworker_behind)\n"},
 		{name: "not ready and behind", behind: true, path: "/readyz", wantCode: http.StatusServiceUnavailable, wantBody: "not ready\n"},
 		{name: "head", ready: true, method: http.MethodHead, path: "/readyz", wantCode: http.StatusOK},
 		{name: "post", method: http.MethodPost, path: "/readyz", wantCode: http.StatusMethodNotAllowed},

@@ -250,7 +250,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		srvErr <- nil
 	} else {
 		ready := &readiness{coordinator: coord.Ready, ping: func(ctx context.Context) error { return client.Ping(ctx).Err() }}
-		behind := func() bool { return coord.PollStats().Behind }
+		behind := func() string { return coord.PollStats().Overload() }
 		srv = &http.Server{
 			Handler: healthHandler(ready.Ready, behind, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 				statusPageConfig{self: coord.ID(), ready: ready.Ready, read: (&pageReader{client: client, keys: cfg.Keys}).read,
@@ -569,7 +569,7 @@ const (
 func httpFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "max-per-host", Value: httppoll.DefaultMaxPerHost, Sources: fromEnv("max-per-host"),
-			Usage: "requests in flight to one host (host:port of the URL) at most, per worker; a poll waits for a slot at most half its timeout (so that the request it sends has the other half), then fails as a timeout; 0 = no bound"},
+			Usage: "requests in flight to one host (host:port of the URL) at most, per worker; a due poll of a full host waits in the scheduler, earliest due first (no failure, no backoff; a worker behind for it reports the host); 0 = no bound"},
 		&cli.DurationFlag{Name: "poll-timeout", Value: httppoll.DefaultTimeout, Sources: fromEnv("poll-timeout"),
 			Usage: "bound on one poll (the wait for a slot of its host, the request and reading the body), and never more than the session's interval; from 10ms to 5m"},
 		&cli.DurationFlag{Name: "idle-conn-timeout", Value: httppoll.DefaultIdleConnTimeout, Sources: fromEnv("idle-conn-timeout"),
@@ -756,12 +756,38 @@ func pollMetrics(c *poller.Coordinator) []prometheus.Collector {
 			func(s poller.PollStats) float64 { return float64(s.Backoff) }),
 		gauge("pollworker_planned_weight", "The weight this worker's heartbeat carries, which its peers plan with: --weight, lower while it sheds load after staying behind (--shed-when-behind).",
 			func(s poller.PollStats) float64 { return s.PlannedWeight }),
-		gauge("pollworker_behind", "1 while this worker cannot keep up with its share: for one lease TTL its polls have kept starting, or waiting for a slot, more than max(1s, interval/10) late.",
+		gauge("pollworker_behind", "1 while this worker cannot keep up with its share: over the last 4 s it ran fewer than 90 % of the polls its sessions were due (until 95 %), or a poll waited for a slot longer than max(1s, its interval); pollworker_behind_reason says why.",
 			func(s poller.PollStats) float64 {
 				if s.Behind {
 					return 1
 				}
 				return 0
 			}),
+		gauge("pollworker_polls_due_per_second", "Polls per second the held sessions were due over the last 4 s: with pollworker_polls_achieved_per_second, each session is polled about every interval × due/achieved.",
+			func(s poller.PollStats) float64 { return s.DueRate }),
+		gauge("pollworker_polls_achieved_per_second", "Polls per second run over the last 4 s.",
+			func(s poller.PollStats) float64 { return s.AchievedRate }),
+		counter("pollworker_polls_skipped_total", "Polls not sent for want of a local resource (no slot of the host within the wait allowed): not failures.",
+			func(s poller.PollStats) float64 { return float64(s.Skipped) }),
+		behindReasonMetric{c},
+	}
+}
+
+// behindReasonMetric exports pollworker_behind_reason: 1, labelled with
+// the reason (host-limit, max-polls, cpu) and the host for host-limit,
+// while the worker is behind; absent while it keeps up.
+type behindReasonMetric struct{ c *poller.Coordinator }
+
+var behindReasonDesc = prometheus.NewDesc("pollworker_behind_reason",
+	"1 while this worker is behind, labelled with why: reason host-limit (with the host whose --max-per-host bound most polls wait for), max-polls (--max-polls) or cpu (polls start late without waiting for a slot).",
+	[]string{"reason", "host"}, nil)
+
+// Describe implements prometheus.Collector.
+func (m behindReasonMetric) Describe(ch chan<- *prometheus.Desc) { ch <- behindReasonDesc }
+
+// Collect implements prometheus.Collector.
+func (m behindReasonMetric) Collect(ch chan<- prometheus.Metric) {
+	if s := m.c.PollStats(); s.Behind {
+		ch <- prometheus.MustNewConstMetric(behindReasonDesc, prometheus.GaugeValue, 1, s.BehindReason, s.BehindHost)
 	}
 }

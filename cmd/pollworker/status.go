@@ -111,6 +111,9 @@ type nodeStatus struct {
 	// Leases is the number of active sessions whose lease this incarnation
 	// holds (or a holder with this id whose incarnation is unknown).
 	Leases int `json:"leases"`
+	// Behind says why the worker is behind, as of its last heartbeat;
+	// empty while it keeps up.
+	Behind string `json:"behind,omitempty"`
 }
 
 // sessionCounts counts the session entries.
@@ -322,6 +325,7 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 			n.Host, n.PID, n.Version, n.Started, n.Incarnation = info.Host, info.PID, info.Version, info.Started, info.Incarnation
 			n.Weight = info.PlanWeight()
 			n.Labels = info.Labels
+			n.Behind = info.Behind
 			if info.TTLMs > 0 {
 				n.HeartbeatAgeMs = max(info.TTLMs-n.ExpiresInMs, 0)
 			}

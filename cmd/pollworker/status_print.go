@@ -82,6 +82,11 @@ func printStatus(w io.Writer, st clusterStatus) {
 				dash(nodes.Labels(n.Labels).String()), n.Leases, n.PollsPerSecond)
 		}
 		_ = tw.Flush()
+		for _, n := range st.Nodes {
+			if n.Behind != "" {
+				fmt.Fprintf(w, "  %s is behind (at its last heartbeat): %s\n", n.ID, n.Behind)
+			}
+		}
 	}
 	s := st.Sessions
 	fmt.Fprintf(w, "sessions: %d total, %d active, %d paused, %d malformed\n", s.Total, s.Active, s.Paused, s.Malformed)

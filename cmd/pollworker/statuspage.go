@@ -52,7 +52,7 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 td,th{border:1px solid #ccc;padding:.3em .7em;text-align:left}.err{color:#b00}</style></head>
 <body>
 <h1>pollworker</h1>
-<p>This worker: <b id="self">{{.Self}}</b>, {{if .Ready}}<span id="ready">ready</span>{{else}}<span id="ready" class="err">not ready</span>{{end}}{{if .Behind}}, <span id="behind" class="err">behind: its polls keep starting late, it cannot keep up with its share</span>{{end}}.</p>
+<p>This worker: <b id="self">{{.Self}}</b>, {{if .Ready}}<span id="ready">ready</span>{{else}}<span id="ready" class="err">not ready</span>{{end}}{{if .Behind}}, <span id="behind" class="err">behind: it cannot keep up with its share: {{.Behind}}</span>{{end}}.</p>
 {{if .Err}}<p class="err" id="error">Redis: {{.Err}}</p>{{else}}
 <h2>Live workers ({{len .Status.Nodes}})</h2>
 <table id="nodes"><tr><th>id</th><th>host</th><th>version</th><th>incarnation</th><th>weight</th><th>labels</th><th>leases</th><th>polls/s</th><th>last heartbeat</th><th>expires in</th></tr>
@@ -124,14 +124,15 @@ func statusPageHandler(self string, ready func() bool, read func(ctx context.Con
 // statusPageConfig is what the status page shows: statusPageHandler's
 // arguments, and failing, if set, the sessions this worker polls whose
 // last poll failed (httppoll.Poller.Failing, read from memory), and
-// behind, if set, whether this worker is behind (poller.PollStats.Behind).
+// behind, if set, why this worker is behind, "" when it keeps up
+// (poller.PollStats.Overload).
 type statusPageConfig struct {
 	self    string
 	ready   func() bool
 	read    func(ctx context.Context) (clusterStatus, error)
 	events  *recentEvents
 	failing func() []httppoll.FailingSession
-	behind  func() bool
+	behind  func() string
 }
 
 func (c statusPageConfig) handler() http.Handler {
@@ -147,7 +148,7 @@ func (c statusPageConfig) handler() http.Handler {
 		data := struct {
 			Self         string
 			Ready        bool
-			Behind       bool
+			Behind       string
 			Status       clusterStatus
 			Err          error
 			Events       []poller.Event
@@ -167,7 +168,9 @@ func (c statusPageConfig) handler() http.Handler {
 		// right above the error; /readyz (the same ready func) agrees
 		// within its PING's second.
 		data.Ready = err == nil && ready()
-		data.Behind = c.behind != nil && c.behind()
+		if c.behind != nil {
+			data.Behind = c.behind()
+		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)

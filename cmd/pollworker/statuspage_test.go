@@ -171,13 +171,18 @@ func TestStatusPageNotReadyAboveRedisError(t *testing.T) {
 func TestStatusPageSaysBehind(t *testing.T) {
 	for _, behind := range []bool{false, true} {
 		h := statusPageConfig{self: "w1", ready: func() bool { return true }, events: newRecentEvents(1),
-			read:   func(context.Context) (clusterStatus, error) { return clusterStatus{}, nil },
-			behind: func() bool { return behind }}.handler()
+			read: func(context.Context) (clusterStatus, error) { return clusterStatus{}, nil },
+			behind: func() string {
+				if behind {
+					return "cpu: runs 10 of 20 polls/s due"
+				}
+				return ""
+			}}.handler()
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
 		require.Contains(t, w.Body.String(), `<span id="ready">ready</span>`)
 		if behind {
-			require.Contains(t, w.Body.String(), `<span id="behind" class="err">behind:`)
+			require.Contains(t, w.Body.String(), `<span id="behind" class="err">behind: it cannot keep up with its share: cpu: runs 10 of 20 polls/s due</span>`)
 		} else {
 			require.NotContains(t, w.Body.String(), `id="behind"`)
 		}
