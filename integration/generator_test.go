@@ -133,7 +133,7 @@ var genKinds = []genKind{
 	{name: "redis-restart-persisted", class: classFault, run: (*genWorld).doRedisRestartPersisted},
 	{name: "redis-restart-empty", class: classFault, run: (*genWorld).doRedisRestartEmpty},
 	{name: "flushall", class: classFault, run: (*genWorld).doFlushAll},
-	{name: "memory-pressure", class: classFault, run: (*genWorld).doMemoryPressure},
+	{name: "memory-pressure", class: classFault, quick: true, run: (*genWorld).doMemoryPressure},
 	{name: "client-kill", class: classFault, quick: true, run: (*genWorld).doClientKill},
 	{name: "script-flush", class: classFault, quick: true, run: (*genWorld).doScriptFlush},
 	{name: "bad-lease-type", class: classData, quick: true, run: plantSessionKey("lease")},
