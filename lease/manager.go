@@ -399,6 +399,7 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 			continue
 		}
 		m.noteGood(s)
+		m.noteQuarantineOver()
 		l, ch := m.adopt(s, owners[i], token, time.Duration(gap)*time.Millisecond, time.Duration(due)*time.Millisecond, g, now)
 		results[i].Lease = l
 		changes = append(changes, ch...)
@@ -410,8 +411,9 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 // acquire.lua's reply.
 const quarantineMark = "<quarantine>"
 
-// noteQuarantine logs, once per quarantine, that acquisitions wait after a
-// data loss.
+// noteQuarantine logs, once per quarantine, that acquisitions wait: the
+// loss marker was missing or another server's, which is either a new
+// keyspace or a data loss (from inside Redis the two look the same).
 func (m *Manager) noteQuarantine(left time.Duration) {
 	until := m.cfg.Clock.Now().Add(left)
 	m.mu.Lock()
@@ -421,8 +423,25 @@ func (m *Manager) noteQuarantine(left time.Duration) {
 	}
 	m.mu.Unlock()
 	if !logged {
-		m.log.Warn("Redis lost data (or restarted, or failed over): no lease is taken until every earlier one has ended",
+		m.log.Warn("loss quarantine: no free lease is taken until it ends, because the keyspace is new or Redis lost data "+
+			"(restarted, failed over, flushed) and every lease granted before must end first; "+
+			"`pollworker init` (lease.InitKeyspace) declares a new keyspace fresh before its first worker starts",
 			zap.Duration("quarantine left", left), zap.String("event", "quarantine"))
+	}
+}
+
+// noteQuarantineOver logs, once, that the quarantine noteQuarantine logged
+// is over, at the first lease taken after its end.
+func (m *Manager) noteQuarantineOver() {
+	m.mu.Lock()
+	until := m.quarantinedUntil
+	over := !until.IsZero() && !m.cfg.Clock.Now().Add(time.Second).Before(until)
+	if over {
+		m.quarantinedUntil = time.Time{}
+	}
+	m.mu.Unlock()
+	if over {
+		m.log.Info("loss quarantine over: free leases are taken again", zap.String("event", "quarantine_over"))
 	}
 }
 

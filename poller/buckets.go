@@ -395,7 +395,7 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 		c.sessionReadFailed(err)
 		return false, false
 	}
-	if !w.Complete {
+	if !w.Complete && w.Rev > 0 { // an index never written has nothing to count
 		c.log.Info("session loads incomplete (an index written before loads were kept): planning by session counts; `pollworker sessions reweigh` counts them")
 	}
 	c.view.seenRev, c.view.sizes, c.view.synced = w.Rev, w.Sizes, true

@@ -166,6 +166,9 @@ type fleetRead struct {
 	unplaceable map[string][]string
 	// at is the server clock right after the leases were read.
 	at time.Time
+	// quarantine are the unowned active sessions that wait out the loss
+	// quarantine: not a failure.
+	quarantine quarantineView
 }
 
 // readFleet reads the placement, the sessions and the leases of the active
@@ -204,6 +207,9 @@ func readFleet(ctx context.Context, a admin) (fleetRead, []session.Session, []se
 	}
 	if r.at, err = a.client.Time(ctx).Result(); err != nil {
 		return fleetRead{}, nil, nil, fmt.Errorf("read the server clock: %w", err)
+	}
+	if r.quarantine, err = readQuarantine(ctx, a.client, a.keys, unownedOf(r.active, r.holdings), r.at); err != nil {
+		return fleetRead{}, nil, nil, err
 	}
 	return r, sessions, problems, nil
 }
@@ -361,6 +367,9 @@ func checkLeases(first, last fleetRead, maxNotPlanned int, notes *[]string) (int
 				continue
 			}
 		}
+		if h.Owner == "" && last.quarantine.holds(id) && last.pl.Members.Len() > 0 {
+			continue // waits, and says so in a note
+		}
 		if h.Owner == "" && last.pl.Members.Len() == 0 {
 			if first.holdings[id].Owner == "" {
 				unowned++
@@ -398,6 +407,9 @@ func checkLeases(first, last fleetRead, maxNotPlanned int, notes *[]string) (int
 				}
 			}
 		}
+	}
+	if last.quarantine.Count > 0 && last.pl.Members.Len() > 0 {
+		*notes = append(*notes, checkNoLease+": not counted: "+last.quarantine.text())
 	}
 	if unowned > 0 {
 		probs = append(probs, checkProblem{checkNoLease, fmt.Sprintf("no live worker: %d active sessions have no lease%s", unowned, sinceText(elapsed)), unowned})

@@ -395,8 +395,8 @@ func whyUnowned(e explanation) (reason, sentence string) {
 	case len(e.Ranking) == 0:
 		return reasonNoWorker, "unowned: there is no live worker"
 	case loss.Present && loss.QuarantineLeftMs > 0 && (loss.ServerRunID == "" || loss.ServerRunID == loss.RunID):
-		return reasonQuarantine, fmt.Sprintf("unowned: Redis lost data, and no free lease is taken during the loss quarantine, which ends in %s "+
-			"(so that every lease granted before the loss has ended at its holder); then %s takes it", msDuration(loss.QuarantineLeftMs), e.Planned)
+		return reasonQuarantine, fmt.Sprintf("unowned, waiting out the loss quarantine (a new keyspace, or Redis lost data): no free lease is taken until it ends in %s "+
+			"(so that every lease granted before a loss has ended at its holder); then %s takes it. `pollworker init` spares a new keyspace this wait", msDuration(loss.QuarantineLeftMs), e.Planned)
 	case !loss.Present:
 		return reasonLossDetected, "unowned: the loss marker is missing (Redis lost its data, or the keyspace is new): the next acquisition starts the loss quarantine (--loss-quarantine), then " +
 			e.Planned + " takes it"

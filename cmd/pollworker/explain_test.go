@@ -68,7 +68,7 @@ func TestWhy(t *testing.T) {
 		{name: "no live worker", give: base(func(e *explanation) { e.Ranking, e.Planned, e.Watcher = nil, "", "" }),
 			wantReason: reasonNoWorker, wantWhy: "unowned: there is no live worker"},
 		{name: "quarantine", give: base(func(e *explanation) { e.Loss.QuarantineLeftMs = 12000 }),
-			wantReason: reasonQuarantine, wantWhy: "loss quarantine, which ends in 12s"},
+			wantReason: reasonQuarantine, wantWhy: "waiting out the loss quarantine (a new keyspace, or Redis lost data): no free lease is taken until it ends in 12s"},
 		{name: "marker missing", give: base(func(e *explanation) { e.Loss = lossFacts{ServerRunID: "r1"} }),
 			wantReason: reasonLossDetected, wantWhy: "the loss marker is missing"},
 		{name: "restarted", give: base(func(e *explanation) { e.Loss.ServerRunID = "r2" }),

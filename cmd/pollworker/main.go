@@ -1,5 +1,6 @@
 // Command pollworker runs pollworker workers and administers their sessions.
 //
+//	pollworker init       declare a new keyspace fresh, before its first worker starts
 //	pollworker run        run a worker (many identical replicas share the sessions)
 //	pollworker sessions   add, list, pause, resume and remove sessions
 //	pollworker status     show live workers, sessions, leases and balance
@@ -124,6 +125,7 @@ func newApp(stdout, stderr io.Writer, setRedisLogger func(*zap.Logger)) *cli.Com
 		ErrWriter:      stderr,
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Commands: []*cli.Command{
+			initCommand(),
 			runCommand(setRedisLogger),
 			sessionsCommand(),
 			statusCommand(),

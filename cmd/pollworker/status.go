@@ -49,6 +49,10 @@ type clusterStatus struct {
 	OtherHolders []holderCount `json:"other_holders"`
 	// UnknownLeases are the leases of sessions that are not in the store.
 	UnknownLeases unknownLeases `json:"unknown_leases"`
+	// LossQuarantine counts the unowned sessions that wait out the loss
+	// quarantine (a new keyspace, or Redis lost data): a wait, not a
+	// failure.
+	LossQuarantine quarantineView `json:"loss_quarantine"`
 	// Balance compares the leases of the live workers.
 	Balance balance `json:"balance"`
 	// PlanUnit is what Planned counts: "polls/day" (the writers' loads),
@@ -225,6 +229,15 @@ func computeStatus(ctx context.Context, client redis.UniversalClient, keys keysp
 		}
 	}
 	st := buildStatus(pl, sessions, problems, holdings)
+	if st.Leases.Unowned > 0 {
+		unowned := make(map[string]lease.Holding, len(holdings))
+		for _, h := range holdings {
+			unowned[h.Session] = h
+		}
+		if st.LossQuarantine, err = readQuarantine(ctx, client, keys, unownedOf(active, unowned), st.ServerTime); err != nil {
+			return clusterStatus{}, err
+		}
+	}
 	if scan {
 		known := make(map[string]struct{}, len(sessions)+len(problems))
 		for _, s := range sessions {

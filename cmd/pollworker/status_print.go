@@ -109,6 +109,9 @@ func printStatus(w io.Writer, st clusterStatus) {
 			shortDuration(time.Duration(h.ExpiresInMs)*time.Millisecond), h.Leases)
 	}
 	fmt.Fprintf(w, "unowned active sessions: %d%s\n", l.Unowned, sample(st.UnownedSample, l.Unowned))
+	if q := st.LossQuarantine; q.Count > 0 {
+		fmt.Fprintf(w, "loss quarantine: %s\n", q.text())
+	}
 	if u := st.Unplaceable; u.Count > 0 {
 		sels := slices.Sorted(maps.Keys(u.BySelector))
 		parts := make([]string, len(sels))

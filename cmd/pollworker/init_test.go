@@ -1,0 +1,49 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
+)
+
+// TestInitCommand: `pollworker init` declares a new keyspace fresh (its
+// loss marker written without a quarantine), is a no-op once it exists,
+// and refuses with exit 2, naming what it found, a keyspace whose marker
+// is missing but which holds a fencing counter (Redis lost data there),
+// and a server larger than --scan-limit.
+func TestInitCommand(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := ctxT(t)
+	marker := keyspace.Space{}.Epoch(0)
+
+	r := runApp(t, "init", "--redis-url", srv.URL())
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `keyspace "poll" is new`)
+	v, err := client.Get(ctx, marker).Result()
+	require.NoError(t, err)
+	require.Regexp(t, `^\w+:0$`, v, "this server's run id, no quarantine")
+
+	r = runApp(t, "init", "--redis-url", srv.URL())
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "initialised already")
+
+	require.NoError(t, client.Del(ctx, marker).Err())
+	require.NoError(t, client.Set(ctx, keyspace.Space{}.Fence("s1"), "7", 0).Err())
+	r = runApp(t, "init", "--redis-url", srv.URL())
+	require.Equal(t, exitUsage, r.code)
+	oneLine(t, r.stderr)
+	require.Contains(t, r.stderr, `init: refused, keyspace "poll" was used: lease: keyspace in use: 1 fencing counters (e.g. poll:fence:{s1})`)
+	require.Zero(t, client.Exists(ctx, marker).Val(), "nothing written")
+
+	require.NoError(t, client.Set(ctx, "unrelated", "1", 0).Err())
+	r = runApp(t, "init", "--redis-url", srv.URL(), "--key-prefix", "other", "--scan-limit", "1")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "more than the scan limit 1; --scan-limit 0 scans it all the same")
+	r = runApp(t, "init", "--redis-url", srv.URL(), "--key-prefix", "other", "--scan-limit", "0")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `keyspace "other" is new`)
+}
