@@ -143,7 +143,7 @@ var genKinds = []genKind{
 	{name: "bad-node-type", class: classData, quick: true, run: (*genWorld).doBadNode},
 	{name: "huge-fence", class: classData, quick: true, run: (*genWorld).doHugeFence},
 	{name: "junk-members", class: classData, run: (*genWorld).doJunkMembers},
-	{name: "overload-host-limit", class: classLoad, run: (*genWorld).doLoadHost},
+	{name: "overload-host-limit", class: classLoad, quick: true, run: (*genWorld).doLoadHost},
 	{name: "overload-cpu", class: classLoad, long: true, run: (*genWorld).doLoadCPU},
 }
 
