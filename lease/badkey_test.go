@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -187,4 +188,28 @@ func TestRealHugeFencingCounterNeverSharesToken(t *testing.T) {
 	require.Nil(t, res.Lease, "the next token would pass 2^53-1")
 	require.NotNil(t, res.Bad)
 	require.Equal(t, strconv.Itoa(last), r.rdb.Get(ctx, realKeys.Fence("s")).Val())
+}
+
+// TestRealBadKeyWithoutTypeInACL: an ACL user without +type (the minimal
+// user of older READMEs) still gets every bad key reported, per session,
+// without its type, and the rest of the batch acquired.
+func TestRealBadKeyWithoutTypeInACL(t *testing.T) {
+	t.Parallel()
+	r := startReal(t)
+	ctx := context.Background()
+	require.NoError(t, r.rdb.Do(ctx, "acl", "setuser", "notype", "on", ">pw", "~*", "+@all", "-type").Err())
+	c := redis.NewClient(&redis.Options{Addr: r.srv.Addr(), Username: "notype", Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	r.plantBad(t, RoleFence, "s2", "")
+	m, err := New(Config{Client: c, Holder: "w1", LossQuarantine: -1})
+	require.NoError(t, err)
+	res := m.Acquire(ctx, []string{"s1", "s2", "s3"})
+	require.NotNil(t, res[0].Lease, "%+v", res[0])
+	require.NotNil(t, res[2].Lease, "%+v", res[2])
+	require.NotNil(t, res[1].Bad, "%+v", res[1])
+	require.Equal(t, "wrong type unknown", res[1].Bad.Problem)
+	hs, err := NewReader(c, realKeys, 0).Inspect(ctx, []string{"s1", "s2"})
+	require.NoError(t, err)
+	require.Equal(t, "wrong type unknown", hs[1].Bad.Problem)
+	require.NotEmpty(t, hs[0].Owner)
 }

@@ -91,7 +91,9 @@ end
 local function get(key)
   local v = redis.pcall('GET', key)
   if type(v) == 'table' then
-    return nil, 'wrong type ' .. redis.call('TYPE', key)['ok']
+    -- pcall: an ACL without +type still gets the report, without the type
+    local t = redis.pcall('TYPE', key)
+    return nil, 'wrong type ' .. (type(t) == 'table' and t['ok'] or 'unknown')
   end
   return v
 end

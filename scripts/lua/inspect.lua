@@ -9,28 +9,33 @@
 -- type hash", a counter "not a decimal integer: ..." or "at or above
 -- 2^53-1: ...").
 local safe = 9007199254740991 -- 2^53 - 1, as acquire.lua
-local function kind(key)
-  return redis.call('TYPE', key)['ok']
+-- get reads a key that should be a string, as acquire.lua does: its value
+-- (false when missing), or nil and 'wrong type <type>'. TYPE only runs
+-- for a bad key, and may be refused (an ACL without +type).
+local function get(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    local t = redis.pcall('TYPE', key)
+    return nil, 'wrong type ' .. (type(t) == 'table' and t['ok'] or 'unknown')
+  end
+  return v
 end
 local function problem(lease, fence, mark)
-  local t = kind(lease)
-  if t ~= 'none' and t ~= 'string' then
-    return 'lease:wrong type ' .. t
+  local v, bad = get(lease)
+  if v == nil then
+    return 'lease:' .. bad
   end
-  t = kind(fence)
-  if t ~= 'none' and t ~= 'string' then
-    return 'fence:wrong type ' .. t
-  elseif t == 'string' then
-    local v = redis.call('GET', fence)
-    if not string.match(v, '^%d+$') then
-      return 'fence:not a decimal integer: ' .. string.sub(v, 1, 40)
-    elseif #v > 16 or tonumber(v) >= safe then
-      return 'fence:at or above 2^53-1: ' .. string.sub(v, 1, 40)
-    end
+  v, bad = get(fence)
+  if v == nil then
+    return 'fence:' .. bad
+  elseif v and not string.match(v, '^%d+$') then
+    return 'fence:not a decimal integer: ' .. string.sub(v, 1, 40)
+  elseif v and (#v > 16 or tonumber(v) >= safe) then
+    return 'fence:at or above 2^53-1: ' .. string.sub(v, 1, 40)
   end
-  t = kind(mark)
-  if t ~= 'none' and t ~= 'string' then
-    return 'mark:wrong type ' .. t
+  v, bad = get(mark)
+  if v == nil then
+    return 'mark:' .. bad
   end
   return false
 end
@@ -38,11 +43,7 @@ local out = {}
 for i = 1, #KEYS / 3 do
   local lease = KEYS[3 * i - 2]
   local bad = problem(lease, KEYS[3 * i - 1], KEYS[3 * i])
-  local v = false
-  if kind(lease) == 'string' then
-    v = redis.call('GET', lease)
-  end
-  out[3 * i - 2] = v
+  out[3 * i - 2] = get(lease) or false
   out[3 * i - 1] = redis.call('PTTL', lease)
   out[3 * i] = bad
 end
