@@ -17,6 +17,10 @@ var ErrNotLive = errors.New("nodes: no live worker has this id")
 // ErrLive is returned by Forget for a worker that still heartbeats.
 var ErrLive = errors.New("nodes: the worker still heartbeats")
 
+// ErrNotJunk is returned by ForgetJunk for a valid worker id (Forget
+// removes those) or a member the node index does not hold.
+var ErrNotJunk = errors.New("nodes: not an invalid member of the node index")
+
 // Cordon marks the live worker id cordoned: the planner then places no
 // session on it, so it hands off what it holds (each poll in flight
 // finishes first, as on SIGTERM) and takes nothing new, while it stays a
@@ -97,4 +101,24 @@ func Forget(ctx context.Context, c redis.Cmdable, keys keyspace.Space, id string
 		return fmt.Errorf("forget %s: %w", id, err)
 	}
 	return Publish(ctx, c, keys, Event{Type: EventLeave, Node: id})
+}
+
+// ForgetJunk removes member, an entry of the node index whose id is not a
+// valid worker id (Membership.Junk: written by hand or by another
+// program), from the index, and touches nothing else: no key is named
+// after an invalid id. The workers already ignore it. It refuses with
+// ErrNotJunk a valid id (Forget removes those, a junk one without a
+// heartbeat key too) and a member the index does not hold.
+func ForgetJunk(ctx context.Context, c redis.Cmdable, keys keyspace.Space, member string) error {
+	if keyspace.ValidateID(member) == nil {
+		return fmt.Errorf("%w: %q is a valid worker id", ErrNotJunk, member)
+	}
+	n, err := c.ZRem(ctx, keys.NodeIndex(), member).Result()
+	if err != nil {
+		return fmt.Errorf("forget %.64q: %w", member, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %.64q is not in the node index", ErrNotJunk, member)
+	}
+	return nil
 }

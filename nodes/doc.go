@@ -4,14 +4,19 @@
 //
 // A worker is live while its entry in the node index (a sorted set at
 // keyspace.Space.NodeIndex, scored by expiry in Redis server milliseconds)
-// has not expired. Heartbeat first claims the id: it sets a JSON Info at
+// has not expired, its id is a valid id (keyspace.ValidateID) and its
+// heartbeat key (keyspace.Space.Node) exists: any other entry (written by
+// hand or by another program, or that of a worker caught between deleting
+// its key and its entry) is not a member but Membership.Junk, and
+// ForgetJunk or Forget removes it. Heartbeat first claims the id: it sets a JSON Info at
 // keyspace.Space.Node, with the TTL, only if that key is absent or holds an
 // Info of this Registry's random incarnation (scripts/lua/node_claim.lua; the
 // incarnation is compared, so the Registry may change its weight); then
 // it moves the index entry's expiry to server time + TTL. Members prunes
 // expired entries and returns the live set. The index scripts read Redis
 // TIME, so expiry is judged by one clock, the server's, never by the
-// workers' clocks. Discovery reads only the index: it never uses SCAN or
+// workers' clocks. Discovery reads only the index and, in one pipeline of
+// EXISTS, the heartbeat keys of its valid entries: it never uses SCAN or
 // KEYS, whose cost grows with the whole keyspace.
 //
 // Guarantees:

@@ -23,6 +23,22 @@ type Membership struct {
 	// Cordoned are the live nodes that are cordoned (they take no
 	// sessions and hand off what they hold), sorted.
 	Cordoned []string
+	// Junk are the unexpired entries of the node index that are not live
+	// workers, sorted by Member: an entry counts as a live worker only if
+	// it is a valid worker id (keyspace.ValidateID) and its heartbeat key
+	// (keyspace.Space.Node) exists. Junk takes no session; pollworker
+	// forget removes it.
+	Junk []Junk
+}
+
+// Junk is an entry of the node index that is not a live worker: written
+// by hand or by another program, or, for a moment, that of a worker that
+// has just left or whose heartbeat key has just expired.
+type Junk struct {
+	// Member is the entry as stored (any bytes).
+	Member string `json:"member"`
+	// Problem says why it is not a live worker.
+	Problem string `json:"problem"`
 }
 
 // Placeable returns the live nodes that are not cordoned: those the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -37,9 +38,11 @@ func NewReader(client redis.Cmdable, keys keyspace.Space, logger *zap.Logger) (*
 	return &Reader{client: client, keys: keys, log: logger}, nil
 }
 
-// Members prunes expired members and returns the live ones, in one script
-// call on the node index. Its Version is 0: only a Registry, which reads
-// in one loop, numbers its observations.
+// Members prunes expired members and returns the live ones: one script
+// call on the node index, then one pipeline of EXISTS on the heartbeat keys
+// of the entries with a valid id (an entry is a live worker only with
+// both; the others are in Junk). Its Version is 0: only a Registry, which
+// reads in one loop, numbers its observations.
 func (r *Reader) Members(ctx context.Context) (Membership, error) {
 	var members *redis.Cmd
 	var cordoned *redis.StringSliceCmd
@@ -66,6 +69,9 @@ func (r *Reader) Members(ctx context.Context) (Membership, error) {
 	if err != nil {
 		return Membership{}, fmt.Errorf("members: %w", err)
 	}
+	if m, err = r.dropJunk(ctx, m); err != nil {
+		return Membership{}, fmt.Errorf("members: %w", err)
+	}
 	// Only live nodes count as cordoned: an entry of a worker that has
 	// gone is ignored (pollworker forget removes it).
 	for _, id := range cordoned.Val() {
@@ -74,6 +80,49 @@ func (r *Reader) Members(ctx context.Context) (Membership, error) {
 		}
 	}
 	slices.Sort(m.Cordoned)
+	return m, nil
+}
+
+// dropJunk moves the entries of m that are not live workers to m.Junk:
+// those whose id is invalid, and those without a heartbeat key (read with
+// one pipeline of EXISTS). A failed read fails it: no entry is guessed
+// live or dead.
+func (r *Reader) dropJunk(ctx context.Context, m Membership) (Membership, error) {
+	valid := make([]int, 0, len(m.Nodes))
+	for i, id := range m.Nodes {
+		if err := keyspace.ValidateID(id); err != nil {
+			reason := err.Error()
+			if ie := (*keyspace.IDError)(nil); errors.As(err, &ie) {
+				reason = ie.Reason
+			}
+			m.Junk = append(m.Junk, Junk{Member: id, Problem: "not a valid worker id: " + reason})
+			continue
+		}
+		valid = append(valid, i)
+	}
+	exists := make([]*redis.IntCmd, len(valid))
+	if len(valid) > 0 {
+		_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, i := range valid {
+				exists[k] = p.Exists(ctx, r.keys.Node(m.Nodes[i]))
+			}
+			return nil
+		})
+		if err != nil {
+			return Membership{}, fmt.Errorf("heartbeat keys: %w", err)
+		}
+	}
+	nodes, expiry := make([]string, 0, len(valid)), make([]int64, 0, len(valid))
+	for k, i := range valid {
+		id := m.Nodes[i]
+		if exists[k].Val() == 0 {
+			m.Junk = append(m.Junk, Junk{Member: id, Problem: "no heartbeat key " + r.keys.Node(id)})
+			continue
+		}
+		nodes, expiry = append(nodes, id), append(expiry, m.ExpiryMs[i])
+	}
+	m.Nodes, m.ExpiryMs = nodes, expiry
+	slices.SortFunc(m.Junk, func(a, b Junk) int { return strings.Compare(a.Member, b.Member) })
 	return m, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // badData remembers the bad records this worker has reported, so that
@@ -12,6 +14,8 @@ import (
 type badData struct {
 	mu     sync.Mutex
 	states map[string]string // session -> problem of its corrupt state, as reported
+
+	members map[string]struct{} // junk members of the node index reported and still seen; the main loop's only
 }
 
 // noteState reports, once per session and problem, that session's saved
@@ -39,4 +43,46 @@ func (c *Coordinator) noteState(session, problem string) {
 	c.log.Error("saved state of the session is corrupt: polling it as never saved; the next save overwrites it (copy the key now to keep it)",
 		zap.String("session", session), zap.String("event", "corrupt_state"),
 		zap.String("key", c.cfg.Keys.State(session)), zap.String("problem", problem))
+}
+
+// noteJunk reports, once each, the junk members of the node index (entries
+// that are not live workers: nodes.Membership.Junk) seen by both the
+// previous and this membership read, so that a worker caught between
+// deleting its heartbeat key and its index entry (leaving) is not
+// reported; a member reported again only after it was gone. Junk is ignored
+// by the planning whether reported or not. Called from the main loop.
+func (c *Coordinator) noteJunk(prev, cur []nodes.Junk) {
+	b := &c.bad
+	if len(cur) == 0 {
+		b.members = nil
+		return
+	}
+	before := make(map[string]struct{}, len(prev))
+	for _, j := range prev {
+		before[j.Member] = struct{}{}
+	}
+	next := make(map[string]struct{}, len(cur))
+	for _, j := range cur {
+		if _, reported := b.members[j.Member]; reported {
+			next[j.Member] = struct{}{}
+			continue
+		}
+		if _, seen := before[j.Member]; !seen {
+			continue
+		}
+		next[j.Member] = struct{}{}
+		c.cfg.Observer.BadData(BadDataMember)
+		c.log.Error("node index entry ignored: not a live worker; remove it with pollworker forget",
+			zap.String("event", "junk_member"), zap.String("member", truncate(j.Member, 64)),
+			zap.Int("member_bytes", len(j.Member)), zap.String("problem", j.Problem))
+	}
+	b.members = next
+}
+
+// truncate is s cut to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }

@@ -2,16 +2,19 @@ package poller
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // badDataObserver counts BadData reports by kind.
@@ -95,5 +98,75 @@ func TestNoteStateOncePerSessionAndProblem(t *testing.T) {
 		c.noteState(s.session, s.problem)
 		require.Equal(t, s.wantLogs, logs.Len(), "step %d", i)
 		require.Equal(t, s.wantLogs, obs.count(BadDataState), "step %d", i)
+	}
+}
+
+// TestJunkMembersTakeNoSessions: unexpired entries of the node index that
+// are not live workers (a valid id without a heartbeat key, invalid ids)
+// take no session: the one real worker polls every session (before, the
+// junk took their share, polled by nobody), and each entry is reported
+// once.
+func TestJunkMembersTakeNoSessions(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	until := float64(time.Now().Add(time.Hour).UnixMilli())
+	junk := []string{"ghost", "bad id with spaces", "", strings.Repeat("x", 5000), "ünï©ødé"}
+	for _, j := range junk {
+		require.NoError(t, client.ZAdd(ctx, keyspace.Space{}.NodeIndex(), redis.Z{Score: until, Member: j}).Err())
+	}
+	ids := addSessions(t, client, 40, 50*time.Millisecond)
+	core, logs := observer.New(zap.InfoLevel)
+	obs := &badDataObserver{}
+	rec := newRecorder()
+	cfg := fastConfig(client, "w", rec.poller("w"))
+	cfg.Logger, cfg.Observer, cfg.DiscoveryInterval = zap.New(core), obs, 200*time.Millisecond
+	start(t, cfg)
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if rec.polled(id) == 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "every session polled by the only live worker")
+	require.Eventually(t, func() bool { return obs.count(BadDataMember) == len(junk) }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, len(junk), logs.FilterField(zap.String("event", "junk_member")).Len())
+}
+
+// TestNoteJunkOnceSeenTwice: a junk member is reported when two reads in a
+// row saw it, once, and again only after it was gone.
+func TestNoteJunkOnceSeenTwice(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	obs := &badDataObserver{}
+	c := &Coordinator{cfg: Config{Observer: obs}, log: zap.New(core)}
+	j := func(ms ...string) []nodes.Junk {
+		var out []nodes.Junk
+		for _, m := range ms {
+			out = append(out, nodes.Junk{Member: m, Problem: "p"})
+		}
+		return out
+	}
+	reads := []struct {
+		junk     []nodes.Junk
+		wantLogs int
+	}{
+		{j("a"), 0},      // once: maybe a worker leaving
+		{nil, 0},         // it was
+		{j("a", "b"), 0}, // first sight of both
+		{j("a", "b"), 2},
+		{j("a", "b"), 2},
+		{j("b"), 2},
+		{j("a", "b"), 2}, // a back: first sight again
+		{j("a", "b"), 3},
+		{nil, 3},
+		{j("b"), 3},
+		{j("b"), 4},
+	}
+	var prev []nodes.Junk
+	for i, r := range reads {
+		c.noteJunk(prev, r.junk)
+		prev = r.junk
+		require.Equal(t, r.wantLogs, logs.Len(), "read %d", i)
+		require.Equal(t, r.wantLogs, obs.count(BadDataMember), "read %d", i)
 	}
 }

@@ -224,6 +224,7 @@ func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
 		c.log.Warn("discovery failed", zap.Error(err))
 		return false
 	}
+	c.noteJunk(c.view.members.Junk, m.Junk)
 	membersChanged := m.Version != c.view.members.Version || c.view.fleet == nil
 	c.view.membersChanged = c.view.membersChanged || membersChanged
 	c.view.members = m

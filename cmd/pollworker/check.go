@@ -40,7 +40,7 @@ const (
 
 // allChecks lists them in the order they are reported.
 var allChecks = []string{checkHolderNotLive, checkPrevious, checkDuplicateID, checkUnknownSession,
-	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkIndexSizes, checkBadKey, checkCorruptState}
+	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkIndexSizes, checkBadKey, checkCorruptState, checkJunkMember}
 
 // Flags of check.
 const (
@@ -107,7 +107,9 @@ func checkCommand() *cli.Command {
 			"                                      of the wrong type (or a counter not a decimal below 2^53-1): nobody\n" +
 			"                                      acquires it until it is repaired by hand (not also session-without-lease)\n" +
 			"  corrupt-state                       a session's saved state is unreadable (not a hash, a field not a decimal):\n" +
-			"                                      polled as never saved; its next save overwrites it\n\n" +
+			"                                      polled as never saved; its next save overwrites it\n" +
+			"  junk-member                         an entry of the node index is not a live worker (an invalid id, or no\n" +
+			"                                      heartbeat key): ignored by the workers; pollworker forget removes it\n\n" +
 			"Checks Redis refuses (CONFIG or SCAN under a restricted ACL) are skipped with a note.\n" +
 			"--grace 0 reads once: session-without-lease then reports sessions between two rounds, and\n" +
 			"duplicate-id is skipped. A wait of 1s or more is announced on stderr. Exit status: 0 healthy, 3 an invariant is broken, 1 the check could\n" +
@@ -323,8 +325,9 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 	if err != nil {
 		return checkReport{}, err
 	}
-	r.Checks = append(r.Checks, checkCorruptState)
+	r.Checks = append(r.Checks, checkCorruptState, checkJunkMember)
 	r.Problems = append(r.Problems, stateProblems...)
+	r.Problems = append(r.Problems, junkMembers(first.pl.Members, last.pl.Members)...)
 
 	order := func(c string) int { return slices.Index(allChecks, c) }
 	slices.SortStableFunc(r.Problems, func(x, y checkProblem) int { return order(x.Check) - order(y.Check) })

@@ -3,13 +3,19 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"strconv"
+	"strings"
 
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
 )
 
 // The checks of bad data the workers ignore or read around.
 const (
 	checkCorruptState = "corrupt-state"
+	checkJunkMember   = "junk-member"
 )
 
 // corruptStates reports the sessions whose saved state is corrupt
@@ -34,4 +40,55 @@ func corruptStates(ctx context.Context, a admin, sessions []session.Session) ([]
 		probs = append(probs, checkProblem{checkCorruptState, fmt.Sprintf("and %d more sessions with a corrupt saved state", more), more})
 	}
 	return probs, nil
+}
+
+// printJunkMembers prints, for status, the node index entries that are not
+// live workers, at most maxUnownedShown of them.
+func printJunkMembers(w io.Writer, junk []nodes.Junk) {
+	if len(junk) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "ignored node index entries (not live workers; pollworker forget removes them): %d\n", len(junk))
+	for _, j := range junk[:min(len(junk), maxUnownedShown)] {
+		fmt.Fprintf(w, "  %s: %s\n", printableID(j.Member), j.Problem)
+	}
+	if more := len(junk) - maxUnownedShown; more > 0 {
+		fmt.Fprintf(w, "  and %d more\n", more)
+	}
+}
+
+// junkMembers reports the entries of the node index that are not live
+// workers at both reads (a worker leaving is one for a moment): the
+// workers ignore them, pollworker forget removes them.
+func junkMembers(first, last nodes.Membership) []checkProblem {
+	before := make(map[string]bool, len(first.Junk))
+	for _, j := range first.Junk {
+		before[j.Member] = true
+	}
+	var junk []nodes.Junk
+	for _, j := range last.Junk {
+		if before[j.Member] {
+			junk = append(junk, j)
+		}
+	}
+	var probs []checkProblem
+	for _, j := range junk[:min(len(junk), maxProblemLines)] {
+		probs = append(probs, checkProblem{checkJunkMember, fmt.Sprintf("node index entry %s is not a live worker (%s): ignored; pollworker forget %s removes it",
+			printableID(j.Member), j.Problem, shellQuote(j.Member)), 1})
+	}
+	if more := len(junk) - len(probs); more > 0 {
+		probs = append(probs, checkProblem{checkJunkMember, fmt.Sprintf("and %d more node index entries that are not live workers", more), more})
+	}
+	return probs
+}
+
+// shellQuote quotes s for a POSIX shell when it is not a plain id.
+func shellQuote(s string) string {
+	if s != "" && keyspace.ValidateID(s) == nil {
+		return s
+	}
+	if len(s) > 64 {
+		return "<the member, " + strconv.Itoa(len(s)) + " bytes>"
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

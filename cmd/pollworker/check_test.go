@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/keyspace"
@@ -69,7 +70,7 @@ func TestCheckHealthyFleet(t *testing.T) {
 	res := runApp(t, "check", "--redis-url", f.url, "--grace", "0")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	require.Contains(t, res.stdout, "note: duplicate-id: skipped with --grace 0")
-	require.Contains(t, res.stdout, "ok: 10 checks")
+	require.Contains(t, res.stdout, "ok: 11 checks")
 	require.Empty(t, res.stderr)
 }
 
@@ -120,6 +121,9 @@ func TestCheckBrokenInvariants(t *testing.T) {
 		}},
 		{name: "state with a garbage token", want: checkCorruptState, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.HSet(ctxT(t), keyspace.Space{}.State("s2"), "data", "{}", "token", "garbage").Err())
+		}},
+		{name: "junk member", want: checkJunkMember, breakIt: func(t *testing.T, f *explainFixture) {
+			require.NoError(t, f.client.ZAdd(ctxT(t), keyspace.Space{}.NodeIndex(), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "bad id"}).Err())
 		}},
 		{name: "index sizes", want: checkIndexSizes, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.HIncrBy(ctxT(t), keyspace.Space{}.SessionSizes(), fmt.Sprint(keyspace.BucketOf("s5")), 1).Err())

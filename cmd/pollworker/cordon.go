@@ -124,9 +124,25 @@ func forgetCommand() *cli.Command {
 		Description: "Removes ID from the membership (and its cordon) so that the others plan without it at\n" +
 			"once, instead of when its heartbeat entry expires (3 heartbeat intervals). Refused (exit 2)\n" +
 			"while ID heartbeats: its last heartbeat must be older than two heartbeat intervals. Its\n" +
-			"leases are not touched: they expire by their TTL.",
+			"leases are not touched: they expire by their TTL.\n\n" +
+			"An entry of the node index that is not a valid worker id (written by hand or by another\n" +
+			"program; status and check list them, the workers ignore them) is removed from the index\n" +
+			"and nothing else is touched; quote it for the shell: pollworker forget 'bad id'.",
 		Flags: adminFlags(),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() == 1 && keyspace.ValidateID(cmd.Args().First()) != nil {
+				member := cmd.Args().First()
+				return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+					if err := nodes.ForgetJunk(ctx, a.client, a.keys, member); err != nil {
+						if errors.Is(err, nodes.ErrNotJunk) {
+							return usageError(fmt.Errorf("invalid worker id %s, and no such entry in the node index", idProblemOf(member)))
+						}
+						return err
+					}
+					fmt.Fprintf(cmd.Root().Writer, "removed the invalid entry %s from the node index (nothing else touched)\n", printableID(member))
+					return nil
+				})
+			}
 			return withWorkerID(ctx, cmd, func(ctx context.Context, a admin, id string) error {
 				if err := nodes.Forget(ctx, a.client, a.keys, id); err != nil {
 					return err

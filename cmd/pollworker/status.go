@@ -31,6 +31,9 @@ type clusterStatus struct {
 	ServerTime time.Time `json:"server_time"`
 	// Nodes are the live workers, sorted by id.
 	Nodes []nodeStatus `json:"nodes"`
+	// JunkMembers are the entries of the node index that are not live
+	// workers (invalid ids, or no heartbeat key): ignored by the workers.
+	JunkMembers []nodes.Junk `json:"junk_members,omitempty"`
 	// Sessions counts the sessions.
 	Sessions sessionCounts `json:"sessions"`
 	// Malformed are the malformed session entries.
@@ -323,6 +326,7 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 		ServerTime:      time.UnixMilli(m.ServerTimeMs).UTC(),
 		Nodes:           make([]nodeStatus, len(m.Nodes)),
 		Malformed:       malformedEntries(problems),
+		JunkMembers:     m.Junk,
 		UnownedSample:   []string{},
 		NotPolledSample: []string{},
 		OtherHolders:    []holderCount{},

@@ -88,6 +88,7 @@ func printStatus(w io.Writer, st clusterStatus) {
 			}
 		}
 	}
+	printJunkMembers(w, st.JunkMembers)
 	s := st.Sessions
 	fmt.Fprintf(w, "sessions: %d total, %d active, %d paused, %d malformed\n", s.Total, s.Active, s.Paused, s.Malformed)
 	for _, m := range st.Malformed {
