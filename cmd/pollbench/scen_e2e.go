@@ -116,11 +116,8 @@ func runE2E(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(x.dir)
-	x.bin = filepath.Join(x.dir, "pollworker")
-	build := exec.CommandContext(ctx, "go", "build", "-o", x.bin, "./cmd/pollworker")
-	build.Dir = moduleRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/pollworker: %w: %s", err, out)
+	if x.bin, err = buildWorker(ctx, x.dir); err != nil {
+		return nil, err
 	}
 	if x.self, err = os.Executable(); err != nil {
 		return nil, err
@@ -134,6 +131,17 @@ func runE2E(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	}
 	defer x.proxy.close()
 	return x.run(ctx)
+}
+
+// buildWorker builds the pollworker binary into dir and returns its path.
+func buildWorker(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "pollworker")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pollworker")
+	build.Dir = moduleRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/pollworker: %w: %s", err, out)
+	}
+	return bin, nil
 }
 
 // moduleRoot is the directory of go.mod above the working directory.

@@ -46,7 +46,11 @@ type e2eTarget struct {
 	conns, peak atomic.Int64
 }
 
-func startTarget() (*e2eTarget, error) {
+func startTarget() (*e2eTarget, error) { return startHoldingTarget(0) }
+
+// startHoldingTarget starts an e2eTarget that holds each request for hold
+// before it answers (the overload scenario's slow target).
+func startHoldingTarget(hold time.Duration) (*e2eTarget, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -59,6 +63,12 @@ func startTarget() (*e2eTarget, error) {
 			t.mu.Lock()
 			t.log = append(t.log, a)
 			t.mu.Unlock()
+			if hold > 0 {
+				select {
+				case <-time.After(hold):
+				case <-r.Context().Done():
+				}
+			}
 			_, _ = w.Write(body)
 		}),
 		ConnState: func(_ net.Conn, s http.ConnState) {
