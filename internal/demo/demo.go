@@ -25,7 +25,9 @@
 //     gracefully.
 //   - The placement is not promised to match the plan by any given time: a
 //     handoff takes a few milliseconds, but a worker may keep a session it
-//     took recently; the demo then says which sessions are elsewhere.
+//     took recently; the demo waits for it (Options.SettleTimeout, which
+//     stretches the run on a slow machine) and otherwise says which
+//     sessions are elsewhere.
 package demo
 
 import (
@@ -66,6 +68,8 @@ const (
 	Targets = 3
 	// Stopped is the worker the script stops.
 	Stopped = "worker-2"
+	// DefaultSettleTimeout is the default of Options.SettleTimeout.
+	DefaultSettleTimeout = 30 * time.Second
 )
 
 // Options configure a run.
@@ -79,6 +83,12 @@ type Options struct {
 	Sessions int
 	// Plain prints periodic lines even on a terminal.
 	Plain bool
+	// SettleTimeout bounds how long the demo waits, after each change and
+	// at the end, for every session to be held by its planned worker
+	// before it reports the placement and goes on; default 30s. A fast
+	// machine takes milliseconds and Duration sets the pace; a slow one
+	// stretches the run (see script).
+	SettleTimeout time.Duration
 	// Logger receives the workers' logs; default none.
 	Logger *zap.Logger
 	// Version is the workers' version string.
@@ -152,6 +162,9 @@ type worker struct {
 func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
+	}
+	if o.SettleTimeout <= 0 {
+		o.SettleTimeout = DefaultSettleTimeout
 	}
 	start := time.Now()
 	d := &demo{opts: o, log: o.Logger, rec: newRecorder(start)}

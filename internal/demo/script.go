@@ -18,12 +18,16 @@ const nobody = "nobody"
 
 // script runs the scenario: start, graceful stop of Stopped, a newcomer,
 // end. Before each change it prints what the planner says will happen; then
-// it waits (up to the next step) until every session is where the plan
-// puts it, and prints what happened, measured. It returns early when ctx
-// is done.
+// it waits until every session is where the plan puts it (at most
+// Options.SettleTimeout), and prints what happened, measured. The steps
+// come at fixed fractions of Duration, and a step whose placement took
+// longer than the time to the next pushes the rest of the timeline back by
+// as much: on a slow machine (a loaded one, -race) the run stretches
+// instead of reporting placements that are only late. It returns early
+// when ctx is done.
 func (d *demo) script(ctx context.Context, start time.Time) error {
-	at := func(frac float64) time.Time { return start.Add(time.Duration(frac * float64(d.opts.Duration))) }
-	stopAt, joinAt, endAt := at(1.0/3), at(7.0/12), at(1)
+	tl := timeline{start: start, duration: d.opts.Duration}
+	stopAt, joinAt, endAt := 1.0/3, 7.0/12, 1.0
 
 	var names []string
 	for i := range d.opts.Workers {
@@ -43,11 +47,12 @@ func (d *demo) script(ctx context.Context, start time.Time) error {
 			return err
 		}
 	}
-	d.report(d.settle(ctx, plan, before, stopAt), "the start", "")
+	d.report(d.settle(ctx, plan, before), "the start", "")
+	tl.catchUp(stopAt)
 
 	// A graceful stop: the worker stops its polls, releases its leases and
 	// tells the others, who take the sessions at once.
-	if !sleepUntil(ctx, stopAt) {
+	if !sleepUntil(ctx, tl.at(stopAt)) {
 		return nil
 	}
 	w := d.worker(Stopped)
@@ -64,10 +69,11 @@ func (d *demo) script(ctx context.Context, start time.Time) error {
 	} else {
 		d.rec.logf(&after, "%s drained in %v", w.name, (after.at - before.at).Round(time.Millisecond))
 	}
-	d.report(d.settle(ctx, plan, before, joinAt), "the stop", "")
+	d.report(d.settle(ctx, plan, before), "the stop", "")
+	tl.catchUp(joinAt)
 
 	// A newcomer takes the sessions the planner gives it.
-	if !sleepUntil(ctx, joinAt) {
+	if !sleepUntil(ctx, tl.at(joinAt)) {
 		return nil
 	}
 	name := fmt.Sprintf("worker-%d", d.opts.Workers+1)
@@ -80,14 +86,38 @@ func (d *demo) script(ctx context.Context, start time.Time) error {
 	if err := d.startWorker(ctx, name); err != nil {
 		return err
 	}
-	d.report(d.settle(ctx, plan, before, endAt.Add(-d.opts.Duration/12)), "the join", name)
+	d.report(d.settle(ctx, plan, before), "the join", name)
+	tl.catchUp(endAt - 1.0/12)
 
-	if !sleepUntil(ctx, endAt) {
+	if !sleepUntil(ctx, tl.at(endAt)) {
 		return nil
 	}
-	now := d.rec.snapshot()
+	// A lease lost meanwhile (Redis too slow for the demo's short TTL)
+	// is taken again by its planned worker: wait for that too.
+	now := d.settle(ctx, plan, d.rec.snapshot()).now
 	d.report(d.compare(plan, now, now), "", "")
 	return nil
+}
+
+// timeline places the script's steps at fractions of duration after
+// start, pushed back by how late the placements came.
+type timeline struct {
+	start    time.Time
+	duration time.Duration
+	late     time.Duration // added to every step: the placements' delays so far
+}
+
+// at is the time of the step at fraction frac.
+func (t *timeline) at(frac float64) time.Time {
+	return t.start.Add(t.late + time.Duration(frac*float64(t.duration)))
+}
+
+// catchUp pushes the steps back if it is already past the one at frac,
+// so that the gap before it is kept.
+func (t *timeline) catchUp(frac float64) {
+	if over := time.Since(t.at(frac)); over > 0 {
+		t.late += over
+	}
 }
 
 // outcome is the placement at one moment compared with a plan.
@@ -109,9 +139,10 @@ func (d *demo) compare(plan *assign.Plan, before, now snapshot) outcome {
 	return o
 }
 
-// settle waits until the placement matches plan, deadline passes or ctx is
-// done, and returns the placement then.
-func (d *demo) settle(ctx context.Context, plan *assign.Plan, before snapshot, deadline time.Time) outcome {
+// settle waits until the placement matches plan, Options.SettleTimeout
+// has passed or ctx is done, and returns the placement then.
+func (d *demo) settle(ctx context.Context, plan *assign.Plan, before snapshot) outcome {
+	deadline := time.Now().Add(d.opts.SettleTimeout)
 	ticker := time.NewTicker(10 * time.Millisecond)
 	defer ticker.Stop()
 	for {
