@@ -260,3 +260,22 @@ func mustJSON(t *testing.T, v any) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// TestRealSetBehind: why a worker is behind reaches the Info key at the
+// next heartbeat (status shows it), and clears the same way.
+func TestRealSetBehind(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	r := newRegistry(t, c, "w", time.Minute)
+	heartbeat(t, r)
+	require.NoError(t, r.SetBehind("host-limit (host t:80): runs 10 of 20 polls/s due"))
+	heartbeat(t, r)
+	infos, err := r.Get(ctx, "w")
+	require.NoError(t, err)
+	require.Equal(t, "host-limit (host t:80): runs 10 of 20 polls/s due", infos[0].Behind)
+	require.NoError(t, r.SetBehind(""))
+	heartbeat(t, r)
+	infos, err = r.Get(ctx, "w")
+	require.NoError(t, err)
+	require.Empty(t, infos[0].Behind)
+}

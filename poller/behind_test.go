@@ -300,3 +300,21 @@ func (f *schedFixture) stopAll(ws ...*worker) {
 		}
 	}
 }
+
+// TestOverloadText: the one line /readyz, the status page and status show.
+func TestOverloadText(t *testing.T) {
+	for _, tt := range []struct {
+		s    PollStats
+		want string
+	}{
+		{s: PollStats{DueRate: 10, AchievedRate: 10}, want: ""},
+		{s: PollStats{Behind: true, BehindReason: BehindHostLimit, BehindHost: "t:80", DueRate: 6000, AchievedRate: 2950},
+			want: "host-limit (host t:80): runs 2950 of 6000 polls/s due; each session polled about every 2.0 × its interval"},
+		{s: PollStats{Behind: true, BehindReason: BehindCPU, DueRate: 15000, AchievedRate: 10000},
+			want: "cpu: runs 10000 of 15000 polls/s due; each session polled about every 1.5 × its interval"},
+		{s: PollStats{Behind: true, BehindReason: BehindMaxPolls},
+			want: "max-polls: polls wait for a slot longer than their interval"},
+	} {
+		t.Run(tt.want, func(t *testing.T) { require.Equal(t, tt.want, tt.s.Overload()) })
+	}
+}

@@ -507,3 +507,13 @@ func TestWatchIntoPipeHasNoANSI(t *testing.T) {
 	require.False(t, isTerminal(w))
 	require.False(t, isTerminal(&stdout))
 }
+
+// TestPrintStatusSaysWhoIsBehind: a worker whose heartbeat says it is
+// behind gets a line saying why.
+func TestPrintStatusSaysWhoIsBehind(t *testing.T) {
+	var out bytes.Buffer
+	printStatus(&out, clusterStatus{Nodes: []nodeStatus{{ID: "w1", HeartbeatAgeMs: -1, Weight: 1,
+		Behind: "host-limit (host t:80): runs 10 of 20 polls/s due"}, {ID: "w2", HeartbeatAgeMs: -1, Weight: 1}}})
+	require.Contains(t, out.String(), "  w1 is behind (at its last heartbeat): host-limit (host t:80): runs 10 of 20 polls/s due\n")
+	require.NotContains(t, out.String(), "w2 is behind")
+}
