@@ -28,3 +28,17 @@ func (l *Lease) NextPoll() (at time.Time, ok bool) {
 	}
 	return l.acquired.Add(l.nextPollIn), true
 }
+
+// NextPollWithin is NextPoll, but no later than limit after this
+// acquisition: a successor keeps its predecessor's schedule only as far as
+// the session's own interval reaches, so that a due time pushed out by an
+// error backoff, or recorded for another definition of the session (one
+// removed and added again, or changed, while a holder still released it
+// under the old one), never holds the first poll back longer than that.
+func (l *Lease) NextPollWithin(limit time.Duration) (at time.Time, ok bool) {
+	at, ok = l.NextPoll()
+	if bound := l.acquired.Add(max(limit, 0)); ok && at.After(bound) {
+		at = bound
+	}
+	return at, ok
+}

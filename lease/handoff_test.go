@@ -185,3 +185,37 @@ func TestRealHandOffCarriesTheNextPoll(t *testing.T) {
 	_, ok = next.HandoffGap()
 	require.True(t, ok)
 }
+
+// TestNextPollWithin is issue 22 item 2's rule: a successor keeps its
+// predecessor's due time only up to a bound (one interval of its own
+// definition and the spread step), so that a backed-off due time, or one
+// of another definition of the session, never holds its first poll back.
+func TestNextPollWithin(t *testing.T) {
+	acquired := time.Unix(1000, 0)
+	tests := []struct {
+		name       string
+		nextPollIn time.Duration // -1: no handoff mark said when
+		limit      time.Duration
+		want       time.Duration // after acquired
+		wantOK     bool
+	}{
+		{"no schedule handed over", -1, time.Second, 0, false},
+		{"overdue: at once", 0, time.Second, 0, true},
+		{"within the bound: kept", 700 * time.Millisecond, time.Second, 700 * time.Millisecond, true},
+		{"at the bound: kept", time.Second, time.Second, time.Second, true},
+		{"a backoff beyond it: cut to the bound", time.Minute, time.Second, time.Second, true},
+		{"negative bound reads as zero", time.Minute, -time.Second, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := &Lease{acquired: acquired, nextPollIn: tt.nextPollIn}
+			at, ok := l.NextPollWithin(tt.limit)
+			require.Equal(t, tt.wantOK, ok)
+			if ok {
+				require.Equal(t, acquired.Add(tt.want), at)
+			} else {
+				require.True(t, at.IsZero())
+			}
+		})
+	}
+}

@@ -268,7 +268,68 @@ func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
 		c.assignBuckets()
 		c.view.sweepAll = true
 	}
-	return c.loadBuckets(ctx)
+	return c.loadBuckets(ctx) && c.recheckHeld(ctx)
+}
+
+// recheckHeld reads again the definitions of the sessions polled here
+// whose bucket changed (staleHeld, recheckAll) and was not read again this
+// round: those held outside this worker's loaded buckets (adopted as
+// orphans, kept while a move settles, taken on a view that was stale by
+// then). Every held session thus sees a pause, a removal or a new
+// definition in the round that reads its change, wherever its bucket went.
+// It reports false when Redis could not be read (the buckets stay stale).
+func (c *Coordinator) recheckHeld(ctx context.Context) bool {
+	if len(c.view.staleHeld) == 0 && !c.view.recheckAll {
+		return true
+	}
+	ids := heldToRecheck(c.sched.workers, c.view.staleHeld, c.view.recheckAll, func(b int) bool {
+		st, ok := c.view.buckets[b]
+		return ok && st.loaded
+	})
+	if len(ids) > 0 {
+		rctx, cancel := c.requestCtx(ctx)
+		sessions, _, err := c.loader.Fetch(rctx, ids)
+		cancel()
+		if err != nil {
+			c.sessionReadFailed(err)
+			return false
+		}
+		c.redefine(ids, sessions)
+	}
+	clear(c.view.staleHeld)
+	c.view.recheckAll = false
+	return true
+}
+
+// heldToRecheck returns, sorted, the held sessions whose definitions must
+// be read again: their bucket is stale (or all are) and was not read
+// again since (loaded).
+func heldToRecheck[W any](held map[string]W, stale map[int]struct{}, all bool, loaded func(bucket int) bool) []string {
+	var ids []string
+	for id := range held {
+		b := keyspace.BucketOf(id)
+		if _, ok := stale[b]; (ok || all) && !loaded(b) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// redefine sets the definitions of ids as just read (sessions, the valid
+// ones among them): an active one replaces the one kept, one paused,
+// missing or malformed is dropped; each is looked at again this round
+// (checkWorker stops, restarts or keeps its loop).
+func (c *Coordinator) redefine(ids []string, sessions []session.Session) {
+	for _, id := range ids {
+		delete(c.view.sessions, id)
+		c.touch(id)
+	}
+	for _, s := range sessions {
+		if !s.Paused {
+			c.view.sessions[s.ID] = c.definition(s)
+		}
+	}
 }
 
 // assignBuckets asks the planner (package assign) where every bucket goes
@@ -364,6 +425,9 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 				if st, ok := c.view.buckets[ch.Bucket]; ok {
 					st.loaded = false
 				}
+				if len(c.sched.workers) > 0 {
+					c.view.staleHeld[ch.Bucket] = struct{}{}
+				}
 				if ch.Selector != "" {
 					sp := w.space(ch.Selector)
 					if sp.Sizes[ch.Bucket] != ch.Size || sp.Loads[ch.Bucket] != ch.Load {
@@ -402,6 +466,7 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 	c.view.seenRev, c.view.sizes, c.view.synced = w.Rev, w.Sizes, true
 	c.view.weighing.loads, c.view.weighing.complete = w.Loads, w.Complete
 	c.view.weighing.spaces = w.Spaces
+	c.view.recheckAll = true
 	clear(c.view.weighing.unmatched)
 	c.unloadAll()
 	return true, true

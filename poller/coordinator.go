@@ -87,6 +87,12 @@ type view struct {
 	wasMember      bool                        // member at the last round
 	memberSince    time.Time                   // first round as a member (readiness bound)
 	behind         PollStats                   // PollStats at the last change of Behind or its reason (logged)
+	// staleHeld are the buckets changed since the sessions polled here
+	// in them were last read, and recheckAll says every bucket may have
+	// (the change record was lost): recheckHeld reads those sessions
+	// again when no bucket read of the round covered them.
+	staleHeld  map[int]struct{}
+	recheckAll bool
 }
 
 // claims is the main loop's bookkeeping of sessions it could not simply
@@ -130,9 +136,10 @@ func New(cfg Config) (*Coordinator, error) {
 		loader:   session.NewLoader(store),
 		news:     news{kick: make(chan struct{}, 1), releasedBy: make(map[string]struct{})},
 		view: view{
-			sessions: make(map[string]*session.Session),
-			buckets:  make(map[int]*bucket),
-			touched:  make(map[string]struct{}),
+			sessions:  make(map[string]*session.Session),
+			buckets:   make(map[int]*bucket),
+			touched:   make(map[string]struct{}),
+			staleHeld: make(map[int]struct{}),
 		},
 		claims: claims{
 			orphanSince:    make(map[string]time.Time),

@@ -234,6 +234,7 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 		if c.sched.workers[id] != w {
 			continue // collected already (stopAll)
 		}
+		_, active := c.view.sessions[id]
 		c.sched.forget(id, w)
 		delete(c.claims.orphanSince, id)
 		c.touch(id) // lost ones may be taken again
@@ -248,6 +249,10 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 			c.watchOrphans() // lost: others' sessions may be adrift too
 		case w.restartAs != nil && w.lease.State() == lease.Held:
 			c.startWorkerAt(w.restartAs, w.lease, w.polled)
+		case !active:
+			// Paused or removed: its schedule (a backoff, say) must not
+			// outlive it, so the mark keeps none for a successor.
+			release = append(release, lease.Handoff{Lease: w.lease})
 		default:
 			release = append(release, c.handoff(w))
 		}
@@ -292,6 +297,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 		rctx, cancel := c.requestCtx(ctx)
 		results := c.leases.Acquire(rctx, chunk)
 		cancel()
+		c.confirmDefinitions(ctx, results)
 		now := c.cfg.Clock.Now()
 		for _, r := range results {
 			c.acquired(r, orphan, now, &out)
@@ -300,6 +306,14 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 	if out.failed {
 		c.cfg.Observer.RedisError("acquire")
 	}
+	if len(out.release) > 0 {
+		// Taken, but paused or removed since the plan was made: given
+		// back at once, with no schedule to keep (none was polled).
+		if _, err := c.release(context.WithoutCancel(ctx), out.release, c.cfg.RequestTimeout); err != nil {
+			c.cfg.Observer.RedisError("release")
+			c.log.Warn("release of leases not needed failed; they expire by TTL", zap.Error(err))
+		}
+	}
 	if out.retry >= 0 {
 		c.scheduleRetry(out.retry + retrySlack)
 	}
@@ -307,8 +321,72 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 
 // acquireOutcome sums up the results of one acquire.
 type acquireOutcome struct {
-	failed bool          // some outcome is unknown (a Redis error)
-	retry  time.Duration // the earliest contended lease's remaining TTL; -1 if none
+	failed  bool            // some outcome is unknown (a Redis error)
+	retry   time.Duration   // the earliest contended lease's remaining TTL; -1 if none
+	release []lease.Handoff // leases taken for sessions no longer active
+}
+
+// confirmDefinitions makes the sessions just acquired (results) start
+// from definitions at least as new as the change that let them go: a
+// holder releases a session as soon as it learns of its pause or removal,
+// and the lease can reach this worker before its view, read earlier in the
+// round, has that change. It reads the changes since the view's revision
+// (one round trip, a short reply when nothing changed) and, for the
+// acquired sessions whose bucket changed, their definitions (redefine).
+// When that cannot be read, their definitions are dropped, so that
+// acquired releases their leases, and their buckets read again.
+func (c *Coordinator) confirmDefinitions(ctx context.Context, results []lease.Result) {
+	var got []string
+	for _, r := range results {
+		if _, running := c.sched.workers[r.Session]; r.Lease != nil && !running && r.Lease.State() == lease.Held {
+			got = append(got, r.Session)
+		}
+	}
+	if len(got) == 0 || !c.view.synced {
+		return
+	}
+	rctx, cancel := c.requestCtx(ctx)
+	defer cancel()
+	changed, _, reset, err := c.store.Changes(rctx, c.view.seenRev)
+	recheck := got
+	if err == nil && !reset {
+		recheck = inChangedBuckets(got, changed)
+	}
+	if len(recheck) == 0 {
+		return
+	}
+	var sessions []session.Session
+	if err == nil {
+		sessions, _, err = c.loader.Fetch(rctx, recheck)
+	}
+	if err != nil {
+		c.sessionReadFailed(err)
+		for _, id := range recheck {
+			delete(c.view.sessions, id)
+			c.touch(id)
+			if st, ok := c.view.buckets[keyspace.BucketOf(id)]; ok {
+				st.loaded = false
+			}
+		}
+		return
+	}
+	c.redefine(recheck, sessions)
+}
+
+// inChangedBuckets returns the ids (in order) whose bucket is among the
+// changed ones.
+func inChangedBuckets(ids []string, changed []session.BucketSize) []string {
+	buckets := make(map[int]struct{}, len(changed))
+	for _, ch := range changed {
+		buckets[ch.Bucket] = struct{}{}
+	}
+	var out []string
+	for _, id := range ids {
+		if _, ok := buckets[keyspace.BucketOf(id)]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // acquired applies one acquire result, received at now: starts the poll
@@ -328,6 +406,7 @@ func (c *Coordinator) acquired(r lease.Result, orphan bool, now time.Time, out *
 		}
 		s, ok := c.view.sessions[r.Session]
 		if !ok {
+			out.release = append(out.release, lease.Handoff{Lease: r.Lease})
 			return
 		}
 		if orphan {

@@ -122,6 +122,7 @@ const (
 	pollFailed                   // an error or a panic: counts toward backoff
 	pollCancelled                // cut short by the lease term's end or an abort
 	pollSkipped                  // not sent for want of a local resource (ErrNoCapacity): no failure, no backoff
+	pollStopped                  // not started: its loop was asked to stop since it was launched
 )
 
 // schedStats counts what the scheduler did since start.
@@ -259,6 +260,13 @@ func (s *scheduler) stop(w *worker) {
 	s.launchAll(launch)
 }
 
+// stopRequestedFor reports whether w's loop was asked to stop (stop).
+func (s *scheduler) stopRequestedFor(w *worker) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return w.stopRequested
+}
+
 // abort cancels w's running poll, if any.
 func (s *scheduler) abort(w *worker) {
 	s.mu.Lock()
@@ -378,6 +386,9 @@ func (s *scheduler) polled(w *worker, out outcome) {
 		next = next.Add(s.align(w.sess.ID, iv, next))
 	}
 	w.exact = false
+	if out == pollStopped {
+		next = w.next // not polled: the due time a successor keeps (nextDue)
+	}
 	switch out {
 	case pollOK, pollFailed:
 		next = next.Add(s.backoffLocked(w, out == pollFailed))

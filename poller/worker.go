@@ -67,13 +67,22 @@ func (c *Coordinator) startWorkerAt(s *session.Session, l *lease.Lease, polled *
 	if c.stateful() != nil {
 		w.state = &State{store: c.cfg.StateStore, lease: l}
 	}
-	due, _ := l.NextPoll() // zero without a handoff: the first poll is paced (scheduler.paceLocked)
+	// Zero without a handoff: the first poll is paced (scheduler.paceLocked).
+	due, _ := l.NextPollWithin(firstPollBound(s.Interval.D()))
 	if polled.Load() || (due.IsZero() && w.state != nil) {
 		// A restart polls with the new definition at once; a stateful
 		// loop loads its state first and is paced then (scheduler.paceFirst, from prepareState).
 		due = c.cfg.Clock.Now()
 	}
 	c.sched.start(w, due) // and sched.workers[s.ID] = w
+}
+
+// firstPollBound is how long after an acquisition its first poll may wait
+// to keep the previous holder's schedule: one interval and the spread step,
+// as far ahead as a holder's next poll is unless it backs off (a new
+// holder starts its backoff afresh).
+func firstPollBound(interval time.Duration) time.Duration {
+	return interval + min(interval/10, maxSpreadStep)
 }
 
 // handoff is what a successor of w's lease is told: the lease to release,
@@ -103,6 +112,12 @@ func (c *Coordinator) runPoll(w *worker) {
 	if w.ctx.Err() != nil || !now.Before(l.Deadline()) {
 		return
 	}
+	// Nor does a poll start once its loop was stopped (the session paused,
+	// removed or moving on), though it was due and launched before.
+	if c.sched.stopRequestedFor(w) {
+		out = pollStopped
+		return
+	}
 	if w.state != nil {
 		pollNow, loadFailed := c.prepareState(w, now)
 		if !pollNow {
@@ -114,6 +129,10 @@ func (c *Coordinator) runPoll(w *worker) {
 		w.state.mu.Lock()
 		w.state.polledAt = c.sched.nextDue(w) // the due time: a successor keeps to it + the interval
 		w.state.mu.Unlock()
+		if c.sched.stopRequestedFor(w) { // stopped while the state loaded
+			out = pollStopped
+			return
+		}
 	}
 	if first := w.polled.CompareAndSwap(false, true); first {
 		if gap, ok := l.HandoffGap(); ok {
@@ -121,7 +140,7 @@ func (c *Coordinator) runPoll(w *worker) {
 			// schedule: from the release, or from the poll's due time
 			// when the previous holder passed its schedule on.
 			from := l.Acquired()
-			if due, ok := l.NextPoll(); ok && due.After(from) {
+			if due, ok := l.NextPollWithin(firstPollBound(w.sess.Interval.D())); ok && due.After(from) {
 				from, gap = due, 0
 			}
 			c.cfg.Observer.HandoffGap(gap + now.Sub(from))

@@ -197,7 +197,8 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 	return s.record(ctx, "put many", "", cs.args())
 }
 
-// DeleteMany removes the sessions ids and their index entries in pipelines
+// DeleteMany removes the sessions ids, their index entries and handoff
+// marks in pipelines
 // of 1000 and records the change once: the bulk form of Delete, for
 // pruning. It returns the number of ids that had a key or an index entry;
 // ids that had neither are not an error. Any non-empty id is accepted, as
@@ -223,6 +224,7 @@ func (s *Store) DeleteMany(ctx context.Context, ids []string) (int, error) {
 			for i := lo; i < hi; i++ {
 				del[i-lo] = p.GetDel(ctx, s.keys.Session(ids[i]))
 				srem[i-lo] = p.SRem(ctx, s.keys.SessionBucketOf(ids[i]), ids[i])
+				p.Del(ctx, s.keys.Released(ids[i])) // see Delete
 			}
 			return nil
 		})
@@ -306,7 +308,8 @@ func (s *Store) Get(ctx context.Context, id string) (Session, error) {
 	return sess, nil
 }
 
-// Delete removes the session id and its index entry, then bumps the
+// Delete removes the session id, its index entry and its handoff mark
+// (keyspace.Space.Released), then bumps the
 // revision and announces the change. It returns an error wrapping
 // ErrNotFound when neither existed (the revision is bumped anyway, so that
 // retrying a Delete whose bump failed still announces it). Any non-empty id
@@ -320,6 +323,11 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		del = p.GetDel(ctx, s.keys.Session(id))
 		srem = p.SRem(ctx, s.keys.SessionBucketOf(id), id)
+		// The handoff mark keeps the removed session's schedule (its
+		// backoff, say) for a successor: a session added again under
+		// this id starts afresh. Best effort: a successor bounds what it
+		// keeps of a mark anyway (lease.Lease.NextPollWithin).
+		p.Del(ctx, s.keys.Released(id))
 		return nil
 	})
 	old, had, err := s.deleted(ctx, del, id)

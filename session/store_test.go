@@ -414,3 +414,24 @@ func TestPutManyFailureStillRecorded(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, int64(1), rev(t, s))
 }
+
+// TestDeleteRemovesTheHandoffMark is issue 22 item 2: what schedules a
+// removed session (its handoff mark, with a backed-off due time) does not
+// outlive it.
+func TestDeleteRemovesTheHandoffMark(t *testing.T) {
+	ctx := context.Background()
+	for _, many := range []bool{false, true} {
+		_, c, s := newMini(t)
+		sess := Session{ID: "bo-3", URL: "http://127.0.0.1:1/typo", Interval: Duration(2 * time.Second)}
+		require.NoError(t, s.Put(ctx, sess))
+		require.NoError(t, c.Set(ctx, keys.Released(sess.ID), "1000:63000", time.Minute).Err())
+		if many {
+			n, err := s.DeleteMany(ctx, []string{sess.ID})
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		} else {
+			require.NoError(t, s.Delete(ctx, sess.ID))
+		}
+		require.Zero(t, c.Exists(ctx, keys.Released(sess.ID)).Val(), "many=%v", many)
+	}
+}
