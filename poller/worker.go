@@ -68,7 +68,7 @@ func (c *Coordinator) startWorkerAt(s *session.Session, l *lease.Lease, polled *
 		w.state = &State{store: c.cfg.StateStore, lease: l}
 	}
 	// Zero without a handoff: the first poll is paced (scheduler.paceLocked).
-	due, _ := l.NextPollWithin(firstPollBound(s.Interval.D()))
+	due, _ := l.NextPollWithin(FirstPollBound(s.Interval.D()))
 	if polled.Load() || (due.IsZero() && w.state != nil) {
 		// A restart polls with the new definition at once; a stateful
 		// loop loads its state first and is paced then (scheduler.paceFirst, from prepareState).
@@ -77,11 +77,12 @@ func (c *Coordinator) startWorkerAt(s *session.Session, l *lease.Lease, polled *
 	c.sched.start(w, due) // and sched.workers[s.ID] = w
 }
 
-// firstPollBound is how long after an acquisition its first poll may wait
-// to keep the previous holder's schedule: one interval and the spread step,
-// as far ahead as a holder's next poll is unless it backs off (a new
-// holder starts its backoff afresh).
-func firstPollBound(interval time.Duration) time.Duration {
+// FirstPollBound is how long after an acquisition of a session polled
+// every interval its first poll may wait to keep the previous holder's
+// schedule (the handoff mark): one interval and the spread step, as far
+// ahead as a holder's next poll is unless it backs off (a new holder
+// starts its backoff afresh).
+func FirstPollBound(interval time.Duration) time.Duration {
 	return interval + min(interval/10, maxSpreadStep)
 }
 
@@ -140,7 +141,7 @@ func (c *Coordinator) runPoll(w *worker) {
 			// schedule: from the release, or from the poll's due time
 			// when the previous holder passed its schedule on.
 			from := l.Acquired()
-			if due, ok := l.NextPollWithin(firstPollBound(w.sess.Interval.D())); ok && due.After(from) {
+			if due, ok := l.NextPollWithin(FirstPollBound(w.sess.Interval.D())); ok && due.After(from) {
 				from, gap = due, 0
 			}
 			c.cfg.Observer.HandoffGap(gap + now.Sub(from))

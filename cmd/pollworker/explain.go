@@ -88,6 +88,9 @@ type explanation struct {
 	Loss lossFacts `json:"loss_marker"`
 	// LeaseTTLMs is the workers' lease TTL as given by --lease-ttl.
 	LeaseTTLMs int64 `json:"lease_ttl_ms"`
+	// NextPoll is when the next poll is due and why, when Redis says
+	// (a handoff mark, a backoff); nil otherwise.
+	NextPoll *nextPollFacts `json:"next_poll,omitempty"`
 	// Reason is a code for Why.
 	Reason string `json:"reason"`
 	// Why says in one sentence why the session is where it is.
@@ -262,6 +265,9 @@ func explainSession(ctx context.Context, client redis.UniversalClient, keys keys
 			ExpiresInMs: h.Remaining.Milliseconds(), AcquiredAgoMs: acquiredAgo(e.Token, now)}
 	}
 	if e.Loss, err = readLoss(ctx, client, keys, id, now); err != nil {
+		return explanation{}, err
+	}
+	if e.NextPoll, err = readNextPoll(ctx, client, keys, id, e, now); err != nil {
 		return explanation{}, err
 	}
 	e.Reason, e.Why = why(e)
@@ -473,6 +479,9 @@ func printExplanation(w io.Writer, e explanation) {
 	}
 	fmt.Fprintf(tw, "token:\t%s\n", tokenText(e.Token))
 	fmt.Fprintf(tw, "loss marker:\t%s\n", lossText(e.Loss))
+	if n := e.NextPoll; n != nil {
+		fmt.Fprintf(tw, "next poll:\tin %s: %s\n", msDuration(n.DueInMs), n.Why)
+	}
 	fmt.Fprintf(tw, "why:\t%s\n", e.Why)
 	_ = tw.Flush()
 	fmt.Fprintf(w, "ranking for bucket %d (live workers, best first):\n", e.Bucket)
