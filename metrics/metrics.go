@@ -7,6 +7,9 @@
 // operation, polls by outcome) are exported at 0 from the start, so that
 // rate() and alerts see a series before the first event.
 //
+// Gauges of what the worker holds now (pollworker_leases_held) are counted
+// at each scrape from a Source given to Watch, not kept from events.
+//
 // Every metric is this worker's view: summing pollworker_sessions or
 // pollworker_leases_held over the workers counts each session once only
 // when the fleet is settled; `pollworker status` reads the fleet's view
@@ -15,6 +18,7 @@ package metrics
 
 import (
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,10 +63,17 @@ func WithBuildInfo(version, commit string) Option {
 	return func(o *options) { o.version, o.commit = version, commit }
 }
 
+// Source is what the gauges computed at scrape time read: the worker's
+// figures now (a *poller.Coordinator).
+type Source interface {
+	PollStats() poller.PollStats
+}
+
 // Prometheus holds the collectors of one worker.
 type Prometheus struct {
+	source         atomic.Pointer[Source] // set by Watch; nil until then
 	buildInfo      *prometheus.GaugeVec
-	leasesHeld     prometheus.Gauge
+	leasesHeld     prometheus.GaugeFunc
 	leaseEvents    *prometheus.CounterVec
 	renewed        prometheus.Counter
 	renewRoundTrip prometheus.Histogram
@@ -88,8 +99,6 @@ func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pollworker_build_info", Help: "Always 1; the labels say which build this worker runs."},
 			[]string{"version", "commit"}),
-		leasesHeld: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "pollworker_leases_held", Help: "Leases this worker holds with a running poll loop."}),
 		leaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pollworker_lease_events_total",
 			Help: "Lease state changes: event is acquired, released, lost, uncertain or recovered; reason is a fixed category."},
@@ -130,6 +139,17 @@ func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
 				"state (a corrupt session state, polled as never saved), member (a node index entry that is not a live worker, ignored)."},
 			[]string{"kind"}),
 	}
+	// Counted from the poll loops at each scrape (Watch), not set by
+	// rounds: a round that fails (Redis slow or away) never came to say
+	// that leases were lost meanwhile.
+	p.leasesHeld = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pollworker_leases_held", Help: "Leases this worker holds with a running poll loop, counted at scrape time."},
+		func() float64 {
+			if src := p.source.Load(); src != nil {
+				return float64((*src).PollStats().LeasesHeld)
+			}
+			return 0
+		})
 	for _, c := range []prometheus.Collector{p.buildInfo, p.leasesHeld, p.leaseEvents, p.renewed, p.renewRoundTrip,
 		p.sessions, p.liveNodes, p.memberChanges, p.polls, p.pollDuration, p.redisErrors, p.handoffGap, p.badData} {
 		if err := reg.Register(c); err != nil {
@@ -155,6 +175,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
 	return p, nil
 }
 
+// Watch makes the gauges counted at scrape time (pollworker_leases_held)
+// read src; they read 0 until it is called. Call it once the Coordinator
+// that reports to p exists.
+func (p *Prometheus) Watch(src Source) { p.source.Store(&src) }
+
 // LeaseEvent implements poller.Observer.
 func (p *Prometheus) LeaseEvent(t poller.EventType, reason string) {
 	p.leaseEvents.WithLabelValues(string(t), ReasonCategory(reason)).Inc()
@@ -179,7 +204,6 @@ func (p *Prometheus) Round(members, sessions, owned, malformed int, membershipCh
 	p.sessions.WithLabelValues("owned").Set(float64(owned))
 	p.sessions.WithLabelValues("pending").Set(float64(max(sessions-owned, 0)))
 	p.sessions.WithLabelValues("malformed").Set(float64(malformed))
-	p.leasesHeld.Set(float64(owned))
 	if membershipChanged {
 		p.memberChanges.Inc()
 	}

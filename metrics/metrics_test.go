@@ -42,7 +42,7 @@ func TestPrometheusRecords(t *testing.T) {
 
 	require.Equal(t, 1.0, testutil.ToFloat64(p.leaseEvents.WithLabelValues("lost", "renew_error")))
 	require.Equal(t, 10.0, testutil.ToFloat64(p.renewed))
-	require.Equal(t, 33.0, testutil.ToFloat64(p.leasesHeld))
+	require.Zero(t, testutil.ToFloat64(p.leasesHeld), "rounds do not set it (TestLeasesHeldCountedAtScrape)")
 	require.Equal(t, 1.0, testutil.ToFloat64(p.memberChanges))
 	require.Equal(t, 1.0, testutil.ToFloat64(p.redisErrors.WithLabelValues("renew")))
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
@@ -63,6 +63,30 @@ pollworker_sessions{state="pending"} 67
 `), "pollworker_sessions"))
 	_, err = New(reg)
 	require.Error(t, err, "registering twice is refused")
+}
+
+// fakeSource is a Source whose figures the test sets.
+type fakeSource struct{ stats poller.PollStats }
+
+func (f *fakeSource) PollStats() poller.PollStats { return f.stats }
+
+// TestLeasesHeldCountedAtScrape (issue 22 item 12): pollworker_leases_held
+// is what the worker holds at scrape time, whatever the rounds reported:
+// rounds that fail (a slow Redis) never came to say the leases were lost.
+func TestLeasesHeldCountedAtScrape(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	p, err := New(reg)
+	require.NoError(t, err)
+	src := &fakeSource{stats: poller.PollStats{LeasesHeld: 104}}
+	p.Watch(src)
+	p.Round(3, 300, 104, 0, false) // the last round that completed
+	require.Equal(t, 104.0, testutil.ToFloat64(p.leasesHeld))
+	src.stats.LeasesHeld = 0 // lost since, no round completed
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP pollworker_leases_held Leases this worker holds with a running poll loop, counted at scrape time.
+# TYPE pollworker_leases_held gauge
+pollworker_leases_held 0
+`), "pollworker_leases_held"))
 }
 
 // TestSeriesFromTheStart: build info is 1 with its labels, and every

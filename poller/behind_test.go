@@ -163,7 +163,8 @@ func TestSchedulerGroupWaitsInOrderOfDue(t *testing.T) {
 	st, _, waiting := f.sched.snapshot()
 	require.Zero(t, waiting)
 	require.EqualValues(t, 3, st.Deferred, "b and c, then b again (due at once after its poll)")
-	require.Zero(t, st.Backoff)
+	_, backoff := f.sched.holding()
+	require.Zero(t, backoff)
 }
 
 // TestSchedulerStopsAWaitingPoll: a poll waiting for its group's slot or
@@ -214,7 +215,8 @@ func TestSchedulerSkippedPollIsNoFailure(t *testing.T) {
 	_, next := f.phaseOf(a)
 	require.Equal(t, p.at.Add(schedInterval), next, "at its next due time, without backoff")
 	st, _, _ := f.sched.snapshot()
-	require.Zero(t, st.Backoff)
+	_, backoff := f.sched.holding()
+	require.Zero(t, backoff)
 	require.EqualValues(t, 1, st.Skipped)
 	f.stopAll(a)
 }

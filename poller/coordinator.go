@@ -265,8 +265,12 @@ type PollStats struct {
 	// slot and those that started later than a tenth of their interval
 	// after they were due.
 	Deferred, Late int64
-	// Backoff is the number of sessions backing off after failed polls.
+	// Backoff is the number of sessions backing off after failed polls,
+	// counted now among the poll loops running here.
 	Backoff int
+	// LeasesHeld is the number of leases this worker holds (lease.Held)
+	// with a running poll loop, counted now.
+	LeasesHeld int
 	// PlannedWeight is the weight this worker's heartbeat carries, which
 	// its peers plan with: Config.Weight (1 when 0), lower while the
 	// worker sheds load after staying behind (Config.KeepWeightWhenBehind).
@@ -295,13 +299,23 @@ type PollStats struct {
 	Skipped int64
 }
 
-// PollStats returns the scheduler's figures now.
-func (c *Coordinator) PollStats() PollStats {
+// PollStats returns the scheduler's figures now. Backoff and LeasesHeld
+// are counted from the poll loops (O(sessions held)): read them at scrape
+// or status time, not in a hot loop.
+func (c *Coordinator) PollStats() PollStats { return c.pollStats(true) }
+
+// pollStats is PollStats; without countLoops, Backoff and LeasesHeld are
+// left at 0 (the main loop's checkBehind needs neither).
+func (c *Coordinator) pollStats(countLoops bool) PollStats {
 	st, running, waiting := c.sched.snapshot()
-	return PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late, Backoff: st.Backoff,
+	ps := PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late,
 		Behind: st.Behind.Behind, BehindReason: st.Behind.Reason, BehindHost: st.Behind.Group,
 		DueRate: st.Behind.Due, AchievedRate: st.Behind.Done, Skipped: st.Skipped,
 		PlannedWeight: c.registry.Info().PlanWeight()}
+	if countLoops {
+		ps.LeasesHeld, ps.Backoff = c.sched.holding()
+	}
+	return ps
 }
 
 // Leases is the lease manager, for embedders that want to inspect leases.

@@ -2,6 +2,7 @@ package poller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -263,4 +264,25 @@ func TestMemoryPressureHandsNothingOff(t *testing.T) {
 		require.False(t, s.NeverPolled, s.Session)
 		require.Less(t, s.MaxGap, 2*cfg.LeaseTTL, "%s kept being polled", s.Session)
 	}
+}
+
+// TestPollStatsFollowHandoffs (issue 22 item 12): a worker's Backoff
+// and LeasesHeld count the sessions it polls now: those it handed off
+// while they backed off after failed polls are not counted any more.
+func TestPollStatsFollowHandoffs(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 8, 20*time.Millisecond)
+	failing := PollFunc(func(context.Context, session.Session, *lease.Lease) error { return errors.New("target down") })
+	w1 := start(t, fastConfig(client, "w1", failing))
+	require.Eventually(t, func() bool {
+		return len(w1.c.Status().Owned) == len(ids) && w1.c.PollStats().Backoff == len(ids)
+	}, 20*time.Second, 10*time.Millisecond, "w1 polls every session, all backing off")
+
+	w2 := start(t, fastConfig(client, "w2", failing))
+	require.Eventually(t, func() bool {
+		owned1, owned2 := len(w1.c.Status().Owned), len(w2.c.Status().Owned)
+		ps := w1.c.PollStats()
+		return owned2 > 0 && owned1+owned2 == len(ids) && ps.Backoff <= owned1 && ps.LeasesHeld == owned1
+	}, 20*time.Second, 10*time.Millisecond, "w1 counts only the sessions it still polls")
 }

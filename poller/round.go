@@ -58,7 +58,7 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 // (PollStats.Behind), or its reason changes, once each time (the
 // scheduler wakes the main loop on a change).
 func (c *Coordinator) checkBehind() {
-	ps := c.PollStats()
+	ps := c.pollStats(false) // every round: without counting the loops
 	if was := c.view.behind; ps.Behind == was.Behind && ps.BehindReason == was.BehindReason && ps.BehindHost == was.BehindHost {
 		return
 	}

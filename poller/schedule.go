@@ -130,7 +130,6 @@ type schedStats struct {
 	Deferred int64        // polls that waited for a slot (of the limit or of their group)
 	Late     int64        // polls that started later than a tenth of their interval after they were due
 	Skipped  int64        // polls the Poller did not send for want of a local resource (ErrNoCapacity)
-	Backoff  int          // sessions whose last poll failed, now polled less often
 	Behind   behindReport // whether the worker keeps up, and if not why (set by snapshot)
 }
 
@@ -424,14 +423,8 @@ func (s *scheduler) backoffLocked(w *worker, failed bool) time.Duration {
 		return 0
 	}
 	if !failed {
-		if w.failures > 0 {
-			s.stats.Backoff--
-		}
 		w.failures = 0
 		return 0
-	}
-	if w.failures == 0 {
-		s.stats.Backoff++
 	}
 	w.failures++
 	extra := ErrorBackoff(w.failures, w.sess.Interval.D(), s.maxBackoff)
@@ -505,6 +498,28 @@ func (s *scheduler) unwaitLocked(w *worker) {
 			delete(s.crowded, g)
 		}
 	}
+}
+
+// holding counts, now, the poll loops that have not exited and run under a
+// Held lease, and those among them backing off after failed polls. It
+// reads the loops themselves (O(loops)), so that a loop that ended, by
+// whichever path (handed off, lost, stopped, restarted), is never counted:
+// counters kept on the side missed the handoff of a loop backing off.
+func (s *scheduler) holding() (held, backoff int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.workers {
+		if w.phase == exited {
+			continue
+		}
+		if w.lease.State() == lease.Held {
+			held++
+		}
+		if w.failures > 0 {
+			backoff++
+		}
+	}
+	return held, backoff
 }
 
 // takeSlotsLocked starts w's due poll if a slot of its group (if any) and

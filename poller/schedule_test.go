@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/session"
 )
@@ -341,8 +342,8 @@ func TestSchedulerBacksOffFailingSessions(t *testing.T) {
 		}
 	}
 	fail(schedInterval)
-	st, _, _ := f.sched.snapshot()
-	require.Equal(t, 1, st.Backoff)
+	_, backoff := f.sched.holding()
+	require.Equal(t, 1, backoff)
 	fail(3 * schedInterval)
 	fail(5 * schedInterval) // 7 intervals, capped at maxBackoff
 	p := f.nextPoll()
@@ -350,6 +351,37 @@ func TestSchedulerBacksOffFailingSessions(t *testing.T) {
 	f.waitPhase(w, queued)
 	_, next := f.phaseOf(w)
 	require.Equal(t, p.at.Add(schedInterval), next, "a success resets the backoff")
-	st, _, _ = f.sched.snapshot()
-	require.Zero(t, st.Backoff)
+	_, backoff = f.sched.holding()
+	require.Zero(t, backoff)
+}
+
+// TestSchedulerCountsOnlyRunningLoops (issue 22 item 12): the leases held
+// and the sessions backing off are counted from the loops running now, so
+// a loop that ends, stopped for a handoff while it backs off or ended by
+// a lost lease, is not counted any more (a counter kept on the side was
+// never decremented for the handoff).
+func TestSchedulerCountsOnlyRunningLoops(t *testing.T) {
+	f := newSchedFixture(t)
+	f.sched.maxBackoff = 5 * schedInterval
+	a, b := f.start("a"), f.start("b")
+	for range 2 { // a fails, b succeeds
+		p := f.nextPoll()
+		p.fail.Store(p.w == a)
+		close(p.finish)
+	}
+	f.waitPhase(a, queued)
+	f.waitPhase(b, queued)
+	held, backoff := f.sched.holding()
+	require.Equal(t, [2]int{2, 1}, [2]int{held, backoff}, "held, backing off")
+
+	f.sched.stop(a) // handed off while backing off
+	f.waitPhase(a, exited)
+	held, backoff = f.sched.holding()
+	require.Equal(t, [2]int{1, 0}, [2]int{held, backoff}, "a's loop ended")
+
+	f.mr.Del(keyspace.Space{}.Lease("b")) // b's lease is lost at the next renewal
+	require.Len(t, f.leases.RenewAll(context.Background()).Lost, 1)
+	f.waitPhase(b, exited)
+	held, backoff = f.sched.holding()
+	require.Equal(t, [2]int{0, 0}, [2]int{held, backoff}, "b's lease was lost")
 }

@@ -239,6 +239,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	if err != nil {
 		return configError(err)
 	}
+	obs.Watch(coord)
 	reg.MustRegister(pollMetrics(coord)...)
 	reg.MustRegister(placementMetrics(coord)...)
 
