@@ -141,7 +141,7 @@ func httpAddrIn(logs string) string {
 func TestUnknownCommand(t *testing.T) {
 	r := runApp(t, "bogus")
 	require.Equal(t, exitUsage, r.code, r.stderr)
-	require.Equal(t, "pollworker: unknown command \"bogus\" (commands: run, sessions, status, results, explain, check, demo, version, drain, uncordon, forget, target; see pollworker --help)\n", r.stderr)
+	require.Equal(t, "pollworker: unknown command \"bogus\" (commands: init, run, sessions, status, results, explain, check, demo, version, drain, uncordon, forget, target; see pollworker --help)\n", r.stderr)
 	require.Empty(t, r.stdout)
 
 	r = runApp(t, "sessions", "--redis-url", "redis://127.0.0.1:1", "bogus")
