@@ -54,7 +54,7 @@ var (
 func TestDemoPrintsWhatHappened(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	var out bytes.Buffer
-	res, err := Run(context.Background(), Options{Duration: 4 * time.Second, Workers: 3, Sessions: 30, Plain: true, SettleTimeout: 5 * time.Minute}, &out)
+	res, err := Run(context.Background(), Options{Duration: 4 * time.Second, Workers: 3, Sessions: 30, Plain: true, SettleTimeout: time.Minute}, &out)
 	require.NoError(t, err, out.String())
 	t.Logf("demo output:\n%s", out.String())
 	c := newChecker(t, res)
