@@ -301,8 +301,12 @@ func (d *demo) startWorker(ctx context.Context, name string) error {
 		DiscoveryInterval: DiscoveryInterval,
 		DrainTimeout:      DrainTimeout,
 		BalanceSlack:      BalanceSlack,
-		Logger:            log,
-		OnEvent:           d.rec.onEvent(name),
+		// The demo shows placement against the plan of equal weights: a
+		// worker slowed by a busy machine (or -race) keeps its weight
+		// rather than shedding, so what is shown stays what was planned.
+		KeepWeightWhenBehind: true,
+		Logger:               log,
+		OnEvent:              d.rec.onEvent(name),
 	})
 	if err != nil {
 		_ = client.Close()
