@@ -211,8 +211,20 @@ func TestRealTransferTo(t *testing.T) {
 			live, err := cl.es[l].Candidates(context.Background())
 			return err == nil && len(live) == 3
 		}, rWait, rTick)
-		require.NoError(t, cl.es[l].TransferTo(context.Background(), cl.es[target].ID()))
-		require.Equal(t, target, cl.leaderOtherThan(t, l), "round %d", round)
+		// Handover is best effort (doc.go, Non-guarantees): a candidate that
+		// read the successor key just before the leader wrote it may win the
+		// race, on a loaded machine more often. The guarantee tested is that
+		// the term ends and the target wins a transfer, within a few tries.
+		var got []int
+		for try := 0; try < 5; try++ {
+			require.NoError(t, cl.es[l].TransferTo(context.Background(), cl.es[target].ID()))
+			l = cl.leaderOtherThan(t, l)
+			got = append(got, l)
+			if l == target {
+				break
+			}
+		}
+		require.Equal(t, target, l, "round %d: leaders after each transfer %v", round, got)
 	}
 }
 
