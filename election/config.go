@@ -97,6 +97,24 @@ type Config struct {
 
 // validate fills in defaults and checks the rules.
 func (c *Config) validate() error {
+	if err := c.validateIdentity(); err != nil {
+		return err
+	}
+	if err := c.validateTimings(); err != nil {
+		return err
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return nil
+}
+
+// validateIdentity checks the client, the role and the candidate id, and
+// defaults the id to the node's.
+func (c *Config) validateIdentity() error {
 	if c.Client == nil {
 		return fmt.Errorf("%w: Client is required", ErrConfig)
 	}
@@ -115,6 +133,12 @@ func (c *Config) validate() error {
 	if err := c.Keys.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	return nil
+}
+
+// validateTimings defaults and checks TTL, RenewInterval, RetryInterval and
+// ReleaseTimeout, each default derived from the one before.
+func (c *Config) validateTimings() error {
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
 	}
@@ -138,12 +162,6 @@ func (c *Config) validate() error {
 	}
 	if c.ReleaseTimeout < 0 {
 		return fmt.Errorf("%w: ReleaseTimeout must be positive, got %v", ErrConfig, c.ReleaseTimeout)
-	}
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
 	}
 	return nil
 }

@@ -227,67 +227,87 @@ func (e *Elector) campaign(ctx context.Context) *lease.Lease {
 		if ctx.Err() != nil {
 			return nil
 		}
-		wait = e.cfg.RetryInterval
-		if !e.healthy(ctx) {
-			// Not live while unhealthy: no leader hands over to us.
-			if err := e.roster.leave(ctx, e.cfg.ID); err != nil {
-				e.log.Warn("election leave failed", zap.Error(err))
-			}
-			e.observe(ctx)
-			continue
+		var l *lease.Lease
+		l, wait = e.attempt(ctx, &deferredFor)
+		if l != nil {
+			return l
 		}
-		// Only a healthy candidate is live: a leader never hands over to
-		// one that would not campaign.
-		if err := e.roster.register(ctx, e.cfg.ID, e.cfg.Priority); err != nil {
-			e.log.Warn("election register failed", zap.Error(err))
-		}
-		succ, pref, err := e.roster.preferred(ctx)
-		if err != nil {
-			e.log.Warn("election successor read failed", zap.Error(err))
-		}
-		e.mu.Lock()
-		holdOff := e.holdOff
-		e.mu.Unlock()
-		// A named successor campaigns even right after its own resign.
-		if now := e.cfg.Clock.Now(); now.Before(holdOff) && succ != e.cfg.ID {
-			wait = min(wait, holdOff.Sub(now))
-			e.observe(ctx)
-			continue
-		}
-		if succ != "" && succ != e.cfg.ID && pref != deferredFor {
-			if live, err := e.roster.isLive(ctx, succ); err == nil && live {
-				// Two intervals, not one: the preferred candidate may be up
-				// to one RetryInterval from its next campaign.
-				deferredFor = pref
-				wait = 2 * e.cfg.RetryInterval
-				e.observe(ctx)
-				continue
-			}
-		}
-		res := e.mgr.Acquire(ctx, []string{e.session})[0]
-		if res.Lease != nil && res.Lease.State() != lease.Held {
-			// The reply came after the local deadline: unusable; the
-			// manager drops the key at its next cycle or it expires.
-			e.log.Warn("election acquired too late", zap.String("reason", res.Lease.Reason()))
-			continue
-		}
-		if res.Lease != nil {
-			if succ == e.cfg.ID {
-				if err := e.roster.honoured(ctx, e.cfg.ID); err != nil {
-					e.log.Warn("election clear successor failed", zap.Error(err))
-				}
-			}
-			return res.Lease
-		}
-		if res.Err != nil {
-			e.log.Warn("election campaign failed", zap.Error(res.Err))
-			continue
-		}
-		if res.Remaining > 0 && res.Remaining < wait {
-			wait = res.Remaining
+	}
+}
+
+// attempt is one round of campaign: it registers as a live candidate, defers
+// to a named successor or a hold-off, and tries to acquire. It returns the
+// lease when acquired, else how long to wait before the next attempt.
+// deferredFor is the successor preference already waited for once.
+func (e *Elector) attempt(ctx context.Context, deferredFor *string) (*lease.Lease, time.Duration) {
+	wait := e.cfg.RetryInterval
+	if !e.healthy(ctx) {
+		// Not live while unhealthy: no leader hands over to us.
+		if err := e.roster.leave(ctx, e.cfg.ID); err != nil {
+			e.log.Warn("election leave failed", zap.Error(err))
 		}
 		e.observe(ctx)
+		return nil, wait
 	}
+	// Only a healthy candidate is live: a leader never hands over to
+	// one that would not campaign.
+	if err := e.roster.register(ctx, e.cfg.ID, e.cfg.Priority); err != nil {
+		e.log.Warn("election register failed", zap.Error(err))
+	}
+	succ, pref, err := e.roster.preferred(ctx)
+	if err != nil {
+		e.log.Warn("election successor read failed", zap.Error(err))
+	}
+	if d, ok := e.deferral(ctx, succ, pref, deferredFor); ok {
+		e.observe(ctx)
+		return nil, d
+	}
+	res := e.mgr.Acquire(ctx, []string{e.session})[0]
+	switch {
+	case res.Lease != nil && res.Lease.State() != lease.Held:
+		// The reply came after the local deadline: unusable; the
+		// manager drops the key at its next cycle or it expires.
+		e.log.Warn("election acquired too late", zap.String("reason", res.Lease.Reason()))
+		return nil, wait
+	case res.Lease != nil:
+		if succ == e.cfg.ID {
+			if err := e.roster.honoured(ctx, e.cfg.ID); err != nil {
+				e.log.Warn("election clear successor failed", zap.Error(err))
+			}
+		}
+		return res.Lease, 0
+	case res.Err != nil:
+		e.log.Warn("election campaign failed", zap.Error(res.Err))
+		return nil, wait
+	}
+	if res.Remaining > 0 && res.Remaining < wait {
+		wait = res.Remaining
+	}
+	e.observe(ctx)
+	return nil, wait
+}
+
+// deferral says whether this candidate stands back this round, and how long
+// to wait before the next attempt: during its own hold-off after a resign (unless it is the
+// named successor), and once per preference for a live named successor.
+func (e *Elector) deferral(ctx context.Context, succ, pref string, deferredFor *string) (time.Duration, bool) {
+	e.mu.Lock()
+	holdOff := e.holdOff
+	e.mu.Unlock()
+	// A named successor campaigns even right after its own resign.
+	if now := e.cfg.Clock.Now(); now.Before(holdOff) && succ != e.cfg.ID {
+		return min(e.cfg.RetryInterval, holdOff.Sub(now)), true
+	}
+	if succ == "" || succ == e.cfg.ID || pref == *deferredFor {
+		return 0, false
+	}
+	if live, err := e.roster.isLive(ctx, succ); err != nil || !live {
+		return 0, false
+	}
+	// Two intervals, not one: the preferred candidate may be up to one
+	// RetryInterval from its next campaign.
+	*deferredFor = pref
+	return 2 * e.cfg.RetryInterval, true
 }
 
 // healthy runs the health check, if any.
