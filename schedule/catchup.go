@@ -1,0 +1,223 @@
+package schedule
+
+import (
+	"fmt"
+	"time"
+)
+
+// Policy says which missed slots a holder runs when it finds slots due that
+// nobody ran: after an outage of the whole fleet, a pause of the holder, a
+// failover or a data loss.
+type Policy string
+
+// The catch-up policies.
+const (
+	// Skip runs no missed slot: the holder waits for the next one. A slot
+	// found due within Decision.OnTime of its start still runs.
+	Skip Policy = "skip"
+	// Latest runs the most recent missed slot within the window, once.
+	Latest Policy = "latest"
+	// All runs every missed slot within the window, in order, one after
+	// another.
+	All Policy = "all"
+)
+
+// DefaultPolicy is the policy of a session that names none.
+const DefaultPolicy = Latest
+
+// DefaultWindow is the catch-up window of a session that names none.
+const DefaultWindow = time.Hour
+
+// DefaultOnTime is how late a slot may start and still count as on time
+// under Skip.
+const DefaultOnTime = time.Second
+
+// ParsePolicy returns the policy named s ("" is DefaultPolicy), or an error
+// wrapping ErrInvalid.
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(s); p {
+	case "":
+		return DefaultPolicy, nil
+	case Skip, Latest, All:
+		return p, nil
+	}
+	return "", fmt.Errorf("%w: catchup %q is not one of skip, latest, all", ErrInvalid, s)
+}
+
+// Cursor is what the holders of a session know of its slots; a holder keeps
+// it in the session's fenced state so that its successor knows it too.
+type Cursor struct {
+	// Through is the latest slot decided: run or skipped. Slots at or
+	// before it are never run again. Zero: nothing known (a new session,
+	// or the state was lost).
+	Through time.Time
+	// Running says a poll of the session is still running, so a slot due
+	// now is skipped, never run beside it (overlap).
+	Running bool
+}
+
+// Input is everything Decide needs besides the schedule.
+type Input struct {
+	// Now is the decision's time.
+	Now time.Time
+	// Policy is the catch-up policy ("" is DefaultPolicy).
+	Policy Policy
+	// Window bounds catch-up: slots due more than Window before Now are
+	// never run (0 is DefaultWindow).
+	Window time.Duration
+	// OnTime is the lateness within which a slot is not "missed" under
+	// Skip (0 is DefaultOnTime).
+	OnTime time.Duration
+	// Since, if set, is when the session was added or resumed: under Skip
+	// and Latest, slots due before it are not run (there was nothing to
+	// miss); under All they are, within the window.
+	Since time.Time
+}
+
+// Decision is what a holder does at Input.Now.
+type Decision struct {
+	// Run is the slot to start now (zero: none).
+	Run time.Time
+	// Skipped counts the slots passed over now: missed slots the policy
+	// or the window does not run, and slots due while a poll was running.
+	// Slots before Since, and those passed over with nothing known (a zero
+	// Through: they may have run), are not counted. Past maxCounted it is
+	// an estimate from the schedule's rate.
+	Skipped int
+	// Through is the cursor's new Through: the latest slot run or skipped.
+	Through time.Time
+	// Wake is when to decide again: the start of the next slot after
+	// Through (at or before Now when All has more to run).
+	Wake time.Time
+}
+
+// maxCounted bounds the slots Decide walks to count skipped ones.
+const maxCounted = 1000
+
+// Decide returns what to do at in.Now given the cursor. It is pure: the
+// same arguments give the same decision on every holder.
+func (s *Schedule) Decide(c Cursor, in Input) Decision {
+	policy, window, onTime := in.Policy, in.Window, in.OnTime
+	if policy == "" {
+		policy = DefaultPolicy
+	}
+	if window <= 0 {
+		window = DefaultWindow
+	}
+	if onTime <= 0 {
+		onTime = DefaultOnTime
+	}
+	now := in.Now
+	last := now.Add(-s.off) // slots at or before it are due
+	oldest := now.Add(-window).Add(-s.off)
+	sinceSlot := time.Time{} // slots before it were due before Since
+	if !in.Since.IsZero() {
+		sinceSlot = in.Since.Add(-s.off)
+	}
+	if policy != All && sinceSlot.After(oldest) {
+		oldest = sinceSlot
+	}
+	d := Decision{Through: c.Through}
+	from := c.Through
+	if from.IsZero() || from.Before(oldest) {
+		if !c.Through.IsZero() {
+			// Slots between Through and the window are skipped (but
+			// not those before Since: there was nothing to miss).
+			floor := c.Through
+			if sinceSlot.After(floor) {
+				floor = sinceSlot.Add(-time.Nanosecond)
+			}
+			d.Skipped = s.countSlots(floor, oldest.Add(-time.Nanosecond))
+		}
+		from = oldest.Add(-time.Nanosecond) // a slot exactly at oldest is in
+		if !c.Through.IsZero() {
+			d.Through = from
+		}
+	}
+	first := s.Next(from)
+	if first.IsZero() || first.After(last) {
+		d.Wake = s.startOf(first)
+		return d
+	}
+	// Candidates: first .. latest, all <= last.
+	latest := first
+	n := 1
+	for t := s.Next(first); !t.IsZero() && !t.After(last); t = s.Next(t) {
+		latest = t
+		n++
+		if n > maxCounted {
+			// Jump: the latest due slot is the one before Next(last).
+			latest = s.prev(t, last)
+			n += s.countSlots(t, last) - 1
+			break
+		}
+	}
+	switch {
+	case c.Running:
+		d.Skipped += n
+		d.Through = latest
+	case policy == All:
+		d.Run = first
+		d.Through = first
+	case policy == Latest:
+		d.Run = latest
+		d.Skipped += n - 1
+		d.Through = latest
+	default: // Skip
+		if !now.After(s.Start(latest).Add(onTime)) {
+			d.Run = latest
+			d.Skipped += n - 1
+		} else {
+			d.Skipped += n
+		}
+		d.Through = latest
+	}
+	if c.Through.IsZero() && !c.Running {
+		// Nothing known: the slots passed over may well have run.
+		d.Skipped = 0
+	}
+	d.Wake = s.startOf(s.Next(d.Through))
+	return d
+}
+
+// startOf is Start, keeping the zero time (no slot) zero.
+func (s *Schedule) startOf(slot time.Time) time.Time {
+	if slot.IsZero() {
+		return slot
+	}
+	return s.Start(slot)
+}
+
+// countSlots counts the slots in (after, until], walking at most
+// maxCounted of them and estimating the rest from PerDay.
+func (s *Schedule) countSlots(after, until time.Time) int {
+	n := 0
+	t := after
+	for {
+		t = s.Next(t)
+		if t.IsZero() || t.After(until) {
+			return n
+		}
+		n++
+		if n == maxCounted {
+			rest := until.Sub(t).Hours() / 24 * s.PerDay()
+			return n + int(rest)
+		}
+	}
+}
+
+// prev returns the last slot at or before until, searching from a slot
+// known to be at or before it.
+func (s *Schedule) prev(known, until time.Time) time.Time {
+	// Slots are not evenly spaced in general: bisect on time.
+	lo, hi := known, until
+	for hi.Sub(lo) > time.Nanosecond {
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if n := s.Next(mid); !n.IsZero() && !n.After(until) {
+			lo = n
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
