@@ -1,4 +1,7 @@
-# pollworker: `make test` runs every test, including the real-Redis ones.
+# pollworker: `make test` runs every test, including the real-Redis ones,
+# of both Go modules: the library and binary (.) and the benchmarks (bench/,
+# a module of its own so the library's go.mod carries only what the library
+# and the binary need).
 GO ?= go
 # -count=1: integration/ tests a binary built from source the test cache does
 # not track, so cached results could hide a regression.
@@ -8,11 +11,13 @@ TESTFLAGS ?= -race -count=1 -timeout 9m
 
 test: redis-server chromium check
 	$(GO) test $(TESTFLAGS) ./...
+	cd bench && $(GO) test $(TESTFLAGS) ./...
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
 # redis-server is needed by the real-Redis tests: install it when missing
 # (as root, from the system package manager), else say what to install.
@@ -59,7 +64,8 @@ CHAOS_RUN ?= TestChaos$$|TestChaosGenerated$$
 chaos: redis-server
 	POLLWORKER_CHAOS=long $(GO) test -count=1 -timeout 300m -run '$(CHAOS_RUN)' -v ./integration/
 
-# Benchmarks against a real redis-server and the naive baseline (~4 min;
-# add -quick for ~40 s). Writes nothing unless -md/-json are given.
+# Benchmarks against a real redis-server and the naive baseline (~6½ min;
+# BENCHFLAGS=-quick for ~45 s), from the benchmark module bench/. Writes
+# nothing unless -md/-json are given (paths relative to bench/).
 bench: redis-server
-	$(GO) run ./cmd/pollbench $(BENCHFLAGS)
+	cd bench && $(GO) run ./cmd/pollbench $(BENCHFLAGS)

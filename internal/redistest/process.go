@@ -32,7 +32,8 @@ type ProcessConfig struct {
 
 // Process is one redis-server process without persistence, bound to
 // 127.0.0.1. It needs no testing.TB: Server wraps one for tests, and
-// commands such as cmd/pollbench (through package bench) use it directly.
+// commands such as bench/cmd/pollbench (through package bench, in the
+// benchmark module) use it directly.
 type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{}

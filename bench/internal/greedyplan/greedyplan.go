@@ -1,8 +1,9 @@
 // Package greedyplan is the placement policy pollworker had before package
 // assign: rendezvous hashing with loads bounded greedily in hash order (a
 // key whose owner is full goes to its best-ranked node with room). It is
-// kept only as the reference the planner is measured against (assign's
-// tests, pollbench's adds scenario); nothing places sessions with it.
+// kept only as the reference the planner is measured against (this
+// package's test, pollbench's adds scenario); nothing places sessions
+// with it.
 package greedyplan
 
 import (

@@ -9,7 +9,7 @@ import (
 
 	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/bench"
-	"github.com/pollworker/pollworker/internal/greedyplan"
+	"github.com/pollworker/pollworker/bench/internal/greedyplan"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"

@@ -6,6 +6,7 @@
 // sessions added one by one to a settled fleet (moves per add, extra polls),
 // next to the planner it replaced.
 //
+//	cd bench   # the benchmarks are a Go module of their own
 //	go run ./cmd/pollbench [-quick] [-json out.json] [-md out.md]
 //
 // Every figure is the median and p99 over repeated runs (5, or 3 with -quick).
@@ -113,7 +114,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep.Command = "go run ./cmd/pollbench " + strings.Join(args, " ")
+	rep.Command = "cd bench && go run ./cmd/pollbench " + strings.Join(args, " ")
 	rep.Command = strings.TrimSpace(rep.Command)
 	rep.WriteText(stdout)
 	if *jsonOut != "" {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -135,26 +136,28 @@ func runE2E(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 
 // buildWorker builds the pollworker binary into dir and returns its path.
 func buildWorker(ctx context.Context, dir string) (string, error) {
+	root, err := mainModuleDir(ctx)
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "pollworker")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pollworker")
-	build.Dir = moduleRoot()
+	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/pollworker: %w: %s", err, out)
 	}
 	return bin, nil
 }
 
-// moduleRoot is the directory of go.mod above the working directory.
-func moduleRoot() string {
-	dir, _ := os.Getwd()
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return dir
-		}
+// mainModuleDir is the directory of the pollworker module this benchmark
+// module builds against (the parent directory, through go.mod's replace),
+// as the go command resolves it.
+func mainModuleDir(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/pollworker/pollworker").Output()
+	if err != nil {
+		return "", fmt.Errorf("locating the pollworker module: %w", err)
 	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 func e2eIDs(prefix string, n int) []string {
