@@ -449,7 +449,7 @@ func authProblem(err error) string {
 	case redis.HasErrorPrefix(err, "NOAUTH"):
 		return "Redis requires a password: give it as redis://[user]:password@host:port"
 	case redis.HasErrorPrefix(err, "NOPERM"):
-		return "the Redis user may not run PING: see the README's Redis ACL section"
+		return "the Redis user may not run PING: see docs/deploying.md, \"Redis ACL and TLS\""
 	case redis.HasErrorPrefix(err, "AUTH") || redis.HasErrorPrefix(err, "Client sent AUTH"):
 		return "the URL gives a password but Redis has none set: remove it from the URL or set one in Redis"
 	}

@@ -289,7 +289,7 @@ func findUnknownLeases(ctx context.Context, client redis.UniversalClient, keys k
 		err = scanOne(ctx, client)
 	}
 	if redis.HasErrorPrefix(err, "NOPERM") {
-		// The least-privilege ACL of the README lets workers work, not scan.
+		// The least-privilege ACL of docs/deploying.md lets workers work, not scan.
 		return unknownLeases{Skipped: "this Redis user may not run SCAN", Lease: []leaseHolder{}}, nil
 	}
 	if err != nil {

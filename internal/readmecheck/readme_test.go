@@ -1,9 +1,16 @@
-// Package readmecheck holds a test that builds the README's embedding
-// example, so that the snippet users copy compiles against this module.
+// Package readmecheck holds the tests of the README and the pages under
+// docs/: every Go program they show builds and vets against this module,
+// every other Go block parses, every YAML block parses, every pollworker
+// command they show names commands and flags the binary has, every make
+// target exists, every docs page is linked from the README and every
+// relative link resolves.
 package readmecheck
 
 import (
+	"fmt"
 	"go/format"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 // embeddingSnippet returns the first ```go block under the heading
@@ -34,9 +42,66 @@ func embeddingSnippet(t *testing.T, readme string) string {
 // names and had no imports). The snippet must be a complete main package,
 // since users copy it whole.
 func TestEmbeddingSnippetBuilds(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	require.NoError(t, err)
 	buildSnippet(t, embeddingSnippet(t, string(readme)))
+}
+
+// TestGoBlocks checks every ```go block of the README and the docs pages:
+// a complete program (package main) builds and vets as
+// TestEmbeddingSnippetBuilds does; any other block (an API listing, a few
+// statements) must at least parse, as declarations or as statements.
+func TestGoBlocks(t *testing.T) {
+	programs := 0
+	for _, p := range pages(t) {
+		for _, b := range blocks(p.text) {
+			if b.lang != "go" {
+				continue
+			}
+			name := fmt.Sprintf("%s:%d", p.path, b.line)
+			if strings.HasPrefix(b.code, "package main\n") {
+				programs++
+				if p.path == "README.md" {
+					continue // TestEmbeddingSnippetBuilds
+				}
+				t.Run(name, func(t *testing.T) { buildSnippet(t, b.code) })
+				continue
+			}
+			require.NoError(t, parseFragment(b.code), "%s: the ```go block does not parse", name)
+		}
+	}
+	require.Positive(t, programs)
+}
+
+// parseFragment parses code as Go declarations or, failing that, as the
+// statements of a function body.
+func parseFragment(code string) error {
+	fset := token.NewFileSet()
+	if _, err := parser.ParseFile(fset, "", "package p\n"+code, 0); err == nil {
+		return nil
+	}
+	_, err := parser.ParseFile(fset, "", "package p\nfunc _() {\n"+code+"\n}\n", 0)
+	return err
+}
+
+// TestYAMLBlocks: every ```yaml block of the README and the docs pages
+// parses.
+func TestYAMLBlocks(t *testing.T) {
+	for _, p := range pages(t) {
+		for _, b := range blocks(p.text) {
+			if b.lang != "yaml" && b.lang != "yml" {
+				continue
+			}
+			var v any
+			require.NoError(t, yaml.Unmarshal([]byte(b.code), &v), "%s:%d: the ```yaml block does not parse", p.path, b.line)
+		}
+	}
+}
+
+func TestParseFragment(t *testing.T) {
+	require.NoError(t, parseFragment("type I interface {\n\tF() error\n}\nfunc (s *S) G() int\n"))
+	require.NoError(t, parseFragment("e, err := f()\ngo e.Run(ctx)\n"))
+	require.Error(t, parseFragment("func (\n"))
 }
 
 // buildSnippet builds and vets code, a README snippet that must be a
