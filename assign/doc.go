@@ -1,8 +1,9 @@
 // Package assign is the placement policy of pollworker, and its only home:
 // given the live workers (with weights) and the load of each index bucket,
 // it says which worker should own each bucket, and which worker watches a
-// bucket for orphans. The coordinator, the demo, the
-// status command and the benchmarks all call it; nothing else computes
+// bucket for orphans. Package fleet applies it to the live workers
+// (weights, labels and selectors) for the coordinator, the demo and the
+// status commands; the benchmarks call it directly; nothing else computes
 // placement.
 //
 // It is pure: no Redis, no clock, no goroutines. A Fleet is built once per

@@ -1,24 +1,21 @@
 package poller
 
 import (
-	"cmp"
 	"context"
-	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/pollworker/pollworker/assign"
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
 )
 
 // The session index is split into keyspace.SessionBuckets buckets, and the
-// planner (package assign) places buckets, not sessions, on workers, with
+// planner (package fleet, with package assign's policy) places buckets, not sessions, on workers, with
 // loads bounded in polls per day (each bucket weighs the poll rate of its
 // sessions, as counted by the writers; or its number of sessions in an
 // index written before loads were kept), so that a few sessions spread as
@@ -44,31 +41,23 @@ type bucket struct {
 // weighing is what the plan weighs besides the membership: the bucket
 // loads and the members' weights.
 type weighing struct {
-	loads     []int  // bucket -> polls per day (session.PollsPerDay)
-	complete  bool   // loads count every session: plan by loads, else by sizes
-	fleetKey  string // the members, weights and labels the fleet was built for
-	memberKey string // the members, weights and labels last read
+	loads    []int  // bucket -> polls per day (session.PollsPerDay)
+	complete bool   // loads count every session: plan by loads, else by sizes
+	fleetKey string // the members, weights and labels the fleet was built for (fleet.Members.Key)
 	// readVersion is the membership version whose weights and labels were
 	// read last (a cordon or uncordon bumps the version too); a read that
 	// failed leaves it, so the next round reads again.
 	readVersion uint64
 
-	// Placement rules: the sessions with a selector are placed by unit
-	// (selector, bucket), each selector's units among the placeable
-	// members whose labels match it (assign.NewFleetIn).
-	members     []assign.Member           // the placeable members, with weights
-	labels      map[string]nodes.Labels   // member -> its heartbeat's labels
+	// Placement rules (package fleet): the sessions with a selector are
+	// placed by unit (selector, bucket), each selector's units among the
+	// placeable members whose labels match it.
+	members     fleet.Members             // the placeable members, with weights and labels
+	planner     *fleet.Planner            // keeps each space's fleet while the members stay
 	spaces      map[string]*session.Space // selector -> its units' sizes and loads
-	fleets      map[string]*spaceFleet    // selector -> its fleet, for the selectors this worker matches
-	plans       map[string]*assign.Plan   // selector -> its plan, for the selectors this worker matches
+	placement   fleet.Placement           // the last plans, of the selectors this worker matches
 	unplaceable atomic.Int64              // active sessions whose selector no placeable member matches
 	unmatched   map[string]struct{}       // watched sessions whose selector this worker does not match
-}
-
-// spaceFleet is the fleet of one selector's matching members.
-type spaceFleet struct {
-	key   string // the fleetKey it was built for
-	fleet *assign.Fleet
 }
 
 // Unplaceable is the number of active sessions whose selector no live,
@@ -80,7 +69,7 @@ func (c *Coordinator) Unplaceable() int { return int(c.view.weighing.unplaceable
 // matches reports whether this worker may poll s: its labels match the
 // session's selector.
 func (c *Coordinator) matches(s session.Session) bool {
-	return s.Selector == "" || nodes.Labels(c.cfg.Labels).MatchesSelector(s.Selector)
+	return fleet.SelectorOf(s).Matches(c.cfg.Labels)
 }
 
 // onlyMatching returns the ids whose known definition this worker
@@ -114,99 +103,41 @@ func (c *Coordinator) plannable() []int {
 	return c.view.sizes
 }
 
-// weighMembers returns the placeable members with the weights of their
-// heartbeats (1 when missing), their labels, and a key that changes with
-// any of them.
-func weighMembers(ids []string, infos []nodes.Info) ([]assign.Member, map[string]nodes.Labels, string) {
-	w := make(map[string]float64, len(infos))
-	labels := make(map[string]nodes.Labels, len(infos))
-	for _, info := range infos {
-		w[info.ID] = info.PlanWeight()
-		if len(info.Labels) > 0 {
-			labels[info.ID] = info.Labels
-		}
-	}
-	ms := make([]assign.Member, len(ids))
-	var key strings.Builder
-	for i, id := range ids {
-		ms[i] = assign.Member{ID: id, Weight: cmp.Or(w[id], 1)}
-		fmt.Fprintf(&key, "%s=%g{%s};", id, ms[i].Weight, labels[id])
-	}
-	return ms, labels, key.String()
-}
-
-// Matching returns the members whose labels match the selector sel.
-func matching(ms []assign.Member, labels map[string]nodes.Labels, sel string) []assign.Member {
-	var out []assign.Member
-	for _, m := range ms {
-		if labels[m.ID].MatchesSelector(sel) {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // planSpaces plans the units of every selector this worker matches (each
 // among the matching members: a join or leave of a matching worker moves
-// only what it must, one of another zone nothing), and counts the active
-// sessions of the selectors no placeable member matches.
-func (c *Coordinator) planSpaces() {
+// only what it must, one of another zone nothing) and the default space,
+// and counts the active sessions of the selectors no placeable member
+// matches (fleet.Planner.Place).
+func (c *Coordinator) planSpaces() bool {
 	w := &c.view.weighing
 	mine := nodes.Labels(c.cfg.Labels)
-	plans := make(map[string]*assign.Plan)
-	unplaceable := 0
-	for sel, sp := range w.spaces {
-		ms := matching(w.members, w.labels, sel)
-		if len(ms) == 0 {
-			for _, n := range sp.Sizes {
-				unplaceable += n
-			}
-			continue
-		}
-		if !mine.MatchesSelector(sel) {
-			continue
-		}
-		if w.fleets == nil {
-			w.fleets = make(map[string]*spaceFleet)
-		}
-		sf := w.fleets[sel]
-		if sf == nil || sf.key != w.fleetKey {
-			f, err := assign.NewFleetIn(sel, ms...)
-			if err != nil { // PlanWeight returns only valid weights
-				c.log.Error("planner refused a selector's fleet", zap.String("selector", sel), zap.Error(err))
-				continue
-			}
-			sf = &spaceFleet{key: w.fleetKey, fleet: f}
-			w.fleets[sel] = sf
-		}
-		plans[sel] = sf.fleet.Plan(sp.Loads, c.cfg.BalanceSlack)
+	pl, err := w.planner.Place(w.members, c.plannable(), w.spaces, func(sel fleet.Selector) bool { return sel.Matches(mine) })
+	if err != nil { // WeighMembers makes only valid weights
+		c.log.Error("planner refused the fleet", zap.Error(err))
+		return false
 	}
-	for sel := range w.fleets {
-		if _, ok := plans[sel]; !ok {
-			delete(w.fleets, sel)
-		}
-	}
-	w.plans = plans
+	w.placement = pl
+	c.view.plan = pl.Default
+	unplaceable := pl.Unplaceable()
 	if old := w.unplaceable.Swap(int64(unplaceable)); old != int64(unplaceable) && unplaceable > 0 {
 		c.log.Warn("sessions with a selector that no live worker matches are polled by nobody", zap.Int("sessions", unplaceable))
 	}
+	return true
 }
 
 // ownerOf returns the preferred live worker of a session, "" with no live
 // worker (or, for a session with a selector, none that matches it or when
 // this worker does not match it: it plans only the selectors it matches).
 func (c *Coordinator) ownerOf(id string) string {
+	sel := fleet.Selector{}
 	if s, ok := c.view.sessions[id]; ok && s.Selector != "" {
-		p := c.view.weighing.plans[s.SelectorKey()]
-		if p == nil {
-			return ""
-		}
-		return p.OwnerOf(id)
+		sel = fleet.SelectorOf(*s)
 	}
-	if c.view.plan == nil {
+	p, ok := c.view.weighing.placement.Planned(sel)
+	if !ok || p == nil {
 		return ""
 	}
-	return c.view.plan.OwnerOf(id)
+	return p.OwnerOf(id)
 }
 
 // refresh reads membership and the session changes, and reads the buckets
@@ -245,16 +176,16 @@ func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
 			return false
 		}
 		c.view.weighing.readVersion = m.Version
-		c.view.weighing.members, c.view.weighing.labels, c.view.weighing.memberKey = weighMembers(m.Placeable(), infos) // cordoned workers take nothing
+		c.view.weighing.members = fleet.WeighMembers(m.Placeable(), infos) // cordoned workers take nothing
 	}
-	ms, key := c.view.weighing.members, c.view.weighing.memberKey
+	ms, key := c.view.weighing.members, c.view.weighing.members.Key()
 	if fleetChanged := key != c.view.weighing.fleetKey || c.view.fleet == nil; fleetChanged {
-		fleet, err := assign.NewFleet(ms...)
-		if err != nil { // PlanWeight returns only valid weights
+		f, err := c.view.weighing.planner.Fleet(ms, fleet.Selector{})
+		if err != nil { // WeighMembers makes only valid weights
 			c.log.Error("planner refused the fleet", zap.Error(err))
 			return false
 		}
-		c.view.fleet, c.view.weighing.fleetKey = fleet, key
+		c.view.fleet, c.view.weighing.fleetKey = f, key
 		membersChanged = true // a new fleet: plan again
 	}
 	if d, ok := m.NextExpiry(); ok {
@@ -337,25 +268,13 @@ func (c *Coordinator) redefine(ids []string, sessions []session.Session) {
 // definitions, and those it watches for orphans (it is the best ranked
 // after their owner), ids only.
 func (c *Coordinator) assignBuckets() {
-	c.view.plan = c.view.fleet.Plan(c.plannable(), c.cfg.BalanceSlack)
-	c.planSpaces()
+	if !c.planSpaces() {
+		return
+	}
 	me := c.cfg.ID
 	want := make(map[int]bool) // bucket -> assigned
 	if c.view.members.Contains(me) {
-		plans := []*assign.Plan{c.view.plan}
-		for _, p := range c.view.weighing.plans {
-			plans = append(plans, p)
-		}
-		for _, p := range plans {
-			for b := range assign.Buckets {
-				switch {
-				case p.Owner(b) == me:
-					want[b] = true
-				case p.Watcher(b) == me && !want[b]:
-					want[b] = false
-				}
-			}
-		}
+		want = c.view.weighing.placement.Buckets(me)
 	}
 	for b, st := range c.view.buckets {
 		assigned, ok := want[b]

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pollworker/pollworker/assign"
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
@@ -140,6 +141,7 @@ func New(cfg Config) (*Coordinator, error) {
 			buckets:   make(map[int]*bucket),
 			touched:   make(map[string]struct{}),
 			staleHeld: make(map[int]struct{}),
+			weighing:  weighing{planner: fleet.NewPlanner(cfg.BalanceSlack)},
 		},
 		claims: claims{
 			orphanSince:    make(map[string]time.Time),

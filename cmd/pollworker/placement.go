@@ -2,52 +2,20 @@ package main
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pollworker/pollworker/assign"
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
-
-// planFor is the placement the workers compute for this membership, these
-// heartbeat infos (their weights) and these index bucket weights
-// (poller/buckets.go: a fleet of the placeable members, cordoned ones left
-// out, each weighing its heartbeat's weight, planned with the default
-// balance slack by the loads, or the sizes of an index whose loads are
-// incomplete). explain and check call it, so that what they report is
-// what the workers do.
-func planFor(m nodes.Membership, infos map[string]nodes.Info, weights []int) *assign.Plan {
-	return planSpace(m, infos, "", weights)
-}
-
-// planSpace is planFor for the units of selector sel ("" for the sessions
-// without one): a fleet of the placeable members whose labels match it
-// (poller/buckets.go planSpaces), with its own rankings. With no matching
-// member, the plan places nothing.
-func planSpace(m nodes.Membership, infos map[string]nodes.Info, sel string, weights []int) *assign.Plan {
-	var ms []assign.Member
-	for _, id := range m.Placeable() {
-		info, ok := infos[id]
-		if sel != "" && (!ok || !info.Labels.MatchesSelector(sel)) {
-			continue
-		}
-		mem := assign.Member{ID: id, Weight: 1}
-		if ok {
-			mem.Weight = info.PlanWeight()
-		}
-		ms = append(ms, mem)
-	}
-	f, err := assign.NewFleetIn(sel, ms...)
-	if err != nil { // PlanWeight returns only valid weights
-		f, _ = assign.NewFleetIn(sel)
-	}
-	return f.Plan(weights, poller.DefaultBalanceSlack)
-}
 
 // placement is one read of what the workers base their plan on: the live
 // members, their heartbeat infos (with their weights) and the bucket sizes
@@ -65,63 +33,69 @@ type placement struct {
 	Weights session.Weights
 	// Plan places the sessions without a selector.
 	Plan *assign.Plan
-	// Spaces place the sessions of each selector (canonical) among the
-	// matching workers; a plan of no worker when none matches.
-	Spaces map[string]*assign.Plan
-	// selectors are the sessions' canonical selectors, by id, once learn
-	// was given the sessions (OwnerOf needs them).
-	selectors map[string]string
+	// placed is every space's plan, as the workers compute it (package
+	// fleet).
+	placed fleet.Placement
+	// selectors are the sessions' selectors, by id, once learn was given
+	// the sessions (OwnerOf needs them).
+	selectors map[string]fleet.Selector
 }
 
-// learn records the selectors of sessions, for OwnerOf, and plans the
-// selectors the index's loads did not name (a session written behind the
-// store's back, or a selector whose loads are not counted yet).
-func (p *placement) learn(sessions []session.Session) {
-	p.selectors = make(map[string]string)
-	if p.Spaces == nil {
-		p.Spaces = make(map[string]*assign.Plan)
+// newPlacement plans as the workers do (fleet.Planner.Place, with the
+// default balance slack) for membership m, the members' heartbeat infos and
+// the index's bucket weights.
+func newPlacement(m nodes.Membership, infos map[string]nodes.Info, w session.Weights) (placement, error) {
+	ms := fleet.WeighMembers(m.Placeable(), slices.Collect(maps.Values(infos)))
+	placed, err := fleet.NewPlanner(poller.DefaultBalanceSlack).Place(ms, w.Plannable(), w.Spaces, nil)
+	if err != nil {
+		return placement{}, err
 	}
+	return placement{Members: m, Infos: infos, Sizes: w.Sizes, Weights: w, Plan: placed.Default, placed: placed}, nil
+}
+
+// learn records the selectors of sessions, for OwnerOf.
+func (p *placement) learn(sessions []session.Session) {
+	p.selectors = make(map[string]fleet.Selector)
 	for _, s := range sessions {
-		if sel := s.SelectorKey(); sel != "" {
+		if sel := fleet.SelectorOf(s); !sel.IsNone() {
 			p.selectors[s.ID] = sel
-			if _, ok := p.Spaces[sel]; !ok {
-				p.Spaces[sel] = planSpace(p.Members, p.Infos, sel, nil)
-			}
 		}
 	}
 }
 
-// PlanOf is the plan that places sessions of the canonical selector sel.
+// selector parses the canonical selector sel; one that does not parse
+// selects no worker.
+func selector(sel string) (fleet.Selector, bool) {
+	s, err := fleet.ParseSelector(sel)
+	return s, err == nil
+}
+
+// PlanOf is the plan that places sessions of the canonical selector sel
+// (fleet.Placement.PlanOf).
 func (p placement) PlanOf(sel string) *assign.Plan {
-	if sel == "" {
-		return p.Plan
+	s, ok := selector(sel)
+	if !ok {
+		f, _ := assign.NewFleetIn(sel)
+		return f.Plan(nil, poller.DefaultBalanceSlack)
 	}
-	if sp, ok := p.Spaces[sel]; ok {
-		return sp
-	}
-	return planSpace(p.Members, p.Infos, sel, nil)
+	return p.placed.PlanOf(s)
 }
 
 // OwnerOf is the planned owner of session id ("" for none: no worker, or
 // none matching its selector); learn must have seen the sessions.
 func (p placement) OwnerOf(id string) string {
-	return p.PlanOf(p.selectors[id]).OwnerOf(id)
+	return p.placed.OwnerOf(id, p.selectors[id])
 }
 
 // Unplaceable reports whether no live placeable worker matches the
 // canonical selector sel (never for "": any worker will do).
 func (p placement) Unplaceable(sel string) bool {
-	return sel != "" && p.PlanOf(sel).Fleet().Len() == 0
+	s, ok := selector(sel)
+	return !ok || !p.placed.Placeable(s)
 }
 
 // PlannedLoad is the load all plans place on worker id.
-func (p placement) PlannedLoad(id string) int {
-	n := p.Plan.Load(id)
-	for _, sp := range p.Spaces {
-		n += sp.Load(id)
-	}
-	return n
-}
+func (p placement) PlannedLoad(id string) int { return p.placed.Load(id) }
 
 // readPlacement reads the membership (pruning expired members, as every
 // worker does), their infos and the bucket sizes and loads, and plans.
@@ -142,16 +116,11 @@ func readPlacement(ctx context.Context, client redis.UniversalClient, keys keysp
 	if err != nil {
 		return placement{}, err
 	}
-	p := placement{Members: m, Infos: make(map[string]nodes.Info, len(infos)), Sizes: w.Sizes, Weights: w}
+	byID := make(map[string]nodes.Info, len(infos))
 	for _, info := range infos {
-		p.Infos[info.ID] = info
+		byID[info.ID] = info
 	}
-	p.Plan = planFor(m, p.Infos, w.Plannable())
-	p.Spaces = make(map[string]*assign.Plan, len(w.Spaces))
-	for sel, sp := range w.Spaces {
-		p.Spaces[sel] = planSpace(m, p.Infos, sel, sp.Loads)
-	}
-	return p, nil
+	return newPlacement(m, byID, w)
 }
 
 // loadUnit names what the plan weighs: "polls/day", or "sessions" for an

@@ -368,7 +368,7 @@ func TestStatusUsesThePlanner(t *testing.T) {
 	for i, id := range ids {
 		holdings[i] = lease.Holding{Session: id, Owner: planned[i] + "#0123456789abcdef", Remaining: time.Second}
 	}
-	st := buildStatus(placementOf(m, sessions), sessions, nil, holdings)
+	st := buildStatus(placementOf(t, m, nil, sessions), sessions, nil, holdings)
 	total := 0
 	for _, n := range st.Nodes {
 		require.Equal(t, n.Leases, n.Planned, "%s holds its planned share", n.ID)
@@ -383,7 +383,7 @@ func TestStatusUsesThePlanner(t *testing.T) {
 		other = "w2"
 	}
 	holdings[0].Owner = other + "#0123456789abcdef"
-	st = buildStatus(placementOf(m, sessions), sessions, nil, holdings)
+	st = buildStatus(placementOf(t, m, nil, sessions), sessions, nil, holdings)
 	require.Equal(t, 1, st.Leases.NotPlanned)
 	var out strings.Builder
 	printStatus(&out, st)
@@ -392,12 +392,15 @@ func TestStatusUsesThePlanner(t *testing.T) {
 
 // placementOf is what readPlacement would read for membership m and an
 // index holding sessions.
-func placementOf(m nodes.Membership, sessions []session.Session) placement {
+func placementOf(t *testing.T, m nodes.Membership, infos map[string]nodes.Info, sessions []session.Session) placement {
+	t.Helper()
 	sizes := make([]int, assign.Buckets)
 	for _, s := range sessions {
 		sizes[keyspace.BucketOf(s.ID)]++
 	}
-	return placement{Members: m, Sizes: sizes, Weights: session.Weights{Sizes: sizes}, Plan: planFor(m, nil, sizes)}
+	pl, err := newPlacement(m, infos, session.Weights{Sizes: sizes})
+	require.NoError(t, err)
+	return pl
 }
 
 // TestStatusUnplaceable: an active session whose selector no live
@@ -410,10 +413,7 @@ func TestStatusUnplaceable(t *testing.T) {
 		return session.Session{ID: id, URL: "http://x/", Interval: session.Duration(time.Second), Selector: s, Paused: paused}
 	}
 	sessions := []session.Session{sel("a", "zone=eu", false), sel("b", "zone=mars", false), sel("c", "zone=mars", true), sel("d", "", false)}
-	pl := placementOf(m, sessions)
-	pl.Infos = map[string]nodes.Info{"w1": {ID: "w1", Labels: nodes.Labels{"zone": "eu"}}, "w2": {ID: "w2"}}
-	pl.Plan = planFor(m, pl.Infos, pl.Sizes)
-	pl.Spaces = nil
+	pl := placementOf(t, m, map[string]nodes.Info{"w1": {ID: "w1", Labels: nodes.Labels{"zone": "eu"}}, "w2": {ID: "w2"}}, sessions)
 	st := buildStatus(pl, sessions, nil, []lease.Holding{{Session: "a", Owner: "w1#0123456789abcdef"}})
 	require.Equal(t, 1, st.Unplaceable.Count)
 	require.Equal(t, map[string]int{"zone=mars": 1}, st.Unplaceable.BySelector)

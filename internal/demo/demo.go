@@ -45,6 +45,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pollworker/pollworker/assign"
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/internal/history"
 	"github.com/pollworker/pollworker/keyspace"
@@ -262,16 +263,24 @@ func sessionInterval(i int) time.Duration {
 }
 
 // plan asks the planner where the sessions go among workers, as the
-// workers themselves do: same bucket weights (the poll loads the writers
-// keep, read from the store: session.Weights.Plannable), same slack.
-// plain is the placement without the bound, to explain it.
+// workers themselves do (fleet.Planner.Place): same bucket weights (the
+// poll loads the writers keep, read from the store), same slack, equal
+// worker weights (the demo's workers keep theirs). plain is the placement
+// without the bound, to explain it.
 func (d *demo) plan(ctx context.Context, workers []string) (plan, plain *assign.Plan, err error) {
 	w, err := d.store.Weights(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("demo: read bucket weights: %w", err)
 	}
-	f := assign.NewFleetIDs(workers...)
-	return f.Plan(w.Plannable(), BalanceSlack), f.Plan(w.Plannable(), -1), nil
+	bounded, err := fleet.NewPlanner(BalanceSlack).Place(fleet.Equal(workers...), w.Plannable(), w.Spaces, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("demo: plan: %w", err)
+	}
+	unbounded, err := fleet.NewPlanner(-1).Place(fleet.Equal(workers...), w.Plannable(), w.Spaces, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("demo: plan: %w", err)
+	}
+	return bounded.Default, unbounded.Default, nil
 }
 
 // electionCommand is the command line that runs the leader-election
