@@ -184,6 +184,11 @@ var slotTags = sync.OnceValue(func() []string {
 // Node is the heartbeat key of a worker.
 func (s Space) Node(node string) string { return s.prefix() + ":node:" + node }
 
+// Timeline is where a worker keeps its last minutes of polls, late polls,
+// failures and leases for the status page's charts (internal/timeline): a
+// capped list that expires when the worker stops writing it.
+func (s Space) Timeline(node string) string { return s.prefix() + ":timeline:" + node }
+
 // NodeIndex is the sorted set of live workers, scored by expiry in ms.
 func (s Space) NodeIndex() string { return s.prefix() + ":nodes" }
 

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pollworker/pollworker/httppoll"
+	"github.com/pollworker/pollworker/internal/timeline"
 	"github.com/pollworker/pollworker/metrics"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/poller"
@@ -255,7 +256,10 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		srv = &http.Server{
 			Handler: healthHandler(ready.Ready, behind, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 				statusPageConfig{self: coord.ID(), ready: ready.Ready, read: (&pageReader{client: client, keys: cfg.Keys}).read,
-					events: events, failing: hp.Failing, behind: behind}.handler(), cfg.Profiles),
+					events: events, failing: hp.Failing, behind: behind,
+					charts: func(ctx context.Context, st clusterStatus) (pageCharts, error) {
+						return readCharts(ctx, client, cfg.Keys, st, time.Now())
+					}}.handler(), cfg.Profiles),
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("http")),
 		}
@@ -295,7 +299,19 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		zap.Duration("discovery_interval", pc.DiscoveryInterval),
 		zap.Duration("drain_timeout", pc.DrainTimeout),
 		zap.Int("gogc", gcPercent))
+	// The timeline the status pages chart (internal/timeline): best
+	// effort, one small append per worker every 10 s.
+	tlCtx, stopTimeline := context.WithCancel(ctx)
+	tlDone := make(chan struct{})
+	go func() {
+		defer close(tlDone)
+		_ = (&timeline.Writer{Client: client, Key: cfg.Keys.Timeline(coord.ID()),
+			Read:    func() timeline.Counters { return workerCounters(coord, hp) },
+			OnError: func(err error) { log.Debug("timeline append failed", zap.Error(err)) }}).Run(tlCtx)
+	}()
 	runErr := coord.Run(ctx)
+	stopTimeline()
+	<-tlDone
 	stopRecorder() // after the drain: the last polls' results are flushed
 
 	shutdownHTTP(srv)

@@ -49,11 +49,15 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
 <title>pollworker {{.Self}}</title>
 <style>body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}
-td,th{border:1px solid #ccc;padding:.3em .7em;text-align:left}.err{color:#b00}</style></head>
+td,th{border:1px solid #ccc;padding:.3em .7em;text-align:left}.err{color:#b00}
+figure.chart{margin:0}figcaption{font-size:12px;color:#444}</style></head>
 <body>
 <h1>pollworker</h1>
 <p>This worker: <b id="self">{{.Self}}</b>, {{if .Ready}}<span id="ready">ready</span>{{else}}<span id="ready" class="err">not ready</span>{{end}}{{if .Behind}}, <span id="behind" class="err">behind: it cannot keep up with its share: {{.Behind}}</span>{{end}}.</p>
 {{if .Err}}<p class="err" id="error">Redis: {{.Err}}</p>{{else}}
+{{with .Charts}}<h2>The last 15 minutes</h2>
+<div id="charts" style="display:flex;flex-wrap:wrap;gap:1em">{{.Polls}}{{.Late}}{{.Failures}}{{.Held}}{{.Placement}}</div>{{end}}
+{{if .ChartsErr}}<p class="err" id="charts-error">charts: {{.ChartsErr}}</p>{{end}}
 <h2>Live workers ({{len .Status.Nodes}})</h2>
 <table id="nodes"><tr><th>id</th><th>host</th><th>version</th><th>incarnation</th><th>weight</th><th>labels</th><th>leases</th><th>polls/s</th><th>last heartbeat</th><th>expires in</th></tr>
 {{range .Status.Nodes}}<tr class="node"><td>{{.ID}}{{if .Cordoned}} <b class="err cordoned">cordoned</b>{{end}}</td><td>{{.Host}}</td><td>{{.Version}}</td><td>{{.Incarnation}}</td><td>{{.Weight}}</td><td class="labels">{{range $k, $v := .Labels}}{{$k}}={{$v}} {{end}}</td><td>{{.Leases}}</td><td>{{printf "%.2f" .PollsPerSecond}}</td><td>{{if ge .HeartbeatAgeMs 0}}{{ms .HeartbeatAgeMs}} ago{{end}}</td><td>{{ms .ExpiresInMs}}</td></tr>
@@ -133,6 +137,8 @@ type statusPageConfig struct {
 	events  *recentEvents
 	failing func() []httppoll.FailingSession
 	behind  func() string
+	// charts, if set, draws the live workers' timelines (readCharts).
+	charts func(ctx context.Context, st clusterStatus) (pageCharts, error)
 }
 
 func (c statusPageConfig) handler() http.Handler {
@@ -156,7 +162,16 @@ func (c statusPageConfig) handler() http.Handler {
 			Failing      []httppoll.FailingSession
 			FailingMore  int
 			FailingCount int
+			Charts       *pageCharts
+			ChartsErr    error
 		}{Self: self, Status: st, Err: err, Events: events.list(), FailingShown: c.failing != nil}
+		if c.charts != nil && err == nil {
+			pc, cerr := c.charts(ctx, st)
+			if cerr == nil {
+				data.Charts = &pc
+			}
+			data.ChartsErr = cerr
+		}
 		if c.failing != nil {
 			data.Failing = c.failing()
 			data.FailingCount = len(data.Failing)

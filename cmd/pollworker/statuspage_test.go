@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/internal/timeline"
+	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/poller"
 )
 
@@ -94,23 +99,81 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	addSession(t, srv.Client(t), "s1", "http://127.0.0.1:1/")
 	addr := startRunWorker(t, srv.URL(), "chrome-w1")
 	startRunWorker(t, srv.URL(), "chrome-w2")
+	// Both workers on the page, each with the first point of its timeline
+	// (written a second after it starts) on the charts.
 	require.Eventually(t, func() bool {
 		_, body := get("http://" + addr + "/")
-		return strings.Contains(body, "<td>chrome-w2</td>") && strings.Contains(body, "<td>chrome-w1</td>")
-	}, 10*time.Second, 20*time.Millisecond)
+		return strings.Contains(body, "<td>chrome-w2</td>") && strings.Contains(body, "<td>chrome-w1</td>") &&
+			strings.Contains(body, `data-name="chrome-w1"`) && strings.Contains(body, `data-name="chrome-w2"`)
+	}, 20*time.Second, 50*time.Millisecond)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+t.TempDir(), "--dump-dom", "http://"+addr+"/")
-	out, err := cmd.Output()
-	require.NoError(t, err)
-	dom := string(out)
+	chrome := func(args ...string) []byte {
+		t.Helper()
+		args = append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+			"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+			"--user-data-dir=" + t.TempDir()}, args...)
+		out, err := exec.CommandContext(ctx, browser, append(args, "http://"+addr+"/")...).Output()
+		require.NoError(t, err)
+		return out
+	}
+	dom := string(chrome("--dump-dom"))
 	require.Contains(t, dom, `<b id="self">chrome-w1</b>`)
 	require.Contains(t, dom, "<td>chrome-w1</td>")
 	require.Contains(t, dom, "<td>chrome-w2</td>")
 	require.Contains(t, dom, `<span id="ready">ready</span>`)
+	require.Contains(t, dom, `<div id="charts"`)
+	require.Equal(t, 5, strings.Count(dom, `<svg role="img"`), "four timelines and the placement bars")
+
+	// A screenshot, for a person to look at: its path is in the test's
+	// output (-v), in POLLWORKER_SCREENSHOT_DIR when set.
+	dir := os.Getenv("POLLWORKER_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	shot := filepath.Join(dir, "statuspage.png")
+	chrome("--window-size=1280,1600", "--screenshot="+shot)
+	f, err := os.Open(shot)
+	require.NoError(t, err)
+	defer f.Close()
+	img, err := png.Decode(f)
+	require.NoError(t, err)
+	require.Equal(t, 1280, img.Bounds().Dx())
+	t.Logf("status page screenshot: %s", shot)
+}
+
+// TestStatusPageChartsTheFleetsTimelines: the charts draw every live
+// worker's timeline as the workers wrote it (internal/timeline), skip what
+// does not decode, and show placement as held against planned.
+func TestStatusPageChartsTheFleetsTimelines(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	keys := keyspace.Space{}
+	now := time.Now()
+	for i, id := range []string{"w1", "w2", "w3"} {
+		for k := 90; k >= 0; k-- {
+			p := timeline.Rate(timeline.Counters{}, timeline.Counters{Polls: uint64(100 * (i + 1)), Failures: uint64(10 * i), Held: 10 * (i + 1)},
+				now.Add(-time.Duration(k+1)*10*time.Second), now.Add(-time.Duration(k)*10*time.Second))
+			b, err := json.Marshal(p)
+			require.NoError(t, err)
+			require.NoError(t, c.LPush(context.Background(), keys.Timeline(id), b).Err())
+		}
+	}
+	require.NoError(t, c.LPush(context.Background(), keys.Timeline("w3"), "{not json").Err())
+	st := clusterStatus{PlanUnit: "polls/day", Nodes: []nodeStatus{
+		{ID: "w1", PollsPerSecond: 10, Planned: 864000}, {ID: "w2", PollsPerSecond: 5, Planned: 432000}, {ID: "w3"}}}
+	pc, err := readCharts(context.Background(), c, keys, st, now)
+	require.NoError(t, err)
+	require.Equal(t, 1, pc.Skipped)
+	for name, chart := range map[string]string{"polls": string(pc.Polls), "failures": string(pc.Failures), "held": string(pc.Held)} {
+		for _, id := range []string{"w1", "w2", "w3"} {
+			require.Contains(t, chart, `data-name="`+id+`"`, "%s chart, %s", name, id)
+		}
+	}
+	require.Contains(t, string(pc.Polls), ">30<", "the axis tops at w3's 30 polls/s")
+	require.Contains(t, string(pc.Placement), "10 / 10 polls/s")
+	require.Contains(t, string(pc.Placement), "5 / 5 polls/s")
 }
 
 // TestReadyzFollowsRedis: /readyz turns 503 soon after Redis stops (the
