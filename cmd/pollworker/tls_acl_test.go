@@ -56,7 +56,7 @@ func TestTLSWithClientCertificate(t *testing.T) {
 const minimalACL = "on >worker-pass resetkeys ~poll:* ~session:* resetchannels &poll:events " +
 	"-@all +@connection -config +get +set +del +exists +getrange +incr +info +pexpire +pttl +type " +
 	"+mget +getdel +hincrby +hget +hmget +hset +hkeys +hgetall +sadd +srem +smembers +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard " +
-	"+xadd +xrange +xrevrange +time +publish +subscribe +unsubscribe " +
+	"+xadd +xrange +xrevrange +lpush +ltrim +lrange +time +publish +subscribe +unsubscribe " +
 	"+evalsha +eval +script|load +script|exists +watch +unwatch +multi +exec"
 
 // TestMinimalACLUser runs sessions, status and a worker as a Redis user that
@@ -78,7 +78,8 @@ func TestMinimalACLUser(t *testing.T) {
 
 	runWorkerUntilLease(t, append([]string{"--redis-url", url, "--id", "aw"}, fastTimings...), func() bool {
 		v, err := admin.Get(context.Background(), "poll:lease:{c1}").Result()
-		return err == nil && len(v) > 3 && v[:3] == "aw#"
+		// And the status page's timeline (LPUSH, LTRIM, PEXPIRE) written.
+		return err == nil && len(v) > 3 && v[:3] == "aw#" && admin.Exists(context.Background(), "poll:timeline:aw").Val() == 1
 	})
 	// The drain released the lease as this user: release.lua's TIME and the
 	// SET of the handoff mark (poll:released:{c1}, under ~poll:*) passed,
