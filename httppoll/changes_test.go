@@ -89,7 +89,7 @@ func TestRecordChanges(t *testing.T) {
 }
 
 func TestRecordNone(t *testing.T) {
-	srv := httptest.NewServer(http.NotFoundHandler())
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(srv.Close)
 	p := newPoller(t, Config{Record: RecordNone})
 	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), nil))

@@ -1,9 +1,10 @@
 // Package httppoll is the built-in poller.Poller of pollworker: it polls a
-// session by sending an HTTP GET to the session's URL and records the
-// results in capped Redis streams, which a Reader reads back merged.
+// session by sending the session's request (session.Session: Method, GET by
+// default, Headers, Body) to its URL and records the results in capped
+// Redis streams, which a Reader reads back merged.
 //
 // Each request carries three headers, so that the target can tell who polls
-// and reject stale pollers:
+// and reject stale pollers; a session's headers never override them:
 //
 //	X-Poll-Session  the session id
 //	X-Poll-Worker   the worker id (Config.Worker)
@@ -74,8 +75,9 @@
 //     holder's first request. A target that rejects tokens lower than the
 //     highest it has seen is safe against that.
 //   - Poll returns an error for transport failures (including cancellation
-//     and timeout) and for status codes of 500 and above; 1xx-4xx answers
-//     are recorded but are not errors. The coordinator only logs and counts
+//     and timeout) and for a status the session does not expect
+//     (session.Session.Expect, 200-399 by default: a 4xx or 5xx fails;
+//     a 304 to a conditional request stands for the 200 it revalidates). The coordinator only logs and counts
 //     poll errors: an error never retries the poll early nor gives up the
 //     lease.
 package httppoll

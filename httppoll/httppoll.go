@@ -60,15 +60,22 @@ const (
 var ErrConfig = errors.New("httppoll: invalid config")
 
 // StatusError is returned (wrapped) by Poll when the target answers with a
-// status code of 500 or above.
+// status the session does not expect (session.Session.Expect; by default
+// anything outside 200-399).
 type StatusError struct {
 	// Code is the HTTP status code.
 	Code int
+	// Expect is what the session expects ("200-399" by default).
+	Expect string
 }
 
-// Error names the status.
+// Error names the status and what was expected.
 func (e *StatusError) Error() string {
-	return fmt.Sprintf("httppoll: server error: %d %s", e.Code, http.StatusText(e.Code))
+	kind := "unexpected status"
+	if e.Code >= http.StatusInternalServerError {
+		kind = "server error"
+	}
+	return fmt.Sprintf("httppoll: %s: %d %s (expect %s)", kind, e.Code, http.StatusText(e.Code), e.Expect)
 }
 
 // Config configures a Poller.
@@ -315,8 +322,8 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 		return fmt.Errorf("poll %s: %w", s.ID, err)
 	}
 	latency := p.cfg.Clock.Since(start)
-	if err == nil && resp.status >= http.StatusInternalServerError {
-		err = &StatusError{Code: resp.status}
+	if err == nil && !expected(s, resp.status, st != nil) {
+		err = &StatusError{Code: resp.status, Expect: s.ExpectOrDefault()}
 	}
 	class := classify(err)
 	if err != nil && ctx.Err() != nil {
@@ -346,6 +353,15 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 		return fmt.Errorf("poll %s: %w", s.ID, err)
 	}
 	return nil
+}
+
+// expected reports whether status counts as success for s. A 304 to a
+// conditional request stands for the 200 its validators came from.
+func expected(s session.Session, status int, conditional bool) bool {
+	if status == http.StatusNotModified && conditional && !s.Expected(status) {
+		return s.Expected(http.StatusOK)
+	}
+	return s.Expected(status)
 }
 
 // previous is the state of s before this poll: the saved one if st has a
@@ -483,11 +499,19 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL, nil)
+	var body io.Reader
+	if s.Body != "" {
+		body = strings.NewReader(s.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, s.MethodOrGet(), s.URL, body)
 	if err != nil {
 		return response{}, withoutURL(err)
 	}
 	req.Header.Set("User-Agent", p.cfg.UserAgent)
+	for name, v := range s.Headers {
+		req.Header.Set(name, v)
+	}
+	// The fencing headers last: nothing overrides them.
 	req.Header.Set(HeaderSession, s.ID)
 	req.Header.Set(HeaderWorker, p.cfg.Worker)
 	if l != nil {
@@ -522,17 +546,17 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	out := response{status: resp.StatusCode,
 		etag:         bounded(resp.Header.Get("ETag"), MaxETagBytes),
 		lastModified: bounded(resp.Header.Get("Last-Modified"), MaxLastModifiedBytes)}
-	body := io.LimitReader(resp.Body, MaxBodyBytes)
+	respBody := io.LimitReader(resp.Body, MaxBodyBytes)
 	var h hash.Hash
 	if conditional && resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		// Only a 2xx body is kept (State.BodySHA256). A pooled buffer:
 		// io.Copy into a hash would allocate 32 KiB per poll.
 		h = sha256.New()
 		buf := copyBufs.Get().(*[]byte)
-		_, err = io.CopyBuffer(h, body, *buf)
+		_, err = io.CopyBuffer(h, respBody, *buf)
 		copyBufs.Put(buf)
 	} else {
-		_, err = io.Copy(io.Discard, body)
+		_, err = io.Copy(io.Discard, respBody)
 	}
 	_ = resp.Body.Close()
 	if err != nil {

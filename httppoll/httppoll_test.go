@@ -161,14 +161,19 @@ func TestPollStatus(t *testing.T) {
 	tests := []struct {
 		name    string
 		give    int
-		wantErr bool
+		expect  string
+		wantErr string
 	}{
 		{name: "ok", give: http.StatusOK},
 		{name: "not modified", give: http.StatusNotModified},
-		{name: "client error is recorded, not an error", give: http.StatusNotFound},
-		{name: "conflict (stale token) is not an error", give: http.StatusConflict},
-		{name: "server error", give: http.StatusServiceUnavailable, wantErr: true},
-		{name: "internal error", give: http.StatusInternalServerError, wantErr: true},
+		{name: "client error fails", give: http.StatusNotFound, wantErr: "unexpected status: 404 Not Found (expect 200-399)"},
+		{name: "unauthorized fails", give: http.StatusUnauthorized, wantErr: "unexpected status: 401"},
+		{name: "forbidden fails", give: http.StatusForbidden, wantErr: "unexpected status: 403"},
+		{name: "method not allowed fails", give: http.StatusMethodNotAllowed, wantErr: "unexpected status: 405"},
+		{name: "expected 404", give: http.StatusNotFound, expect: "404"},
+		{name: "200 not expected", give: http.StatusOK, expect: "201", wantErr: "unexpected status: 200 OK (expect 201)"},
+		{name: "server error", give: http.StatusServiceUnavailable, wantErr: "server error: 503"},
+		{name: "internal error", give: http.StatusInternalServerError, wantErr: "server error: 500"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -179,12 +184,14 @@ func TestPollStatus(t *testing.T) {
 			t.Cleanup(srv.Close)
 			p := newPoller(t, Config{Client: f.client})
 
-			err := p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease)
+			s := sess(srv.URL, time.Second)
+			s.Expect = tt.expect
+			err := p.Poll(ctxT(t), s, f.lease)
 
 			res := results(t, f.client)
 			require.Len(t, res, 1)
 			require.Equal(t, strconv.Itoa(tt.give), res[0]["status"])
-			if !tt.wantErr {
+			if tt.wantErr == "" {
 				require.NoError(t, err)
 				require.Equal(t, "", res[0]["error"])
 				return
@@ -192,7 +199,7 @@ func TestPollStatus(t *testing.T) {
 			var se *StatusError
 			require.ErrorAs(t, err, &se)
 			require.Equal(t, tt.give, se.Code)
-			require.Contains(t, res[0]["error"], "server error")
+			require.Contains(t, res[0]["error"], tt.wantErr)
 		})
 	}
 }
@@ -324,7 +331,7 @@ func TestPollReadsAtMost64KiB(t *testing.T) {
 
 func TestPollErrorsHideURL(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(http.NotFoundHandler())
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	addr := srv.Listener.Addr().String()
 	srv.Close() // nothing listens there any more
 
@@ -357,7 +364,7 @@ func TestPollNilLease(t *testing.T) {
 
 func TestStreamIsCapped(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(http.NotFoundHandler())
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(srv.Close)
 	p := newPoller(t, Config{Client: f.client, StreamMaxLen: 5})
 	for range 12 {
@@ -370,7 +377,7 @@ func TestStreamIsCapped(t *testing.T) {
 
 func TestRecordingFailureIsLoggedNotReturned(t *testing.T) {
 	f := newFixture(t)
-	srv := httptest.NewServer(http.NotFoundHandler())
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(srv.Close)
 	down := newClient(t, "127.0.0.1:1") // nothing listens on port 1
 	core, logs := observer.New(zapcore.DebugLevel)

@@ -242,7 +242,7 @@ func TestRecorderDropsOldestWhenRedisHangs(t *testing.T) {
 	require.NoError(t, err)
 	stop := runRecorder(t, r)
 
-	srv := httptest.NewServer(http.NotFoundHandler())
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(srv.Close)
 	p := newPoller(t, Config{Recorder: r})
 	const polls = 1000

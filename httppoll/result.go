@@ -124,6 +124,7 @@ type errClass uint8
 const (
 	classOK errClass = iota
 	classServer
+	classStatus
 	classTimeout
 	classCanceled
 	classRefused
@@ -145,8 +146,10 @@ func classify(err error) errClass {
 	switch {
 	case err == nil:
 		return classOK
-	case errors.As(err, &se):
+	case errors.As(err, &se) && se.Code >= 500:
 		return classServer
+	case errors.As(err, &se):
+		return classStatus
 	case errors.Is(err, context.Canceled):
 		return classCanceled
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
@@ -170,6 +173,8 @@ func (c errClass) String() string {
 		return ""
 	case classServer:
 		return "server"
+	case classStatus:
+		return "status"
 	case classTimeout:
 		return "timeout"
 	case classCanceled:

@@ -62,8 +62,9 @@ type State struct {
 	// response arrived.
 	Status int `json:"status"`
 	// Error ("error") is the class of its failure: "" for none, else
-	// "server" (a status of 500 or above), "timeout", "refused", "reset",
-	// "dns", "tls" or "other".
+	// "server" (an unexpected status of 500 or above), "status" (another
+	// status the session does not expect, a 4xx by default), "timeout",
+	// "refused", "reset", "dns", "tls" or "other".
 	Error string `json:"error,omitempty"`
 	// LatencyMS ("latency_ms") is how long that poll took, in milliseconds.
 	LatencyMS float64 `json:"latency_ms"`
@@ -78,10 +79,12 @@ type State struct {
 	// previous one.
 	BodySHA256 string `json:"body_sha256,omitempty"`
 	// LastSuccess ("last_success") is when the last poll that did not fail
-	// started (2xx, 3xx, 4xx answers, 304 included); zero if none yet.
+	// started (a status the session expects, 200-399 by default, 304
+	// included); zero if none yet.
 	LastSuccess time.Time `json:"last_success,omitzero"`
 	// Failures ("failures") counts the polls that failed in a row (the
-	// poll returned an error: no response, or a status of 500 or above),
+	// poll returned an error: no response, or a status the session does
+	// not expect),
 	// across handoffs; a poll that does not fail resets it.
 	Failures int `json:"failures"`
 	// FailingSince ("failing_since") is when the first of those failures

@@ -61,7 +61,7 @@ func outcomeOf(status int, class errClass) Outcome {
 		return OutcomeCancelled
 	case class == classTimeout:
 		return OutcomeTimeout
-	case class != classOK && class != classServer:
+	case class != classOK && class != classServer && class != classStatus:
 		return OutcomeError
 	case status >= http.StatusInternalServerError:
 		return OutcomeServerError

@@ -578,7 +578,7 @@ func (c *Coordinator) orphanDue(id string) bool {
 
 func sameSession(a, b session.Session) bool {
 	return a.ID == b.ID && a.URL == b.URL && a.Interval == b.Interval &&
-		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels) && a.Selector == b.Selector
+		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels) && a.Selector == b.Selector && a.SameRequest(b)
 }
 
 // scheduleRetry asks for a round in d, unless one is due sooner already

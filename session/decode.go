@@ -52,6 +52,9 @@ func Decode(id string, raw []byte) (Session, error) {
 	if len(s.Labels) == 0 {
 		s.Labels = nil
 	}
+	if len(s.Headers) == 0 {
+		s.Headers = nil
+	}
 	if err := s.Validate(); err != nil {
 		return Session{}, err
 	}

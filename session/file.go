@@ -3,6 +3,7 @@ package session
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,14 @@ import (
 //	    url: https://api.example.com/ready
 //	    interval: 1m
 //	    paused: true
+//	  - id: api-3
+//	    url: https://api.example.com/v1/search
+//	    interval: 30s
+//	    method: POST
+//	    headers: {Accept: application/json, Content-Type: application/json}
+//	    body: '{"q": "status"}'
+//	    expect: 200-299,304
+//	    profile: github
 //
 // JSON of the same shape ({"sessions": [...]}) is read as well, since JSON
 // is YAML. Field names are exact (no case folding, unlike the stored
@@ -123,7 +132,8 @@ func (e *FileError) Error() string {
 func (e *FileError) Is(target error) bool { return target == ErrMalformed }
 
 // fileFields are the fields of an entry, in the order they are written.
-var fileFields = []string{"id", "url", "interval", "paused", "labels", "selector"}
+var fileFields = []string{"id", "url", "interval", "paused", "labels", "selector",
+	"method", "headers", "body", "expect", "profile"}
 
 // ParseFile reads a sessions file (YAML or JSON) and checks it whole: the
 // shape of the document, every field of every entry (unknown and repeated
@@ -307,6 +317,14 @@ func readField(e *Entry, name string, v *yaml.Node) string {
 			return p
 		}
 		e.Session.Labels = labels
+	case "method", "body", "expect", "profile":
+		return readRequestField(e, name, v)
+	case "headers":
+		headers, p := parseStringMap("headers", v)
+		if p != "" {
+			return p
+		}
+		e.Session.Headers = headers
 	case "selector":
 		sel, ok := scalar(v)
 		if !ok {
@@ -319,6 +337,47 @@ func readField(e *Entry, name string, v *yaml.Node) string {
 		e.Session.Selector = c
 	}
 	return ""
+}
+
+// readRequestField reads the string field name of the request (method,
+// body, expect, profile) from v into e and checks it on its own, or says
+// why not.
+func readRequestField(e *Entry, name string, v *yaml.Node) string {
+	s, ok := scalar(v)
+	if !ok {
+		return name + " must be a string"
+	}
+	probe := Session{}
+	switch name {
+	case "method":
+		probe.Method = strings.ToUpper(s)
+	case "body":
+		e.Session.Body = s // checked against the method with the whole entry
+		return ""
+	case "expect":
+		c, err := CanonicalExpect(s)
+		if err != nil {
+			return "expect " + err.Error()
+		}
+		e.Session.Expect = c
+		return ""
+	case "profile":
+		probe.Profile = s
+	}
+	if err := probe.validateRequest(); err != nil {
+		return fieldReason(err)
+	}
+	e.Session.Method, e.Session.Profile = cmp.Or(probe.Method, e.Session.Method), cmp.Or(probe.Profile, e.Session.Profile)
+	return ""
+}
+
+// fieldReason is "<field> <rule>" for a *FieldError, else err's text.
+func fieldReason(err error) string {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe.Field + " " + fe.Reason
+	}
+	return err.Error()
 }
 
 // checkRequired checks each required field of s on its own, so that all
@@ -355,6 +414,11 @@ func checkRequired(s Session, seen, failed map[string]bool, checkURL func(string
 			out = append(out, reason)
 		}
 	}
+	// The request fields read; each alone was checked as it was read.
+	req := Session{Method: s.Method, Headers: s.Headers, Body: s.Body, Expect: s.Expect, Profile: s.Profile}
+	if err := req.validateRequest(); err != nil {
+		out = append(out, fieldReason(err))
+	}
 	return out
 }
 
@@ -371,25 +435,29 @@ func withID(problems []FileProblem, id string) []FileProblem {
 }
 
 // parseLabels reads a mapping of strings to strings, or says why not.
-func parseLabels(v *yaml.Node) (map[string]string, string) {
+func parseLabels(v *yaml.Node) (map[string]string, string) { return parseStringMap("labels", v) }
+
+// parseStringMap reads field, a mapping of strings to strings, or says why
+// not.
+func parseStringMap(field string, v *yaml.Node) (map[string]string, string) {
 	if isNull(v) {
 		return nil, ""
 	}
 	if v.Kind != yaml.MappingNode {
-		return nil, "labels must be a mapping of strings to strings"
+		return nil, field + " must be a mapping of strings to strings"
 	}
 	labels := make(map[string]string, len(v.Content)/2)
 	for j := 0; j+1 < len(v.Content); j += 2 {
 		k, ok := scalar(resolve(v.Content[j]))
 		if !ok || k == "" {
-			return nil, "labels: a key is empty or not a string"
+			return nil, field + ": a key is empty or not a string"
 		}
 		val, ok := scalar(resolve(v.Content[j+1]))
 		if !ok {
-			return nil, fmt.Sprintf("labels: %.40q must be a string", k)
+			return nil, fmt.Sprintf("%s: %.40q must be a string", field, k)
 		}
 		if _, dup := labels[k]; dup {
-			return nil, fmt.Sprintf("labels: key %.40q given twice", k)
+			return nil, fmt.Sprintf("%s: key %.40q given twice", field, k)
 		}
 		labels[k] = val
 	}
@@ -426,6 +494,11 @@ type fileEntry struct {
 	Paused   bool              `json:"paused,omitempty" yaml:"paused,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
 	Selector string            `json:"selector,omitempty" yaml:"selector,omitempty"`
+	Method   string            `json:"method,omitempty" yaml:"method,omitempty"`
+	Headers  map[string]string `json:"headers,omitempty" yaml:"headers,omitempty"`
+	Body     string            `json:"body,omitempty" yaml:"body,omitempty"`
+	Expect   string            `json:"expect,omitempty" yaml:"expect,omitempty"`
+	Profile  string            `json:"profile,omitempty" yaml:"profile,omitempty"`
 }
 
 // fileHeader opens a YAML file written by EncodeFile.
@@ -456,7 +529,8 @@ func EncodeFile(w io.Writer, sessions []Session, format FileFormat) error {
 	}
 	_, _ = bw.WriteString(open)
 	for i, s := range sessions {
-		e := fileEntry{ID: s.ID, URL: s.URL, Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels, Selector: s.Selector}
+		e := fileEntry{ID: s.ID, URL: s.URL, Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels, Selector: s.Selector,
+			Method: s.Method, Headers: s.Headers, Body: s.Body, Expect: s.Expect, Profile: s.Profile}
 		if i > 0 {
 			_, _ = bw.WriteString(sep)
 		}

@@ -36,7 +36,8 @@ var ErrMalformed = errors.New("session: malformed")
 // that breaks a rule and the rule. errors.Is(err, ErrMalformed) holds for
 // it, and errors.Is(err, keyspace.ErrInvalidID) for a bad id.
 type FieldError struct {
-	// Field is "id", "url", "interval" or "selector".
+	// Field is "id", "url", "interval", "selector", "method", "headers",
+	// "body", "expect" or "profile".
 	Field string
 	// Reason says which rule the field breaks, e.g. "1ms is below the
 	// minimum 10ms". It never quotes the URL, which may hold a password.
@@ -74,6 +75,26 @@ type Session struct {
 	// it: it is placed only among them and polled by no other worker. A
 	// session no live worker matches is polled by nobody (and reported).
 	Selector string `json:"selector,omitempty"`
+
+	// Method is the HTTP method of the built-in poller's request: one of
+	// Methods; "" means GET.
+	Method string `json:"method,omitempty"`
+	// Headers are sent with every request. They are stored in Redis and
+	// shown by sessions get: only for values that are not secret
+	// (credentials go in a worker-side Profile). ReservedHeader names those
+	// a session may not set (the fencing headers X-Poll-* among them).
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body is the request body, sent with POST, PUT, PATCH or DELETE; its
+	// Content-Type comes from Headers.
+	Body string `json:"body,omitempty"`
+	// Expect lists the statuses that count as success, codes and ranges
+	// ("200-299,304"); "" means DefaultExpect (200-399). Any other status
+	// fails the poll.
+	Expect string `json:"expect,omitempty"`
+	// Profile names a worker-side profile (credentials, TLS settings) that
+	// the worker polling the session applies; "" for none. A worker that
+	// does not have it does not poll the session and says why.
+	Profile string `json:"profile,omitempty"`
 }
 
 // SelectorKey is the canonical form of the session's selector (pairs sorted
@@ -90,8 +111,10 @@ func (s Session) SelectorKey() string {
 // non-blank URL (which, when it starts with http:// or https://, must parse
 // as a URL with a host; any other non-blank target passes here, and a
 // Store's URL check, HTTPURL by default, decides) and an Interval from
-// MinInterval to MaxInterval. Errors are *FieldError, wrap ErrMalformed and
-// never quote the URL, which may hold a password.
+// MinInterval to MaxInterval, a valid selector, and request fields the
+// built-in poller can send (method, headers, body, expect, profile; see
+// ReservedHeader). Errors are *FieldError, wrap ErrMalformed and never
+// quote the URL, which may hold a password.
 func (s Session) Validate() error {
 	if err := keyspace.ValidateID(s.ID); err != nil {
 		reason := err.Error()
@@ -116,7 +139,7 @@ func (s Session) Validate() error {
 	if _, err := nodes.CanonicalSelector(s.Selector); err != nil {
 		return &FieldError{Field: "selector", Reason: err.Error()}
 	}
-	return nil
+	return s.validateRequest()
 }
 
 // Encode validates s and returns its JSON, at most MaxValueBytes long.

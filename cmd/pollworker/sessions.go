@@ -98,12 +98,13 @@ func sessionsCommand() *cli.Command {
 
 func sessionsAddCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "add",
-		Usage:     "add a session (polled with HTTP GET on its interval)",
-		UsageText: "pollworker sessions add --id ID --url URL --interval 5s [--label k=v ...] [--selector k=v,...] [--paused] [--replace]",
+		Name:  "add",
+		Usage: "add a session (polled over HTTP on its interval)",
+		UsageText: "pollworker sessions add --id ID --url URL --interval 5s [--label k=v ...] [--selector k=v,...] [--paused] [--replace]\n" +
+			"    [--method POST] [--header 'Accept: application/json' ...] [--body TEXT | --body-file FILE] [--expect 200-299,304] [--profile NAME]",
 		// --label a=b,c keeps its comma: one label per --label.
 		DisableSliceFlagSeparator: true,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "id", Usage: "session id: letters, digits and . _ - : @ /", Required: true},
 			&cli.StringFlag{Name: "url", Usage: "what to poll: an absolute http or https URL with a host", Required: true},
 			&cli.DurationFlag{Name: "interval", Usage: "time between the starts of two polls, from 10ms to 24h", Required: true},
@@ -111,7 +112,7 @@ func sessionsAddCommand() *cli.Command {
 			&cli.BoolFlag{Name: "paused", Usage: "add it paused (polled by nobody until resumed)"},
 			&cli.BoolFlag{Name: "replace", Usage: "overwrite an existing session of that id"},
 			&cli.StringFlag{Name: "selector", Usage: "key=value,…: only workers whose --labels include all of these poll it"},
-		},
+		}, requestFlags()...),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			labels, err := parseLabels(cmd.StringSlice("label"))
 			if err != nil {
@@ -127,6 +128,9 @@ func sessionsAddCommand() *cli.Command {
 			}
 			if c, err := nodes.CanonicalSelector(s.Selector); err == nil {
 				s.Selector = c
+			}
+			if err := requestFromFlags(cmd, &s); err != nil {
+				return usageError(fmt.Errorf("invalid session: %w", err))
 			}
 			if err := s.Validate(); err != nil {
 				return usageError(fmt.Errorf("invalid session: %s", sessionProblem(err)))
@@ -436,6 +440,13 @@ type listedSession struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	// Selector is the labels a worker needs to poll it (empty: any worker).
 	Selector string `json:"selector,omitempty"`
+	// Method, Headers, Body, Expect and Profile are the request
+	// (session.Session); Method and Expect with their defaults filled in.
+	Method  string            `json:"method"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Body    string            `json:"body,omitempty"`
+	Expect  string            `json:"expect"`
+	Profile string            `json:"profile,omitempty"`
 	// State is the saved state, with --wide only (null when none).
 	State *stateView `json:"state,omitempty"`
 }
@@ -511,20 +522,20 @@ func printableID(id string) string {
 	return fmt.Sprintf("%.64q", id)
 }
 
-func formatLabels(labels map[string]string) string {
-	if len(labels) == 0 {
+func formatLabels(labels map[string]string) string { return formatPairs(labels, "=", ",") }
+
+// formatPairs prints m's pairs sorted by key, key and value joined by kv,
+// pairs by sep; "-" for none.
+func formatPairs(m map[string]string, kv, sep string) string {
+	if len(m) == 0 {
 		return "-"
 	}
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = k + "=" + labels[k]
+		parts[i] = k + kv + m[k]
 	}
-	return strings.Join(parts, ",")
+	return strings.Join(parts, sep)
 }
 
 // redactURL hides the password of a URL, as url.URL.Redacted does. A target

@@ -306,6 +306,13 @@ func changedFields(old, want session.Session) []string {
 	add("interval", old.Interval.D().String(), want.Interval.D().String())
 	add("labels", formatLabels(old.Labels), formatLabels(want.Labels))
 	add("selector", dash(old.SelectorKey()), dash(want.SelectorKey()))
+	add("method", old.MethodOrGet(), want.MethodOrGet())
+	add("headers", formatHeaders(old.Headers), formatHeaders(want.Headers))
+	if old.Body != want.Body {
+		lines = append(lines, fmt.Sprintf("~ %s body: %d bytes → %d bytes", want.ID, len(old.Body), len(want.Body)))
+	}
+	add("expect", old.ExpectOrDefault(), want.ExpectOrDefault())
+	add("profile", dash(old.Profile), dash(want.Profile))
 	add("paused", strconv.FormatBool(old.Paused), strconv.FormatBool(want.Paused))
 	return lines
 }

@@ -101,7 +101,8 @@ type stateView struct {
 
 // listedOf is s as listed, its URL's password hidden.
 func listedOf(s session.Session) listedSession {
-	return listedSession{ID: s.ID, URL: redactURL(s.URL), Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels, Selector: s.Selector}
+	return listedSession{ID: s.ID, URL: redactURL(s.URL), Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels, Selector: s.Selector,
+		Method: s.MethodOrGet(), Headers: s.Headers, Body: s.Body, Expect: s.ExpectOrDefault(), Profile: s.Profile}
 }
 
 // newStateView reads rec; nil when nothing was saved.
@@ -212,6 +213,13 @@ func printSessionView(w io.Writer, v sessionView) {
 	row("paused", "%s", paused)
 	row("labels", "%s", formatLabels(s.Labels))
 	row("selector", "%s", dash(s.Selector))
+	row("method", "%s", s.Method)
+	row("headers", "%s", formatHeaders(s.Headers))
+	if s.Body != "" {
+		row("body", "%s", rawText([]byte(s.Body)))
+	}
+	row("expect", "%s", s.Expect)
+	row("profile", "%s", dash(s.Profile))
 	if l := v.Lease; l != nil {
 		row("lease", "held by %s (incarnation %s), expires in %v", l.Holder, l.Incarnation, time.Duration(l.ExpiresInMs)*time.Millisecond)
 	} else {

@@ -82,8 +82,8 @@ s2  http://bob:xxxxx@example.com/b  250ms     yes     -       -
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &listed))
 	require.Equal(t, []listedSession{
-		{ID: "s1", URL: "https://example.com/a", Interval: "2s", Paused: true},
-		{ID: "s2", URL: "http://bob:xxxxx@example.com/b", Interval: "250ms"},
+		{ID: "s1", URL: "https://example.com/a", Interval: "2s", Paused: true, Method: "GET", Expect: "200-399"},
+		{ID: "s2", URL: "http://bob:xxxxx@example.com/b", Interval: "250ms", Method: "GET", Expect: "200-399"},
 	}, listed.Sessions)
 	require.Equal(t, []malformedEntry{{ID: "bad", Reason: "session: malformed: url missing or blank"}}, listed.Malformed)
 
