@@ -48,7 +48,12 @@ func (f PollFunc) Poll(ctx context.Context, s session.Session, l *lease.Lease) e
 	return f(ctx, s, l)
 }
 
-// Config configures a Coordinator. Durations of zero take their defaults.
+// Config configures a Coordinator. One zero rule for every field: zero
+// takes the default; a setting that can be turned off (LossQuarantine,
+// MaxPolls, MaxErrorBackoff, BalanceSlack) is turned off by a negative
+// value (Off). RegisterFlags registers the operator settings as flags (the
+// flags of pollworker run), Validate checks every rule, Settings lists the
+// effective values.
 type Config struct {
 	// Client is the Redis connection (standalone, Sentinel or Cluster).
 	// Required. Enable its ContextTimeoutEnabled option: the coordinator
@@ -210,21 +215,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Poller == nil {
 		return c, fmt.Errorf("%w: Poller is required", ErrConfig)
 	}
-	if err := c.Keys.Validate(); err != nil {
-		return c, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	if c.ID != "" {
-		if err := keyspace.ValidateID(c.ID); err != nil {
-			return c, fmt.Errorf("%w: ID: %w", ErrConfig, err)
-		}
-	}
-	c.defaultTimes()
-	if err := c.validateTimes(); err != nil {
+	if err := c.Validate(); err != nil {
 		return c, err
 	}
-	if c.BatchSize < 0 {
-		return c, fmt.Errorf("%w: BatchSize must be positive, got %d", ErrConfig, c.BatchSize)
-	}
+	c.defaultTimes()
 	if c.BalanceSlack == 0 {
 		c.BalanceSlack = DefaultBalanceSlack
 	}
@@ -289,32 +283,4 @@ func (c Config) WithDefaults() Config {
 // (its selector matches none of them) waits for a worker that can.
 func (c Config) FailoverBound() time.Duration {
 	return max(c.LeaseTTL, c.HeartbeatTTL) + c.DiscoveryInterval
-}
-
-// validateTimes checks the durations and the rules between them.
-func (c *Config) validateTimes() error {
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"LeaseTTL", c.LeaseTTL}, {"RenewInterval", c.RenewInterval},
-		{"HeartbeatInterval", c.HeartbeatInterval}, {"HeartbeatTTL", c.HeartbeatTTL},
-		{"DiscoveryInterval", c.DiscoveryInterval}, {"OrphanGrace", c.OrphanGrace},
-		{"DrainTimeout", c.DrainTimeout}, {"RequestTimeout", c.RequestTimeout},
-	} {
-		if d.v < 0 {
-			return fmt.Errorf("%w: %s must be positive, got %v", ErrConfig, d.name, d.v)
-		}
-	}
-	switch {
-	case c.LeaseTTL < 3*c.RenewInterval:
-		return fmt.Errorf("%w: LeaseTTL (%v) must be at least 3 × RenewInterval (%v)", ErrConfig, c.LeaseTTL, c.RenewInterval)
-	case c.HeartbeatTTL < 2*c.HeartbeatInterval:
-		return fmt.Errorf("%w: HeartbeatTTL (%v) must be at least 2 × HeartbeatInterval (%v)", ErrConfig, c.HeartbeatTTL, c.HeartbeatInterval)
-	case c.RequestTimeout >= c.RenewInterval:
-		return fmt.Errorf("%w: RequestTimeout (%v) must be less than RenewInterval (%v)", ErrConfig, c.RequestTimeout, c.RenewInterval)
-	case c.DriftMargin < 0 || c.DriftMargin >= c.LeaseTTL/2:
-		return fmt.Errorf("%w: DriftMargin must be in [0, LeaseTTL/2), got %v", ErrConfig, c.DriftMargin)
-	}
-	return nil
 }

@@ -204,7 +204,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no client", func(c *Config) { c.Client = nil }, "Client is required"},
 		{"no poller", func(c *Config) { c.Poller = nil }, "Poller is required"},
 		{"ttl vs renew", func(c *Config) { c.LeaseTTL, c.RenewInterval = 20*time.Second, 10*time.Second }, "LeaseTTL (20s) must be at least 3 × RenewInterval (10s)"},
-		{"negative", func(c *Config) { c.DiscoveryInterval = -time.Second }, "DiscoveryInterval must be positive"},
+		{"negative", func(c *Config) { c.DiscoveryInterval = -time.Second }, "DiscoveryInterval (-1s) must be positive"},
 		{"heartbeat ttl", func(c *Config) { c.HeartbeatTTL = 15 * time.Second }, "HeartbeatTTL"},
 		{"request timeout", func(c *Config) { c.RequestTimeout = 10 * time.Second }, "RequestTimeout"},
 		{"bad id", func(c *Config) { c.ID = "a*b" }, "ID"},
