@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
@@ -184,6 +185,13 @@ type Config struct {
 	OnEvent func(Event)
 	// Observer receives measurements for metrics; default none.
 	Observer Observer
+	// TracerProvider, if set, traces the worker with OpenTelemetry: a span
+	// "poll" per poll (attributes pollworker.session, .worker, .token,
+	// .attempt, .outcome), in whose context the Poller runs, so its own
+	// spans and requests join it; and a span "lease <event>" of no
+	// duration per lease event. Nil (the default) traces nothing and costs
+	// nothing. The Coordinator never touches the global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // EventType names a lease event.

@@ -125,6 +125,15 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, errors.Join(ErrConfig, err)
 	}
 	cfg.ID = reg.ID()
+	if tr := newTracing(cfg.TracerProvider, cfg.ID); tr != nil {
+		onEvent := cfg.OnEvent
+		cfg.OnEvent = func(e Event) {
+			tr.leaseEvent(e)
+			if onEvent != nil {
+				onEvent(e)
+			}
+		}
+	}
 	store, err := session.NewStore(cfg.Client, cfg.Keys, session.WithLogger(cfg.Logger))
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)

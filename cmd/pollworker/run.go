@@ -205,6 +205,16 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		defer func() { _ = ln.Close() }() // when the server never took it
 	}
 	gcPercent := setDefaultGCPercent(os.Getenv)
+	tracerProvider, stopTracing, err := tracingFromEnv(ctx, os.Getenv, currentBuild().Version, cfg.Poller.ID)
+	if err != nil {
+		return configError(err)
+	}
+	defer func() {
+		// Flush the last spans, the drain's among them.
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(fctx)
+	}()
 
 	client := cfg.newClient()
 	defer func() { _ = client.Close() }()
@@ -229,6 +239,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	pc := cfg.Poller
 	pc.Client, pc.Poller, pc.Logger, pc.Version, pc.Observer = client, hp, base, built.Version, obs
 	pc.OnEvent = events.add
+	pc.TracerProvider = tracerProvider
 	// The HTTP poller's fenced state (one script call per changed poll, and
 	// the loads before a session's first poll here) goes through a small
 	// pool of its own: a burst of saves at a fleet's start, or a slow
