@@ -578,7 +578,8 @@ func (c *Coordinator) orphanDue(id string) bool {
 
 func sameSession(a, b session.Session) bool {
 	return a.ID == b.ID && a.URL == b.URL && a.Interval == b.Interval &&
-		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels) && a.Selector == b.Selector && a.SameRequest(b)
+		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels) && a.Selector == b.Selector && a.SameRequest(b) &&
+		a.Schedule == b.Schedule && a.TZ == b.TZ && a.Jitter == b.Jitter && a.CatchUp == b.CatchUp && a.CatchUpWindow == b.CatchUpWindow
 }
 
 // scheduleRetry asks for a round in d, unless one is due sooner already

@@ -247,8 +247,42 @@ func (s *Schedule) PerDay() float64 {
 		return float64(24*time.Hour) / float64(s.every)
 	}
 	perDay := float64(count(s.spec.Second, 60) * count(s.spec.Minute, 60) * count(s.spec.Hour, 24))
-	// Days matched over four years (one leap day), as robfig/cron matches
-	// them: day of month AND day of week when either is a star, else OR.
+	return perDay * s.dayFraction()
+}
+
+// daysIn are the days of each month, February's averaged over four years.
+var daysIn = [13]float64{0, 31, 28.25, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}
+
+// dayFraction is the share of days the schedule matches, as robfig/cron
+// matches them: day of month AND day of week when either is a star, else
+// OR.
+func (s *Schedule) dayFraction() float64 {
+	const star, year = 1 << 63, 365.25
+	sp := s.spec
+	switch {
+	case sp.Dom&star != 0: // every day of the month: the weekdays decide
+		months := 0.0
+		for m := 1; m <= 12; m++ {
+			if sp.Month&(1<<uint(m)) != 0 {
+				months += daysIn[m]
+			}
+		}
+		return months / year * float64(count(sp.Dow, 7)) / 7
+	case sp.Dow&star != 0: // every weekday: the days of the month decide
+		days := 0.0
+		for m := 1; m <= 12; m++ {
+			if sp.Month&(1<<uint(m)) == 0 {
+				continue
+			}
+			for d := 1; d <= 31; d++ {
+				if sp.Dom&(1<<uint(d)) != 0 {
+					days += min(max(daysIn[m]-float64(d-1), 0), 1)
+				}
+			}
+		}
+		return days / year
+	}
+	// Both restricted (OR): count the days of four years (one leap day).
 	matched := 0
 	day := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
 	const days = 4*365 + 1
@@ -258,7 +292,7 @@ func (s *Schedule) PerDay() float64 {
 		}
 		day = day.AddDate(0, 0, 1)
 	}
-	return perDay * float64(matched) / days
+	return float64(matched) / days
 }
 
 func (s *Schedule) dayMatches(t time.Time) bool {

@@ -275,6 +275,10 @@ func TestPerDay(t *testing.T) {
 		{"@daily", 1},
 		{"@monthly", 12 / 365.25},
 		{"0 0 1,15 * *", 24 / 365.25},
+		{"0 0 31 * *", 7 / 365.25},
+		{"0 0 29 2 *", 0.25 / 365.25},
+		{"0 0 1 * 1", (12 + 52.18 - 12.0/7) / 365.25}, // the 1st OR a Monday
+		{"0 12 * 6-8 mon-fri", 92.0 / 365.25 * 5 / 7},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {

@@ -38,6 +38,11 @@ import (
 //	    body: '{"q": "status"}'
 //	    expect: 200-299,304
 //	    profile: github
+//	  - id: report
+//	    url: https://api.example.com/report
+//	    schedule: "0 9 * * 1-5"
+//	    tz: Europe/Berlin
+//	    catchup: latest
 //
 // JSON of the same shape ({"sessions": [...]}) is read as well, since JSON
 // is YAML. Field names are exact (no case folding, unlike the stored
@@ -133,7 +138,8 @@ func (e *FileError) Is(target error) bool { return target == ErrMalformed }
 
 // fileFields are the fields of an entry, in the order they are written.
 var fileFields = []string{"id", "url", "interval", "paused", "labels", "selector",
-	"method", "headers", "body", "expect", "profile"}
+	"method", "headers", "body", "expect", "profile",
+	"schedule", "tz", "jitter", "catchup", "catchup_window"}
 
 // ParseFile reads a sessions file (YAML or JSON) and checks it whole: the
 // shape of the document, every field of every entry (unknown and repeated
@@ -325,6 +331,8 @@ func readField(e *Entry, name string, v *yaml.Node) string {
 			return p
 		}
 		e.Session.Headers = headers
+	case "schedule", "tz", "jitter", "catchup", "catchup_window":
+		return readScheduleField(e, name, v)
 	case "selector":
 		sel, ok := scalar(v)
 		if !ok {
@@ -391,13 +399,18 @@ func checkRequired(s Session, seen, failed map[string]bool, checkURL func(string
 	}{
 		{"id", Session{ID: s.ID, URL: okURL, Interval: okInterval}},
 		{"url", Session{ID: "x", URL: s.URL, Interval: okInterval}},
-		{"interval", Session{ID: "x", URL: okURL, Interval: s.Interval}},
 	}
-	var out []string
+	out := checkTiming(s, seen, failed)
+	if !seen["schedule"] && !failed["schedule"] {
+		checks = append(checks, struct {
+			field string
+			s     Session
+		}{"interval", Session{ID: "x", URL: okURL, Interval: s.Interval}})
+	}
 	for _, c := range checks {
 		if !seen[c.field] {
 			if !failed[c.field] {
-				out = append(out, fmt.Sprintf("missing field %q", c.field))
+				out = append(out, missingField(c.field))
 			}
 			continue
 		}
@@ -488,17 +501,18 @@ func resolve(n *yaml.Node) *yaml.Node {
 
 // fileEntry is an entry as EncodeFile writes it.
 type fileEntry struct {
-	ID       string            `json:"id" yaml:"id"`
-	URL      string            `json:"url" yaml:"url"`
-	Interval string            `json:"interval" yaml:"interval"`
-	Paused   bool              `json:"paused,omitempty" yaml:"paused,omitempty"`
-	Labels   map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
-	Selector string            `json:"selector,omitempty" yaml:"selector,omitempty"`
-	Method   string            `json:"method,omitempty" yaml:"method,omitempty"`
-	Headers  map[string]string `json:"headers,omitempty" yaml:"headers,omitempty"`
-	Body     string            `json:"body,omitempty" yaml:"body,omitempty"`
-	Expect   string            `json:"expect,omitempty" yaml:"expect,omitempty"`
-	Profile  string            `json:"profile,omitempty" yaml:"profile,omitempty"`
+	ID           string            `json:"id" yaml:"id"`
+	URL          string            `json:"url" yaml:"url"`
+	Interval     string            `json:"interval,omitempty" yaml:"interval,omitempty"`
+	Paused       bool              `json:"paused,omitempty" yaml:"paused,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
+	Selector     string            `json:"selector,omitempty" yaml:"selector,omitempty"`
+	Method       string            `json:"method,omitempty" yaml:"method,omitempty"`
+	Headers      map[string]string `json:"headers,omitempty" yaml:"headers,omitempty"`
+	Body         string            `json:"body,omitempty" yaml:"body,omitempty"`
+	Expect       string            `json:"expect,omitempty" yaml:"expect,omitempty"`
+	Profile      string            `json:"profile,omitempty" yaml:"profile,omitempty"`
+	fileSchedule `yaml:",inline"`
 }
 
 // fileHeader opens a YAML file written by EncodeFile.
@@ -529,8 +543,11 @@ func EncodeFile(w io.Writer, sessions []Session, format FileFormat) error {
 	}
 	_, _ = bw.WriteString(open)
 	for i, s := range sessions {
-		e := fileEntry{ID: s.ID, URL: s.URL, Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels, Selector: s.Selector,
-			Method: s.Method, Headers: s.Headers, Body: s.Body, Expect: s.Expect, Profile: s.Profile}
+		e := fileEntry{ID: s.ID, URL: s.URL, Paused: s.Paused, Labels: s.Labels, Selector: s.Selector,
+			Method: s.Method, Headers: s.Headers, Body: s.Body, Expect: s.Expect, Profile: s.Profile, fileSchedule: fileScheduleOf(s)}
+		if !s.Scheduled() {
+			e.Interval = s.Interval.D().String()
+		}
 		if i > 0 {
 			_, _ = bw.WriteString(sep)
 		}

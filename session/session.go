@@ -37,7 +37,8 @@ var ErrMalformed = errors.New("session: malformed")
 // it, and errors.Is(err, keyspace.ErrInvalidID) for a bad id.
 type FieldError struct {
 	// Field is "id", "url", "interval", "selector", "method", "headers",
-	// "body", "expect" or "profile".
+	// "body", "expect", "profile", or one of the schedule's: "schedule",
+	// "tz", "jitter", "catchup", "catchup_window".
 	Field string
 	// Reason says which rule the field breaks, e.g. "1ms is below the
 	// minimum 10ms". It never quotes the URL, which may hold a password.
@@ -64,8 +65,9 @@ type Session struct {
 	// non-blank target through a Store made with WithURLCheck(nil).
 	URL string `json:"url"`
 	// Interval is the time between the starts of two polls, from
-	// MinInterval to MaxInterval.
-	Interval Duration `json:"interval"`
+	// MinInterval to MaxInterval. A session has exactly one of Interval
+	// and Schedule.
+	Interval Duration `json:"interval,omitempty"`
 	// Paused sessions are kept but polled by nobody.
 	Paused bool `json:"paused,omitempty"`
 	// Labels are free-form metadata handed to the poll.
@@ -95,6 +97,28 @@ type Session struct {
 	// the worker polling the session applies; "" for none. A worker that
 	// does not have it does not poll the session and says why.
 	Profile string `json:"profile,omitempty"`
+
+	// Schedule, instead of Interval, polls the session at the slots of a
+	// cron expression: 5 fields, or 6 with seconds first, or a descriptor
+	// (@hourly, @daily, @weekly, @monthly, @every 90s), with H for a value
+	// picked by the id's hash (see package schedule). Each slot is polled
+	// once by the fleet, at or after its time, with its time in the
+	// X-Poll-Slot header.
+	Schedule string `json:"schedule,omitempty"`
+	// TZ is the IANA zone the Schedule is read in ("" is UTC).
+	TZ string `json:"tz,omitempty"`
+	// Jitter, if set, starts every slot the same offset in [0, Jitter)
+	// later, picked by the id's hash, to spread sessions sharing a
+	// schedule. At most schedule.MaxJitter.
+	Jitter Duration `json:"jitter,omitempty"`
+	// CatchUp is what a holder does with slots nobody ran (an outage of
+	// the whole fleet, a failover, a data loss): "skip", "latest" (the
+	// default: the most recent once) or "all" (each, in order), within
+	// CatchUpWindow.
+	CatchUp string `json:"catchup,omitempty"`
+	// CatchUpWindow bounds catch-up: slots due longer ago are never run
+	// (0 is schedule.DefaultWindow, one hour; at most MaxCatchUpWindow).
+	CatchUpWindow Duration `json:"catchup_window,omitempty"`
 }
 
 // SelectorKey is the canonical form of the session's selector (pairs sorted
@@ -110,11 +134,13 @@ func (s Session) SelectorKey() string {
 // Validate reports whether s may be stored and polled: a valid id, a
 // non-blank URL (which, when it starts with http:// or https://, must parse
 // as a URL with a host; any other non-blank target passes here, and a
-// Store's URL check, HTTPURL by default, decides) and an Interval from
-// MinInterval to MaxInterval, a valid selector, and request fields the
-// built-in poller can send (method, headers, body, expect, profile; see
-// ReservedHeader). Errors are *FieldError, wrap ErrMalformed and never
-// quote the URL, which may hold a password.
+// Store's URL check, HTTPURL by default, decides), either an Interval
+// from MinInterval to MaxInterval or a Schedule that package schedule
+// parses (with its TZ, Jitter, CatchUp and CatchUpWindow), never both, a
+// valid selector, and request fields the built-in poller can send (method,
+// headers, body, expect, profile; see ReservedHeader). Errors are
+// *FieldError, wrap ErrMalformed and never quote the URL, which may hold a
+// password.
 func (s Session) Validate() error {
 	if err := keyspace.ValidateID(s.ID); err != nil {
 		reason := err.Error()
@@ -126,15 +152,8 @@ func (s Session) Validate() error {
 	if err := validateURL(s.URL); err != nil {
 		return err
 	}
-	switch d := s.Interval.D(); {
-	case d == 0:
-		return &FieldError{Field: "interval", Reason: "missing or zero"}
-	case d < 0:
-		return &FieldError{Field: "interval", Reason: fmt.Sprintf("%v is negative", d)}
-	case d < MinInterval:
-		return &FieldError{Field: "interval", Reason: fmt.Sprintf("%v is below the minimum %v", d, MinInterval)}
-	case d > MaxInterval:
-		return &FieldError{Field: "interval", Reason: fmt.Sprintf("%v is above the maximum %v", d, MaxInterval)}
+	if err := s.validateTiming(); err != nil {
+		return err
 	}
 	if _, err := nodes.CanonicalSelector(s.Selector); err != nil {
 		return &FieldError{Field: "selector", Reason: err.Error()}

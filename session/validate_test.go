@@ -94,7 +94,7 @@ func TestValidateIntervalRange(t *testing.T) {
 		{name: "above maximum", give: MaxInterval + time.Nanosecond, want: "session: malformed: interval 24h0m0.000000001s is above the maximum 24h0m0s"},
 		{name: "typo", give: 100000 * time.Hour, want: "session: malformed: interval 100000h0m0s is above the maximum 24h0m0s"},
 		{name: "negative", give: -time.Second, want: "session: malformed: interval -1s is negative"},
-		{name: "zero", give: 0, want: "session: malformed: interval missing or zero"},
+		{name: "zero", give: 0, want: "session: malformed: interval missing or zero (a session has exactly one of interval and schedule)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

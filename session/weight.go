@@ -52,10 +52,14 @@ func PollsPerDay(d time.Duration) int {
 }
 
 // Load is the session's load in polls per day: 0 when paused, else
-// PollsPerDay of its interval.
+// PollsPerDay of its interval, or for a scheduled session its slots per
+// day (rounded up, at least 1).
 func (s Session) Load() int {
 	if s.Paused {
 		return 0
+	}
+	if s.Scheduled() {
+		return scheduleLoad(s)
 	}
 	return PollsPerDay(s.Interval.D())
 }

@@ -99,20 +99,21 @@ func sessionsCommand() *cli.Command {
 func sessionsAddCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "add",
-		Usage: "add a session (polled over HTTP on its interval)",
-		UsageText: "pollworker sessions add --id ID --url URL --interval 5s [--label k=v ...] [--selector k=v,...] [--paused] [--replace]\n" +
+		Usage: "add a session (polled over HTTP on its interval, or at the slots of its schedule)",
+		UsageText: "pollworker sessions add --id ID --url URL (--interval 5s | --schedule 'CRON' [--tz ZONE] [--jitter D] [--catchup skip|latest|all] [--catchup-window D])\n" +
+			"    [--label k=v ...] [--selector k=v,...] [--paused] [--replace]\n" +
 			"    [--method POST] [--header 'Accept: application/json' ...] [--body TEXT | --body-file FILE] [--expect 200-299,304] [--profile NAME]",
 		// --label a=b,c keeps its comma: one label per --label.
 		DisableSliceFlagSeparator: true,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "id", Usage: "session id: letters, digits and . _ - : @ /", Required: true},
 			&cli.StringFlag{Name: "url", Usage: "what to poll: an absolute http or https URL with a host", Required: true},
-			&cli.DurationFlag{Name: "interval", Usage: "time between the starts of two polls, from 10ms to 24h", Required: true},
+			&cli.DurationFlag{Name: "interval", Usage: "time between the starts of two polls, from 10ms to 24h (or --schedule)"},
 			&cli.StringSliceFlag{Name: "label", Usage: "metadata key=value; repeat for several"},
 			&cli.BoolFlag{Name: "paused", Usage: "add it paused (polled by nobody until resumed)"},
 			&cli.BoolFlag{Name: "replace", Usage: "overwrite an existing session of that id"},
 			&cli.StringFlag{Name: "selector", Usage: "key=value,…: only workers whose --labels include all of these poll it"},
-		}, requestFlags()...),
+		}, append(requestFlags(), scheduleFlags()...)...),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			labels, err := parseLabels(cmd.StringSlice("label"))
 			if err != nil {
@@ -126,6 +127,7 @@ func sessionsAddCommand() *cli.Command {
 				Labels:   labels,
 				Selector: cmd.String("selector"),
 			}
+			s = withScheduleFlags(s, cmd)
 			if c, err := nodes.CanonicalSelector(s.Selector); err == nil {
 				s.Selector = c
 			}
@@ -435,7 +437,7 @@ func sessionsListCommand() *cli.Command {
 type listedSession struct {
 	ID       string            `json:"id"`
 	URL      string            `json:"url"`
-	Interval string            `json:"interval"`
+	Interval string            `json:"interval,omitempty"`
 	Paused   bool              `json:"paused"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	// Selector is the labels a worker needs to poll it (empty: any worker).
@@ -447,6 +449,8 @@ type listedSession struct {
 	Body    string            `json:"body,omitempty"`
 	Expect  string            `json:"expect"`
 	Profile string            `json:"profile,omitempty"`
+	// The schedule of a scheduled session (with its defaults filled in).
+	scheduleView
 	// State is the saved state, with --wide only (null when none).
 	State *stateView `json:"state,omitempty"`
 }
@@ -500,7 +504,7 @@ func printSessions(w io.Writer, sessions []session.Session, problems []session.P
 			p = "yes"
 			paused++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s", s.ID, redactURL(s.URL), s.Interval.D(), p, formatLabels(s.Labels), dash(s.Selector))
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s", s.ID, redactURL(s.URL), timingText(s), p, formatLabels(s.Labels), dash(s.Selector))
 		if states != nil {
 			fmt.Fprint(tw, wideRow(states[s.ID]))
 		}

@@ -303,7 +303,8 @@ func changedFields(old, want session.Session) []string {
 	if old.URL != want.URL && redactURL(old.URL) == redactURL(want.URL) {
 		lines = append(lines, fmt.Sprintf("~ %s url: password changed", want.ID))
 	}
-	add("interval", old.Interval.D().String(), want.Interval.D().String())
+	add("interval", durationOrDash(old.Interval), durationOrDash(want.Interval))
+	scheduleChanges(old, want, add)
 	add("labels", formatLabels(old.Labels), formatLabels(want.Labels))
 	add("selector", dash(old.SelectorKey()), dash(want.SelectorKey()))
 	add("method", old.MethodOrGet(), want.MethodOrGet())

@@ -101,8 +101,12 @@ type stateView struct {
 
 // listedOf is s as listed, its URL's password hidden.
 func listedOf(s session.Session) listedSession {
-	return listedSession{ID: s.ID, URL: redactURL(s.URL), Interval: s.Interval.D().String(), Paused: s.Paused, Labels: s.Labels, Selector: s.Selector,
-		Method: s.MethodOrGet(), Headers: s.Headers, Body: s.Body, Expect: s.ExpectOrDefault(), Profile: s.Profile}
+	l := listedSession{ID: s.ID, URL: redactURL(s.URL), Paused: s.Paused, Labels: s.Labels, Selector: s.Selector,
+		Method: s.MethodOrGet(), Headers: s.Headers, Body: s.Body, Expect: s.ExpectOrDefault(), Profile: s.Profile, scheduleView: scheduleViewOf(s)}
+	if !s.Scheduled() {
+		l.Interval = s.Interval.D().String()
+	}
+	return l
 }
 
 // newStateView reads rec; nil when nothing was saved.
@@ -209,7 +213,14 @@ func printSessionView(w io.Writer, v sessionView) {
 	}
 	row("id", "%s", s.ID)
 	row("url", "%s", s.URL)
-	row("interval", "%s", s.Interval)
+	if s.Schedule != "" {
+		row("schedule", "%s (tz %s, catchup %s within %s)", s.Schedule, s.TZ, s.CatchUp, s.CatchUpWindow)
+		if s.Jitter != "" {
+			row("jitter", "%s", s.Jitter)
+		}
+	} else {
+		row("interval", "%s", s.Interval)
+	}
 	row("paused", "%s", paused)
 	row("labels", "%s", formatLabels(s.Labels))
 	row("selector", "%s", dash(s.Selector))

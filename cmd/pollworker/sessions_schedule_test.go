@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/session"
+)
+
+// TestSessionsScheduled: a scheduled session through add, get, list,
+// export and apply (issue 25 item 2).
+func TestSessionsScheduled(t *testing.T) {
+	mr, url := miniURL(t)
+	cli := func(args ...string) result {
+		t.Helper()
+		return runApp(t, append([]string{"sessions", "--redis-url", url}, args...)...)
+	}
+	r := cli("add", "--id", "report", "--url", "https://example.com/r", "--schedule", "0 9 * * 1-5", "--tz", "Europe/Berlin",
+		"--jitter", "1m", "--catchup", "all", "--catchup-window", "6h")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = cli("add", "--id", "tick", "--url", "https://example.com/t", "--schedule", "*/2 * * * * *")
+	require.Equal(t, exitOK, r.code, r.stderr)
+
+	got, err := newTestStore(t, mr).Get(ctxT(t), "report")
+	require.NoError(t, err)
+	require.Equal(t, session.Session{ID: "report", URL: "https://example.com/r", Schedule: "0 9 * * 1-5", TZ: "Europe/Berlin",
+		Jitter: session.Duration(time.Minute), CatchUp: "all", CatchUpWindow: session.Duration(6 * time.Hour)}, got)
+
+	r = cli("list")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, `ID      URL                    INTERVAL                          PAUSED  LABELS  SELECTOR
+report  https://example.com/r  cron 0 9 * * 1-5 (Europe/Berlin)  no      -       -
+tick    https://example.com/t  cron */2 * * * * *                no      -       -
+2 sessions: 2 active, 0 paused; 0 malformed
+`, r.stdout)
+
+	r = cli("get", "tick", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var v struct {
+		Session map[string]any `json:"session"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
+	require.Equal(t, map[string]any{"id": "tick", "url": "https://example.com/t", "paused": false, "method": "GET", "expect": "200-399",
+		"schedule": "*/2 * * * * *", "tz": "UTC", "catchup": "latest", "catchup_window": "1h0m0s"}, v.Session)
+	r = cli("get", "report")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "schedule:  0 9 * * 1-5 (tz Europe/Berlin, catchup all within 6h0m0s)\n")
+	require.Contains(t, r.stdout, "jitter:    1m0s\n")
+
+	// export | apply round-trips; a changed schedule shows in the diff.
+	r = cli("export")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "    schedule: 0 9 * * 1-5\n    tz: Europe/Berlin\n    jitter: 1m0s\n    catchup: all\n    catchup_window: 6h0m0s\n")
+	require.NotContains(t, r.stdout, "interval")
+	p := filepath.Join(t.TempDir(), "s.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(r.stdout), 0o600))
+	r = cli("apply", "-f", p)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "created 0, updated 0, unchanged 2, pruned 0; paused state kept for 2 sessions whose entry has no \"paused\"\n", r.stdout)
+
+	require.NoError(t, os.WriteFile(p, []byte(`sessions:
+  - {id: report, url: "https://example.com/r", interval: 1h}
+  - {id: tick, url: "https://example.com/t", schedule: "*/4 * * * * *", catchup: skip}
+`), 0o600))
+	r = cli("apply", "-f", p, "--dry-run")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "~ report interval: - → 1h0m0s\n~ report schedule: 0 9 * * 1-5 → -\n~ report tz: Europe/Berlin → -\n")
+	require.Contains(t, r.stdout, "~ tick schedule: */2 * * * * * → */4 * * * * *\n~ tick catchup: - → skip\n")
+
+	// A file with both, or neither, is refused whole: exit 2, nothing written.
+	require.NoError(t, os.WriteFile(p, []byte(`sessions:
+  - {id: tick, url: "https://example.com/t", interval: 1s, schedule: "@hourly"}
+`), 0o600))
+	r = cli("apply", "-f", p)
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "schedule and interval are both set: a session has exactly one of interval and schedule")
+	got, err = newTestStore(t, mr).Get(ctxT(t), "tick")
+	require.NoError(t, err)
+	require.Equal(t, "*/2 * * * * *", got.Schedule)
+}
