@@ -15,18 +15,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-func TestParseRecordMode(t *testing.T) {
-	for _, m := range []RecordMode{RecordAll, RecordChanges, RecordNone} {
-		got, err := ParseRecordMode(m.String())
-		require.NoError(t, err)
-		require.Equal(t, m, got)
-	}
-	_, err := ParseRecordMode("some")
-	require.ErrorIs(t, err, ErrConfig)
-	require.ErrorContains(t, err, `record mode "some" must be all, changes or none`)
-}
+	"github.com/pollworker/pollworker/results"
+)
 
 func TestClassify(t *testing.T) {
 	tests := []struct {
@@ -61,7 +52,7 @@ func TestRecordChanges(t *testing.T) {
 		w.WriteHeader(int(status.Load()))
 	}))
 	t.Cleanup(srv.Close)
-	p := newPoller(t, Config{Client: f.client, Record: RecordChanges})
+	p := newPoller(t, Config{Client: f.client, Record: results.RecordChanges})
 	s := sess(srv.URL, time.Second)
 
 	want := []string{}
@@ -69,7 +60,7 @@ func TestRecordChanges(t *testing.T) {
 		status.Store(int64(code))
 		_ = p.Poll(ctxT(t), s, f.lease)
 	}
-	for _, r := range results(t, f.client) {
+	for _, r := range recorded(t, f.client) {
 		want = append(want, r["status"].(string))
 	}
 	require.Equal(t, []string{"200", "503", "200", "404"}, want)
@@ -77,7 +68,7 @@ func TestRecordChanges(t *testing.T) {
 	// Another lease (after a handoff and back): recorded once.
 	_ = p.Poll(ctxT(t), s, nil)
 	_ = p.Poll(ctxT(t), s, nil)
-	require.Len(t, results(t, f.client), 5)
+	require.Len(t, recorded(t, f.client), 5)
 
 	// Same status, another error class: a refused connection vs a timeout.
 	addr := srv.Listener.Addr().String()
@@ -85,13 +76,13 @@ func TestRecordChanges(t *testing.T) {
 	down := sess("http://"+addr+"/", time.Second)
 	_ = p.Poll(ctxT(t), down, nil)
 	_ = p.Poll(ctxT(t), down, nil)
-	require.Len(t, results(t, f.client), 6)
+	require.Len(t, recorded(t, f.client), 6)
 }
 
 func TestRecordNone(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(srv.Close)
-	p := newPoller(t, Config{Record: RecordNone})
+	p := newPoller(t, Config{Record: results.RecordNone})
 	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), nil))
 }
 

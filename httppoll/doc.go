@@ -1,7 +1,7 @@
 // Package httppoll is the built-in poller.Poller of pollworker: it polls a
 // session by sending the session's request (session.Session: Method, GET by
 // default, Headers, Body) to its URL and records the results in capped
-// Redis streams, which a Reader reads back merged.
+// Redis streams (package results, whose Reader reads them back merged).
 //
 // Each request carries three headers, so that the target can tell who polls
 // and reject stale pollers; a session's headers never override them:
@@ -38,24 +38,15 @@
 //     (state.ErrStale for a holder that lost it); a failed save is logged
 //     and counted (Stats), never retried, and never fails the poll.
 //   - At most 64 KiB of a response body are read; the body is always closed.
-//   - With Config.Record RecordAll (the default) every poll, successful or
-//     not, adds one entry to a results stream, with the fields session,
-//     worker, token, status (0 when no response arrived), latency_ms, error
-//     ("" on success) and at (start of the poll, Unix milliseconds). With
-//     RecordChanges, only a poll whose status, class of error or lease
-//     differs from the session's last recorded one on this worker; with
-//     RecordNone, none.
-//   - With a Recorder (what pollworker run uses), Poll never waits for
-//     Redis: results are queued (at most RecorderConfig.QueueSize; when
-//     full the oldest is dropped and counted) and written by the
-//     Recorder's goroutine in one pipeline per flush, every FlushInterval
-//     (100ms) or as soon as BatchSize (500) wait. Without one, Poll writes
-//     its result with one XADD bounded by Config.RecordTimeout.
-//   - Layout: one stream, keyspace.Space.Results, or with
-//     RecorderConfig.Sharded (Redis Cluster) keyspace.ResultStreams streams
-//     chosen by the session's bucket range, whose hash tags spread over the
-//     hash slots. Each stream is trimmed with XADD MAXLEN ~ (the total cap
-//     divided by the number of streams).
+//   - With Config.Record results.RecordAll (the default) every poll,
+//     successful or not, adds one entry to a results stream (package
+//     results describes the format and the layout). With RecordChanges,
+//     only a poll whose status, class of error or lease differs from the
+//     session's last recorded one on this worker; with RecordNone, none.
+//   - With a results.Recorder (what pollworker run uses), Poll never waits
+//     for Redis: it hands each result over and the Recorder writes them in
+//     batches. Without one, Poll writes its result with one XADD bounded
+//     by Config.RecordTimeout.
 //   - Neither the stream nor the returned errors contain the session URL,
 //     which may hold credentials or API keys in its query.
 //
@@ -63,13 +54,7 @@
 //
 //   - Recording is best effort: a failed write is logged (once until
 //     recording works again) and counted, never retried, and never turns a
-//     poll into a failure; results dropped from a full queue are counted
-//     (RecorderStats). The streams are capped approximately, so they may
-//     hold slightly more than their cap. Retention is a number of entries,
-//     not a time: cap / results per second.
-//   - Order: entries of one stream are in the order of their flush, not of
-//     their poll; the Reader sorts by poll start, and a slow poll may be
-//     recorded after faster ones that started later.
+//     poll into a failure (see package results).
 //   - The fencing token is only useful if the target checks it: a request
 //     sent just before the lease was lost may still arrive after the next
 //     holder's first request. A target that rejects tokens lower than the

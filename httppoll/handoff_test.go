@@ -13,6 +13,7 @@ import (
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/session"
 	"github.com/pollworker/pollworker/state"
 )
@@ -79,7 +80,7 @@ func TestStateSurvivesHandoff(t *testing.T) {
 	}
 
 	startWorker := func(id string) (stop func()) {
-		p := newPoller(t, Config{Worker: id, Record: RecordNone})
+		p := newPoller(t, Config{Worker: id, Record: results.RecordNone})
 		c, err := poller.New(poller.Config{Client: client, ID: id, Poller: p,
 			LeaseTTL: 900 * time.Millisecond, RenewInterval: 150 * time.Millisecond, HeartbeatInterval: 150 * time.Millisecond,
 			DiscoveryInterval: 6 * time.Second, OrphanGrace: 400 * time.Millisecond, RequestTimeout: 100 * time.Millisecond,

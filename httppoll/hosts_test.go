@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -67,7 +68,7 @@ func (g *gate) counts(host string) (inFlight, maxSeen int) {
 func TestMaxPerHost(t *testing.T) {
 	g := newGate(t)
 	const limit, polls = 3, 9
-	p := newPoller(t, Config{Record: RecordNone, MaxPerHost: limit})
+	p := newPoller(t, Config{Record: results.RecordNone, MaxPerHost: limit})
 	hostA := strings.TrimPrefix(g.URL, "http://")
 	hostB := strings.Replace(hostA, "127.0.0.1", "localhost", 1)
 
@@ -106,7 +107,8 @@ func TestMaxPerHost(t *testing.T) {
 // was a timeout and a failure, which backed the session off).
 func TestHostSlotWaitEnds(t *testing.T) {
 	g := newGate(t)
-	p := newPoller(t, Config{Record: RecordNone, MaxPerHost: 1})
+	failures := &failureRecord{}
+	p := newPoller(t, Config{Record: results.RecordNone, MaxPerHost: 1, Failures: failures})
 	hold := session.Session{ID: "hold", URL: g.URL, Interval: session.Duration(time.Minute)}
 	held := make(chan error, 1)
 	go func() { held <- p.Poll(ctxT(t), hold, nil) }()
@@ -130,20 +132,12 @@ func TestHostSlotWaitEnds(t *testing.T) {
 	require.ErrorContains(t, err, "no slot of the host within 100ms")
 	require.Zero(t, p.Stats().Polls[OutcomeTimeout])
 	require.EqualValues(t, 1, p.Stats().NoSlot)
-	require.Empty(t, failingIDs(p.Failing()), "waiting for a slot is no failure of the target")
+	require.Empty(t, failures.failing(), "waiting for a slot is no failure of the target")
 
 	g.release()
 	require.NoError(t, <-held)
 	_, maxSeen := g.counts(host)
 	require.Equal(t, 1, maxSeen)
-}
-
-func failingIDs(fs []FailingSession) []string {
-	out := make([]string, len(fs))
-	for i, f := range fs {
-		out[i] = f.Session
-	}
-	return out
 }
 
 // TestIdleConnectionsClose: the connections a burst opened close once
@@ -181,7 +175,7 @@ func TestIdleConnectionsClose(t *testing.T) {
 			srv.Start()
 			t.Cleanup(srv.Close)
 			conns := func() int { mu.Lock(); defer mu.Unlock(); return open }
-			p, err := New(Config{Worker: "w1", Record: RecordNone, IdleConnTimeout: tt.timeout})
+			p, err := New(Config{Worker: "w1", Record: results.RecordNone, IdleConnTimeout: tt.timeout})
 			require.NoError(t, err)
 			t.Cleanup(p.CloseIdleConnections)
 

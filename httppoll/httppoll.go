@@ -20,9 +20,11 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
+	"github.com/pollworker/pollworker/internal/failurelog"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/session"
 	"github.com/pollworker/pollworker/state"
 )
@@ -38,10 +40,6 @@ const (
 const (
 	// DefaultTimeout caps one request when the session interval is longer.
 	DefaultTimeout = 10 * time.Second
-	// DefaultStreamMaxLen is the approximate number of entries kept in the
-	// results streams, all together: about 6 MB of Redis memory (~60 bytes
-	// an entry), 100 s of results at 1,000 polls/s.
-	DefaultStreamMaxLen = 100_000
 	// DefaultRecordTimeout bounds the XADD of one result.
 	DefaultRecordTimeout = time.Second
 	// DefaultUserAgent is the User-Agent header of every request.
@@ -83,7 +81,7 @@ type Config struct {
 	// Recorder, when set, receives the results to record: Poll hands each
 	// one over without waiting for Redis, and the Recorder writes them in
 	// batches. Client, StreamMaxLen and RecordTimeout are then unused.
-	Recorder *Recorder
+	Recorder *results.Recorder
 	// Client receives each result synchronously (one XADD per poll, to
 	// keyspace.Space.Results) when Recorder is nil: simple, but a round
 	// trip per poll. Required unless Recorder is set or Record is
@@ -91,7 +89,7 @@ type Config struct {
 	Client redis.Cmdable
 	// Record says which results are recorded: RecordAll (the default),
 	// RecordChanges or RecordNone.
-	Record RecordMode
+	Record results.RecordMode
 	// ChangesMemory bounds the sessions whose last outcome RecordChanges
 	// remembers (see RecordChanges). Default DefaultChangesMemory.
 	ChangesMemory int
@@ -109,7 +107,7 @@ type Config struct {
 	// min(session interval, Timeout). Default DefaultTimeout (10s).
 	Timeout time.Duration
 	// StreamMaxLen is the approximate cap of the results stream (XADD
-	// MAXLEN ~), without a Recorder. Default DefaultStreamMaxLen.
+	// MAXLEN ~), without a Recorder. Default results.DefaultStreamMaxLen.
 	StreamMaxLen int64
 	// RecordTimeout bounds recording one result, which runs even when the
 	// poll's context was cancelled. Default DefaultRecordTimeout (1s).
@@ -149,6 +147,10 @@ type Config struct {
 	// that State.BackoffMS shows the backoff it applies; 0 means
 	// poller.DefaultMaxErrorBackoff, negative no backoff.
 	ErrorBackoff time.Duration
+	// Failures, when set, remembers which sessions are failing (the status
+	// page of pollworker run keeps one): it is told the outcome of every
+	// poll not cut short by its lease ending.
+	Failures FailureTracker
 	// Logger receives recording failures; default zap.NewNop().
 	Logger *zap.Logger
 	// Clock timestamps and times the polls; default the real clock.
@@ -163,11 +165,22 @@ type Poller struct {
 	log     *zap.Logger
 	changes *changes   // RecordChanges only
 	hosts   *hostLimit // nil without a per-host bound
-	failing *failing
 	stats   stats
 
-	recordLog failureLog // synchronous XADDs (no Recorder)
-	saveLog   failureLog // Saves failing with a Redis error
+	recordLog failurelog.Log // synchronous XADDs (no Recorder)
+	saveLog   failurelog.Log // Saves failing with a Redis error
+}
+
+// FailureTracker remembers which sessions a Poller polls are failing, for
+// an operator (Config.Failures). Its methods are called concurrently.
+type FailureTracker interface {
+	// Update is told the state of session id after a poll under l (nil
+	// without a lease) that its lease's end did not cut short.
+	Update(id string, l *lease.Lease, st State)
+	// Failures is how many polls of id under l failed in a row, and since
+	// when, as far as it remembers: what a poll without saved state (Poll)
+	// counts on.
+	Failures(id string, l *lease.Lease) (n int, since time.Time)
 }
 
 var (
@@ -178,10 +191,10 @@ var (
 // New validates cfg, fills in its defaults and returns a Poller. It does not
 // touch Redis or the network.
 func New(cfg Config) (*Poller, error) {
-	if cfg.Record < RecordAll || cfg.Record > RecordNone {
+	if cfg.Record < results.RecordAll || cfg.Record > results.RecordNone {
 		return nil, fmt.Errorf("%w: Record must be RecordAll, RecordChanges or RecordNone, got %d", ErrConfig, int(cfg.Record))
 	}
-	if cfg.Client == nil && cfg.Recorder == nil && cfg.Record != RecordNone {
+	if cfg.Client == nil && cfg.Recorder == nil && cfg.Record != results.RecordNone {
 		return nil, fmt.Errorf("%w: Client is required (or a Recorder, or Record: RecordNone)", ErrConfig)
 	}
 	switch {
@@ -204,7 +217,7 @@ func New(cfg Config) (*Poller, error) {
 	}
 	switch {
 	case cfg.StreamMaxLen == 0:
-		cfg.StreamMaxLen = DefaultStreamMaxLen
+		cfg.StreamMaxLen = results.DefaultStreamMaxLen
 	case cfg.StreamMaxLen < 0:
 		return nil, fmt.Errorf("%w: StreamMaxLen must be positive, got %d", ErrConfig, cfg.StreamMaxLen)
 	}
@@ -255,9 +268,9 @@ func New(cfg Config) (*Poller, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker)), failing: newFailing(),
-		recordLog: failureLog{what: "recording poll results"}, saveLog: failureLog{what: "saving session state"}}
-	if cfg.Record == RecordChanges {
+	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker)),
+		recordLog: failurelog.Log{What: "recording poll results"}, saveLog: failurelog.Log{What: "saving session state"}}
+	if cfg.Record == results.RecordChanges {
 		p.changes = newChanges(cfg.ChangesMemory)
 	}
 	if cfg.MaxPerHost > 0 {
@@ -282,8 +295,8 @@ func (p *Poller) PollGroup(s session.Session) (host string, max int) {
 }
 
 // Poll sends one GET to s.URL under ctx and records the result, without
-// saved state: no conditional request, and the consecutive failures shown
-// by Failing count only those under l. It returns an error for a transport
+// saved state: no conditional request, and the consecutive failures told
+// to Config.Failures count only those under l that it remembers. It returns an error for a transport
 // failure (including ctx being cancelled, which aborts the request) and
 // for a status of 500 or above; see the package comment. l may be nil (no
 // token is sent and token 0 is recorded).
@@ -334,7 +347,7 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 	if l != nil {
 		token = l.Token()
 	}
-	res := Result{Session: s.ID, Worker: p.cfg.Worker, Token: token, Status: resp.status, Latency: latency, At: start}
+	res := results.Result{Session: s.ID, Worker: p.cfg.Worker, Token: token, Status: resp.status, Latency: latency, At: start}
 	if err != nil {
 		res.Error = err.Error()
 	}
@@ -344,7 +357,9 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 		if hadPrev && outcomeChanged { // hadPrev: a saved state, so st is set
 			p.stats.changes.Add(1)
 		}
-		p.failing.update(s.ID, l, next)
+		if p.cfg.Failures != nil {
+			p.cfg.Failures.Update(s.ID, l, next)
+		}
 		if st != nil && ctx.Err() == nil && needsSave(prev, next, hadPrev, p.cfg.StateRefresh) {
 			p.save(ctx, st, s.ID, next)
 		}
@@ -369,7 +384,10 @@ func expected(s session.Session, status int, conditional bool) bool {
 // under l that this Poller remembers.
 func (p *Poller) previous(s session.Session, l *lease.Lease, st stateSlot) (State, bool) {
 	if st == nil {
-		n, since := p.failing.failures(s.ID, l)
+		if p.cfg.Failures == nil {
+			return State{}, false
+		}
+		n, since := p.cfg.Failures.Failures(s.ID, l)
 		return State{Failures: n, FailingSince: since}, false
 	}
 	rec := st.Last()
@@ -455,7 +473,7 @@ func (p *Poller) save(ctx context.Context, st stateSlot, id string, next State) 
 	switch {
 	case err == nil:
 		p.stats.stateSaves.Add(1)
-		p.saveLog.succeeded(p.log)
+		p.saveLog.Succeeded(p.log)
 	case errors.Is(err, state.ErrStale):
 		p.stats.stateStale.Add(1)
 		p.log.Info("session state not saved: this worker no longer holds the lease, or a newer holder saved",
@@ -466,14 +484,9 @@ func (p *Poller) save(ctx context.Context, st stateSlot, id string, next State) 
 			zap.Int("bytes", len(data)), zap.Error(err))
 	default:
 		p.stats.stateFailed.Add(1)
-		p.saveLog.failed(p.log, zap.String("session", id), zap.Error(err))
+		p.saveLog.Failed(p.log, zap.String("session", id), zap.Error(err))
 	}
 }
-
-// Failing returns the sessions this Poller polls (under a lease that has
-// not ended) whose last poll failed, those failing longest first. It reads
-// memory only.
-func (p *Poller) Failing() []FailingSession { return p.failing.list() }
 
 // CloseIdleConnections closes the idle keep-alive connections of the HTTP
 // client, and with them the transport's goroutines. Call it after the last
@@ -583,13 +596,13 @@ func bounded(v string, max int) string {
 // the record mode says. A synchronous write runs under a context that
 // keeps ctx's values but not its cancellation, bounded by RecordTimeout, so
 // that the result of a poll cut short by a lost lease is recorded too.
-func (p *Poller) record(ctx context.Context, res Result, class errClass) {
+func (p *Poller) record(ctx context.Context, res results.Result, class errClass) {
 	switch {
-	case p.cfg.Record == RecordNone:
+	case p.cfg.Record == results.RecordNone:
 		return
 	case p.changes != nil && !p.changes.changed(res.Session, outcome{token: res.Token, status: res.Status, class: class}):
 		if p.cfg.Recorder != nil {
-			p.cfg.Recorder.unchanged.Add(1)
+			p.cfg.Recorder.Unchanged()
 		}
 		return
 	case p.cfg.Recorder != nil:
@@ -598,12 +611,12 @@ func (p *Poller) record(ctx context.Context, res Result, class errClass) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RecordTimeout)
 	defer cancel()
-	_, err := writeResults(ctx, p.cfg.Client, p.cfg.Keys, false, p.cfg.StreamMaxLen, []Result{res})
+	_, err := results.Write(ctx, p.cfg.Client, p.cfg.Keys, false, p.cfg.StreamMaxLen, []results.Result{res})
 	if err != nil {
-		p.recordLog.failed(p.log, zap.String("session", res.Session), zap.Error(err))
+		p.recordLog.Failed(p.log, zap.String("session", res.Session), zap.Error(err))
 		return
 	}
-	p.recordLog.succeeded(p.log)
+	p.recordLog.Succeeded(p.log)
 }
 
 // withoutURL drops the URL that net/http puts into its errors: it may hold

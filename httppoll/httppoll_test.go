@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -69,6 +71,49 @@ func newPoller(t *testing.T, cfg Config) *Poller {
 	return p
 }
 
+// failureRecord is a FailureTracker that keeps each session's last state.
+type failureRecord struct {
+	mu   sync.Mutex
+	last map[string]failureEntry
+}
+
+type failureEntry struct {
+	lease *lease.Lease
+	st    State
+}
+
+func (f *failureRecord) Update(id string, l *lease.Lease, st State) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.last == nil {
+		f.last = map[string]failureEntry{}
+	}
+	f.last[id] = failureEntry{lease: l, st: st}
+}
+
+func (f *failureRecord) Failures(id string, l *lease.Lease) (int, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e, ok := f.last[id]; ok && e.lease == l {
+		return e.st.Failures, e.st.FailingSince
+	}
+	return 0, time.Time{}
+}
+
+// failing are the sessions whose last poll failed, in order.
+func (f *failureRecord) failing() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for id, e := range f.last {
+		if e.st.Failures > 0 {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func ctxT(t *testing.T) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -81,7 +126,7 @@ func sess(url string, interval time.Duration) session.Session {
 }
 
 // results reads the whole results stream.
-func results(t *testing.T, c *redis.Client) []map[string]any {
+func recorded(t *testing.T, c *redis.Client) []map[string]any {
 	t.Helper()
 	msgs, err := c.XRange(ctxT(t), keys.Results(), "-", "+").Result()
 	require.NoError(t, err)
@@ -116,7 +161,7 @@ func TestNew(t *testing.T) {
 			if tt.want == "" {
 				require.NoError(t, err)
 				require.Equal(t, DefaultTimeout, p.cfg.Timeout)
-				require.EqualValues(t, DefaultStreamMaxLen, p.cfg.StreamMaxLen)
+				require.EqualValues(t, results.DefaultStreamMaxLen, p.cfg.StreamMaxLen)
 				require.NotNil(t, p.cfg.HTTP)
 				return
 			}
@@ -154,7 +199,7 @@ func TestPollSendsHeadersAndRecords(t *testing.T) {
 	require.Equal(t, []map[string]any{{
 		"session": "s1", "worker": "w1", "token": strconv.FormatInt(f.lease.Token(), 10), "status": "200",
 		"latency_ms": "0.000", "error": "", "at": "1893553445000",
-	}}, results(t, f.client))
+	}}, recorded(t, f.client))
 }
 
 func TestPollStatus(t *testing.T) {
@@ -188,7 +233,7 @@ func TestPollStatus(t *testing.T) {
 			s.Expect = tt.expect
 			err := p.Poll(ctxT(t), s, f.lease)
 
-			res := results(t, f.client)
+			res := recorded(t, f.client)
 			require.Len(t, res, 1)
 			require.Equal(t, strconv.Itoa(tt.give), res[0]["status"])
 			if tt.wantErr == "" {
@@ -242,7 +287,7 @@ func TestPollCancelAbortsRequest(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "the server saw the request aborted")
 
 	// The aborted poll is recorded although its context was cancelled.
-	res := results(t, f.client)
+	res := recorded(t, f.client)
 	require.Len(t, res, 1)
 	require.Equal(t, "0", res[0]["status"])
 	require.Contains(t, res[0]["error"], "context canceled")
@@ -342,7 +387,7 @@ func TestPollErrorsHideURL(t *testing.T) {
 	require.NotContains(t, err.Error(), "s3cret")
 	require.Contains(t, err.Error(), "poll s1: Get: ")
 
-	res := results(t, f.client)
+	res := recorded(t, f.client)
 	require.Len(t, res, 1)
 	require.NotContains(t, res[0]["error"], "s3cret")
 	require.NotContains(t, res[0]["error"], "hunter2")
@@ -359,7 +404,7 @@ func TestPollNilLease(t *testing.T) {
 
 	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), nil))
 	require.Empty(t, <-tokens)
-	require.Equal(t, "0", results(t, f.client)[0]["token"])
+	require.Equal(t, "0", recorded(t, f.client)[0]["token"])
 }
 
 func TestStreamIsCapped(t *testing.T) {
@@ -401,5 +446,25 @@ func TestPollBadURL(t *testing.T) {
 	err := p.Poll(ctxT(t), session.Session{ID: "s1", URL: "ftp://example.invalid/", Interval: session.Duration(time.Second)}, f.lease)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "unsupported protocol scheme")
-	require.Len(t, results(t, f.client), 1)
+	require.Len(t, recorded(t, f.client), 1)
+}
+
+// runStoppable starts run in a goroutine and returns a func (also run at
+// cleanup) that cancels its context and waits for it to return nil.
+func runStoppable(t *testing.T, name string, run func(context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal(name + " did not return")
+		}
+	})
+	t.Cleanup(stop)
+	return stop
 }

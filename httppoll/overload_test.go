@@ -13,6 +13,7 @@ import (
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -41,7 +42,8 @@ func TestHostLimitedWorkerNeitherFailsNorBacksOff(t *testing.T) {
 	for i := range 20 {
 		require.NoError(t, store.Put(ctxT(t), session.Session{ID: fmt.Sprintf("s%02d", i), URL: tg.URL, Interval: session.Duration(2 * time.Second)}))
 	}
-	p := newPoller(t, Config{Worker: "w1", Record: RecordNone, MaxPerHost: 1})
+	failures := &failureRecord{}
+	p := newPoller(t, Config{Worker: "w1", Record: results.RecordNone, MaxPerHost: 1, Failures: failures})
 	c, err := poller.New(poller.Config{Client: client, ID: "w1", Poller: plainPoller{p},
 		LeaseTTL: 900 * time.Millisecond, RenewInterval: 150 * time.Millisecond, HeartbeatInterval: 150 * time.Millisecond,
 		DiscoveryInterval: 6 * time.Second, OrphanGrace: 400 * time.Millisecond, RequestTimeout: 100 * time.Millisecond,
@@ -56,7 +58,7 @@ func TestHostLimitedWorkerNeitherFailsNorBacksOff(t *testing.T) {
 	require.Zero(t, st.PollErrors, "waiting for a host slot is no poll error")
 	require.Zero(t, st.Backoff, "nor a reason to back off")
 	require.Zero(t, p.Stats().Polls[OutcomeTimeout])
-	require.Empty(t, p.Failing())
+	require.Empty(t, failures.failing())
 }
 
 // plainPoller is a Poller's Poll and PollGroup without PollState.

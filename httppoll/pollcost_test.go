@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/pollworker/pollworker/results"
 )
 
 // BenchmarkPollCPU measures the CPU a poll costs this process, stateless
@@ -22,7 +24,7 @@ func BenchmarkPollCPU(b *testing.B) {
 			name = "stateful"
 		}
 		b.Run(name, func(b *testing.B) {
-			p, err := New(Config{Worker: "w1", Record: RecordNone})
+			p, err := New(Config{Worker: "w1", Record: results.RecordNone})
 			if err != nil {
 				b.Fatal(err)
 			}

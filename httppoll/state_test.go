@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/state"
 )
 
@@ -114,7 +115,7 @@ func TestConditionalRequests(t *testing.T) {
 	tg := newTarget(t)
 	tg.set(func(tg *target) { tg.etag, tg.lastMod = `"v1"`, "Tue, 24 Nov 2026 00:00:00 GMT" })
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC))
-	p := newPoller(t, Config{Record: RecordNone, Clock: clk})
+	p := newPoller(t, Config{Record: results.RecordNone, Clock: clk})
 	slot := &fakeSlot{}
 	s := sess(tg.URL, time.Second)
 
@@ -167,7 +168,8 @@ func TestConditionalRequests(t *testing.T) {
 func TestBodyChangeAndSavePolicy(t *testing.T) {
 	tg := newTarget(t) // no validators: every poll fetches the body
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC))
-	p := newPoller(t, Config{Record: RecordNone, Clock: clk, StateRefresh: 10 * time.Second})
+	failures := &failureRecord{}
+	p := newPoller(t, Config{Record: results.RecordNone, Clock: clk, StateRefresh: 10 * time.Second, Failures: failures})
 	slot := &fakeSlot{}
 	s := sess(tg.URL, time.Second)
 	poll := func() {
@@ -214,8 +216,8 @@ func TestBodyChangeAndSavePolicy(t *testing.T) {
 		require.Equal(t, time.Duration((1<<k)-1)*time.Second, got.Backoff())
 	}
 	require.EqualValues(t, 2, p.Stats().Changes, "200 -> 503 is one change; 503 again is none")
-	require.Equal(t, []FailingSession{{Session: "s1", Failures: 3, Status: 503, Error: "server", Since: failedAt, LastPoll: clk.Now()}},
-		p.Failing())
+	require.Equal(t, []string{"s1"}, failures.failing())
+	require.Equal(t, slot.saved(t), failures.last["s1"].st, "the tracker is told the state saved")
 
 	tg.set(func(tg *target) { tg.status = http.StatusOK })
 	poll()
@@ -223,7 +225,7 @@ func TestBodyChangeAndSavePolicy(t *testing.T) {
 	require.Zero(t, got.Failures)
 	require.True(t, got.FailingSince.IsZero())
 	require.Zero(t, got.BackoffMS)
-	require.Empty(t, p.Failing())
+	require.Empty(t, failures.failing())
 }
 
 func TestSaveErrorsNotRetried(t *testing.T) {
@@ -239,7 +241,7 @@ func TestSaveErrorsNotRetried(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tg := newTarget(t)
-			p := newPoller(t, Config{Record: RecordNone})
+			p := newPoller(t, Config{Record: results.RecordNone})
 			slot := &fakeSlot{err: tt.give}
 			require.NoError(t, p.poll(ctxT(t), sess(tg.URL, time.Second), nil, slot), "a failed save does not fail the poll")
 			require.Equal(t, 1, slot.saveCount(), "not retried")
@@ -252,7 +254,7 @@ func TestSaveErrorsNotRetried(t *testing.T) {
 func TestUnreadableStateStartsAfresh(t *testing.T) {
 	tg := newTarget(t)
 	tg.set(func(tg *target) { tg.etag = `"v1"` })
-	p := newPoller(t, Config{Record: RecordNone})
+	p := newPoller(t, Config{Record: results.RecordNone})
 	for _, data := range []string{`{"v":2,"etag":"\"v1\""}`, `not json`} {
 		slot := &fakeSlot{rec: state.Record{Data: []byte(data), Token: 7}}
 		require.NoError(t, p.poll(ctxT(t), sess(tg.URL, time.Second), nil, slot))
@@ -265,7 +267,7 @@ func TestOversizedValidatorsNotKept(t *testing.T) {
 	tg := newTarget(t)
 	long := `"` + strings.Repeat("x", MaxETagBytes) + `"`
 	tg.set(func(tg *target) { tg.etag = long })
-	p := newPoller(t, Config{Record: RecordNone})
+	p := newPoller(t, Config{Record: results.RecordNone})
 	slot := &fakeSlot{}
 	s := sess(tg.URL, time.Second)
 	require.NoError(t, p.poll(ctxT(t), s, nil, slot))
@@ -287,7 +289,8 @@ func TestCancelledPollSavesNothing(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
-	p := newPoller(t, Config{Record: RecordNone})
+	failures := &failureRecord{}
+	p := newPoller(t, Config{Record: results.RecordNone, Failures: failures})
 	slot := &fakeSlot{}
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan error, 1)
@@ -296,7 +299,7 @@ func TestCancelledPollSavesNothing(t *testing.T) {
 	require.Error(t, <-done)
 	require.Zero(t, slot.saveCount())
 	require.EqualValues(t, 1, p.Stats().Polls[OutcomeCancelled])
-	require.Empty(t, p.Failing())
+	require.Empty(t, failures.last, "the tracker is not told")
 }
 
 func sha256Hex(s string) string {
@@ -309,7 +312,7 @@ func sha256Hex(s string) string {
 func TestURLChangeStartsAfresh(t *testing.T) {
 	tg := newTarget(t)
 	tg.set(func(tg *target) { tg.etag = `"v1"` })
-	p := newPoller(t, Config{Record: RecordNone})
+	p := newPoller(t, Config{Record: results.RecordNone})
 	slot := &fakeSlot{}
 	require.NoError(t, p.poll(ctxT(t), sess(tg.URL+"/a", time.Second), nil, slot))
 	require.NoError(t, p.poll(ctxT(t), sess(tg.URL+"/a", time.Second), nil, slot))
@@ -330,7 +333,7 @@ func TestGarbageStateStartsAfresh(t *testing.T) {
 		t.Run(garbage, func(t *testing.T) {
 			tg := newTarget(t)
 			tg.set(func(tg *target) { tg.etag = `"v2"` })
-			p := newPoller(t, Config{Record: RecordNone})
+			p := newPoller(t, Config{Record: results.RecordNone})
 			slot := &fakeSlot{rec: state.Record{Data: []byte(garbage), Token: 7}}
 			require.NoError(t, p.poll(ctxT(t), sess(tg.URL, time.Second), nil, slot))
 			require.Empty(t, tg.last(t).Get("If-None-Match"))

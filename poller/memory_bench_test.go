@@ -18,6 +18,7 @@ import (
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -83,7 +84,7 @@ func heldSessionMemory(b *testing.B, n int) (bytesPer, objectsPer float64) {
 	}
 	sessions = nil
 
-	rec, err := httppoll.NewRecorder(httppoll.RecorderConfig{Client: srv.Client(b), Keys: keys})
+	rec, err := results.NewRecorder(results.RecorderConfig{Client: srv.Client(b), Keys: keys})
 	if err != nil {
 		b.Fatal(err)
 	}

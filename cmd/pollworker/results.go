@@ -11,8 +11,8 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -33,11 +33,11 @@ func resultsCommand() *cli.Command {
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "after the recent results, print new ones until interrupted"},
 			&cli.StringFlag{Name: "session", Usage: "only this session's results"},
 			&cli.DurationFlag{Name: "since", Usage: "only results recorded in the last DURATION (0: as far back as the streams go)"},
-			&cli.IntFlag{Name: "limit", Value: httppoll.DefaultReadLimit, Usage: fmt.Sprintf("print at most this many recent results first (1 to %d)", httppoll.MaxReadLimit)},
+			&cli.IntFlag{Name: "limit", Value: results.DefaultReadLimit, Usage: fmt.Sprintf("print at most this many recent results first (1 to %d)", results.MaxReadLimit)},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per line"},
 		),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
-			q := httppoll.Query{Session: cmd.String("session"), Since: cmd.Duration("since"), Limit: int(cmd.Int("limit"))}
+			q := results.Query{Session: cmd.String("session"), Since: cmd.Duration("since"), Limit: int(cmd.Int("limit"))}
 			if err := validateResultsQuery(q); err != nil {
 				return configError(err)
 			}
@@ -46,7 +46,7 @@ func resultsCommand() *cli.Command {
 				show = printResultJSON
 			}
 			return withAdminSteps(ctx, cmd, func(ctx context.Context, a admin) error {
-				r, err := httppoll.NewReader(a.client, a.keys)
+				r, err := results.NewReader(a.client, a.keys)
 				if err != nil {
 					return configError(err)
 				}
@@ -68,7 +68,7 @@ func resultsCommand() *cli.Command {
 				if !cmd.Bool("follow") {
 					return nil
 				}
-				err = r.Follow(ctx, q, cur, func(es []httppoll.Entry) error {
+				err = r.Follow(ctx, q, cur, func(es []results.Entry) error {
 					for _, e := range es {
 						show(w, e)
 					}
@@ -99,10 +99,10 @@ func sessionExists(ctx context.Context, a admin, id string) error {
 }
 
 // validateResultsQuery checks the flags of results, naming the rule.
-func validateResultsQuery(q httppoll.Query) error {
+func validateResultsQuery(q results.Query) error {
 	switch {
-	case q.Limit < 1 || q.Limit > httppoll.MaxReadLimit:
-		return fmt.Errorf("--limit (%d) must be from 1 to %d", q.Limit, httppoll.MaxReadLimit)
+	case q.Limit < 1 || q.Limit > results.MaxReadLimit:
+		return fmt.Errorf("--limit (%d) must be from 1 to %d", q.Limit, results.MaxReadLimit)
 	case q.Since < 0 || q.Since > 366*24*time.Hour:
 		return fmt.Errorf("--since (%v) must be from 0 to 8784h (366 days)", q.Since)
 	case q.Session != "":
@@ -115,7 +115,7 @@ func validateResultsQuery(q httppoll.Query) error {
 
 // printResult writes e as one line: time, session, worker, token, status,
 // latency and error.
-func printResult(w io.Writer, e httppoll.Entry) {
+func printResult(w io.Writer, e results.Entry) {
 	line := fmt.Sprintf("%s session=%s worker=%s token=%d status=%d latency=%s",
 		e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Session, e.Worker, e.Token, e.Status, e.Latency)
 	if e.Error != "" {
@@ -138,7 +138,7 @@ type resultJSON struct {
 }
 
 // printResultJSON writes e as one JSON object on one line.
-func printResultJSON(w io.Writer, e httppoll.Entry) {
+func printResultJSON(w io.Writer, e results.Entry) {
 	b, _ := json.Marshal(resultJSON{At: e.At.UTC(), Session: e.Session, Worker: e.Worker, Token: e.Token, Status: e.Status,
 		LatencyMs: float64(e.Latency) / float64(time.Millisecond), Error: e.Error, Stream: e.Stream, ID: e.ID})
 	fmt.Fprintf(w, "%s\n", b)

@@ -26,6 +26,7 @@ import (
 	"github.com/pollworker/pollworker/metrics"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/state"
 )
 
@@ -218,7 +219,8 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 
 	client := cfg.newClient()
 	defer func() { _ = client.Close() }()
-	hp, rec, stopRecorder, err := newHTTPPoller(cfg, rc, base)
+	failing := newFailing() // the status page's table, told by the poller
+	hp, rec, stopRecorder, err := newHTTPPoller(cfg, rc, failing, base)
 	if err != nil {
 		return configError(err)
 	}
@@ -267,7 +269,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		srv = &http.Server{
 			Handler: healthHandler(ready.Ready, behind, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 				statusPageConfig{self: coord.ID(), ready: ready.Ready, read: (&pageReader{client: client, keys: cfg.Keys}).read,
-					events: events, failing: hp.Failing, behind: behind,
+					events: events, failing: failing.list, behind: behind,
 					charts: func(ctx context.Context, st clusterStatus) (pageCharts, error) {
 						return readCharts(ctx, client, cfg.Keys, st, time.Now())
 					}}.handler(), cfg.Profiles),
@@ -565,11 +567,11 @@ func recordFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "record", Value: "all", Sources: fromEnv("record"),
 			Usage: "which poll results to record: all, changes (only when a session's status, error class or lease changes) or none"},
-		&cli.IntFlag{Name: "record-maxlen", Value: httppoll.DefaultStreamMaxLen, Sources: fromEnv("record-maxlen"),
+		&cli.IntFlag{Name: "record-maxlen", Value: results.DefaultStreamMaxLen, Sources: fromEnv("record-maxlen"),
 			Usage: "about how many results the streams keep in all (XADD MAXLEN ~; in Cluster split over 16 streams): retention = this / results per second"},
-		&cli.DurationFlag{Name: "record-flush", Value: httppoll.DefaultFlushInterval, Sources: fromEnv("record-flush"),
+		&cli.DurationFlag{Name: "record-flush", Value: results.DefaultFlushInterval, Sources: fromEnv("record-flush"),
 			Usage: "longest a result waits before it is written; results are written in one pipeline per flush"},
-		&cli.IntFlag{Name: "record-queue", Value: httppoll.DefaultQueueSize, Sources: fromEnv("record-queue"),
+		&cli.IntFlag{Name: "record-queue", Value: results.DefaultQueueSize, Sources: fromEnv("record-queue"),
 			Usage: "results waiting for a flush at most; when Redis is slower, the oldest are dropped (and counted), polls never wait"},
 	}
 }
@@ -577,7 +579,7 @@ func recordFlags() []cli.Flag {
 // recording is the validated configuration of the run command's HTTP
 // poller: recording, and HTTP the politeness flags.
 type recording struct {
-	Mode   httppoll.RecordMode
+	Mode   results.RecordMode
 	MaxLen int64
 	Flush  time.Duration
 	Queue  int
@@ -630,7 +632,7 @@ func parseHTTPOptions(cmd *cli.Command) (httpOptions, error) {
 // parseRecording validates the recording flags of cmd. Each error names
 // the flag and its rule.
 func parseRecording(cmd *cli.Command) (recording, error) {
-	mode, err := httppoll.ParseRecordMode(cmd.String("record"))
+	mode, err := results.ParseRecordMode(cmd.String("record"))
 	if err != nil {
 		return recording{}, fmt.Errorf("%w: --record %q must be all, changes or none", errInvalidConfig, cmd.String("record"))
 	}
@@ -646,7 +648,8 @@ func parseRecording(cmd *cli.Command) (recording, error) {
 	return rc, nil
 }
 
-// newHTTPPoller builds the HTTP poller and, unless --record none, its
+// newHTTPPoller builds the HTTP poller, which tells failures the outcome
+// of its polls, and, unless --record none, its
 // Recorder on a Redis client of its own, and starts the Recorder. stop
 // stops the Recorder, flushing what is left (within twice its flush
 // timeout), and closes its client; call it after the coordinator's drain.
@@ -655,7 +658,7 @@ func parseRecording(cmd *cli.Command) (recording, error) {
 // The recording client has its own small pool (recordPoolSize connections
 // per master), so that result writes never hold a connection the
 // coordinator's heartbeat, renewals and rounds wait for.
-func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.Poller, *httppoll.Recorder, func(), error) {
+func newHTTPPoller(cfg workerConfig, rc recording, failures httppoll.FailureTracker, log *zap.Logger) (*httppoll.Poller, *results.Recorder, func(), error) {
 	hc := httppoll.Config{
 		Keys:            cfg.Keys,
 		Worker:          cfg.Poller.ID,
@@ -666,13 +669,14 @@ func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.P
 		Timeout:         rc.HTTP.PollTimeout,
 		IdleConnTimeout: time.Duration(zeroMeansOff(int64(rc.HTTP.IdleConnTimeout))),
 		ErrorBackoff:    cfg.Poller.MaxErrorBackoff,
+		Failures:        failures,
 	}
-	if rc.Mode == httppoll.RecordNone {
+	if rc.Mode == results.RecordNone {
 		hp, err := httppoll.New(hc)
 		return hp, nil, func() {}, err
 	}
 	client := cfg.newClientNamed(cfg.Redis.ClientName+":results", recordPoolSize)
-	rec, err := httppoll.NewRecorder(httppoll.RecorderConfig{
+	rec, err := results.NewRecorder(results.RecorderConfig{
 		Client:        client,
 		Keys:          cfg.Keys,
 		Sharded:       cfg.Cluster,
@@ -710,22 +714,22 @@ func newHTTPPoller(cfg workerConfig, rc recording, log *zap.Logger) (*httppoll.P
 }
 
 // recorderMetrics exports the result recorder's counters.
-func recorderMetrics(rec *httppoll.Recorder) []prometheus.Collector {
-	counter := func(name, help string, v func(httppoll.RecorderStats) uint64) prometheus.Collector {
+func recorderMetrics(rec *results.Recorder) []prometheus.Collector {
+	counter := func(name, help string, v func(results.RecorderStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(v(rec.Stats())) })
 	}
 	return []prometheus.Collector{
 		counter("pollworker_results_written_total", "Poll results written to the result streams.",
-			func(s httppoll.RecorderStats) uint64 { return s.Written }),
+			func(s results.RecorderStats) uint64 { return s.Written }),
 		counter("pollworker_results_dropped_total", "Poll results dropped, oldest first, from a full queue because Redis was slower than the polls.",
-			func(s httppoll.RecorderStats) uint64 { return s.Dropped }),
+			func(s results.RecorderStats) uint64 { return s.Dropped }),
 		counter("pollworker_results_failed_total", "Poll results in a flush Redis did not take (not retried).",
-			func(s httppoll.RecorderStats) uint64 { return s.Failed }),
+			func(s results.RecorderStats) uint64 { return s.Failed }),
 		counter("pollworker_results_unchanged_total", "Poll results not recorded because they repeated the session's last one (--record changes).",
-			func(s httppoll.RecorderStats) uint64 { return s.Unchanged }),
+			func(s results.RecorderStats) uint64 { return s.Unchanged }),
 		counter("pollworker_results_flushes_total", "Pipelined writes of queued poll results.",
-			func(s httppoll.RecorderStats) uint64 { return s.Flushes }),
+			func(s results.RecorderStats) uint64 { return s.Flushes }),
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/internal/ring"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/poller"
@@ -127,7 +126,7 @@ func statusPageHandler(self string, ready func() bool, read func(ctx context.Con
 
 // statusPageConfig is what the status page shows: statusPageHandler's
 // arguments, and failing, if set, the sessions this worker polls whose
-// last poll failed (httppoll.Poller.Failing, read from memory), and
+// last poll failed (the failing table, told by the HTTP poller: memory only), and
 // behind, if set, why this worker is behind, "" when it keeps up
 // (poller.PollStats.Overload).
 type statusPageConfig struct {
@@ -135,7 +134,7 @@ type statusPageConfig struct {
 	ready   func() bool
 	read    func(ctx context.Context) (clusterStatus, error)
 	events  *recentEvents
-	failing func() []httppoll.FailingSession
+	failing func() []failingSession
 	behind  func() string
 	// charts, if set, draws the live workers' timelines (readCharts).
 	charts func(ctx context.Context, st clusterStatus) (pageCharts, error)
@@ -159,7 +158,7 @@ func (c statusPageConfig) handler() http.Handler {
 			Err          error
 			Events       []poller.Event
 			FailingShown bool
-			Failing      []httppoll.FailingSession
+			Failing      []failingSession
 			FailingMore  int
 			FailingCount int
 			Charts       *pageCharts

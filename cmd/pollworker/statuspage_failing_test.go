@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/pollworker/pollworker/httppoll"
 )
 
 // TestStatusPageFailingSessions: the page lists the failing sessions the
@@ -19,13 +17,13 @@ import (
 // in UTC and the zone named; without a poller's view there is no section.
 func TestStatusPageFailingSessions(t *testing.T) {
 	since := time.Date(2026, 11, 24, 2, 3, 4, 0, time.FixedZone("CET", 3600))
-	var failing []httppoll.FailingSession
+	var failing []failingSession
 	for i := range pageFailingMax + 20 {
-		failing = append(failing, httppoll.FailingSession{Session: fmt.Sprintf("s%03d", i), Failures: 3, Error: "timeout",
+		failing = append(failing, failingSession{Session: fmt.Sprintf("s%03d", i), Failures: 3, Error: "timeout",
 			Since: since, LastPoll: since.Add(time.Minute), Token: 42})
 	}
 	failing[0].Status, failing[0].Error = 503, "server"
-	page := func(failing func() []httppoll.FailingSession) string {
+	page := func(failing func() []failingSession) string {
 		h := statusPageConfig{self: "w1", ready: func() bool { return true },
 			read:   func(context.Context) (clusterStatus, error) { return clusterStatus{}, nil },
 			events: newRecentEvents(1), failing: failing}.handler()
@@ -35,7 +33,7 @@ func TestStatusPageFailingSessions(t *testing.T) {
 		return w.Body.String()
 	}
 
-	body := page(func() []httppoll.FailingSession { return failing })
+	body := page(func() []failingSession { return failing })
 	require.Contains(t, body, "<h2>Failing sessions polled by this worker (120)</h2>")
 	require.Equal(t, pageFailingMax, strings.Count(body, `<tr class="failing">`))
 	require.Contains(t, body, `<tr class="failing"><td>s000</td><td>3</td><td>503</td><td>2026-11-24 01:03:04 UTC</td><td>2026-11-24 01:04:04 UTC</td><td>42</td></tr>`)
@@ -43,7 +41,7 @@ func TestStatusPageFailingSessions(t *testing.T) {
 	require.NotContains(t, body, "<td>s100</td>")
 	require.Contains(t, body, "… and 20 more")
 
-	body = page(func() []httppoll.FailingSession { return nil })
+	body = page(func() []failingSession { return nil })
 	require.Contains(t, body, `<p id="failing-none">`)
 	require.NotContains(t, body, `<table id="failing">`)
 

@@ -1,5 +1,5 @@
 // Package ring is a fixed-size FIFO that overwrites its oldest element
-// when full: the last results waiting to be written (httppoll.Recorder),
+// when full: the last results waiting to be written (results.Recorder),
 // the last lease events shown on the status page.
 package ring
 

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pollworker/pollworker/httppoll"
+	"github.com/pollworker/pollworker/results"
 )
 
 // The physical limit of the e2e scenario: the least a program can do to
@@ -165,7 +166,7 @@ func runLimit(ctx context.Context, cfg limitConfig) error {
 		start := time.Now()
 		status, err := limitGet(ctx, hc, urls[i], cfg.IDs[i], cfg.Worker, cfg.Interval)
 		if rec != nil {
-			r := httppoll.Result{Session: cfg.IDs[i], Worker: cfg.Worker, Status: status, Latency: time.Since(start), At: start}
+			r := results.Result{Session: cfg.IDs[i], Worker: cfg.Worker, Status: status, Latency: time.Since(start), At: start}
 			if err != nil {
 				r.Error = err.Error()
 			}
@@ -226,10 +227,10 @@ type limitRecorder struct {
 	flush  time.Duration
 
 	mu    sync.Mutex
-	queue []httppoll.Result
+	queue []results.Result
 }
 
-func (r *limitRecorder) add(res httppoll.Result) {
+func (r *limitRecorder) add(res results.Result) {
 	r.mu.Lock()
 	r.queue = append(r.queue, res)
 	r.mu.Unlock()

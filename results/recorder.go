@@ -1,4 +1,4 @@
-package httppoll
+package results
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
+	"github.com/pollworker/pollworker/internal/failurelog"
 	"github.com/pollworker/pollworker/internal/ring"
 	"github.com/pollworker/pollworker/keyspace"
 )
@@ -29,7 +30,7 @@ const (
 )
 
 // ErrRecorderRunning is returned by a second call of Recorder.Run.
-var ErrRecorderRunning = errors.New("httppoll: recorder already run")
+var ErrRecorderRunning = errors.New("results: recorder already run")
 
 // RecorderConfig configures a Recorder.
 type RecorderConfig struct {
@@ -109,7 +110,7 @@ type Recorder struct {
 	queue *ring.Ring[Result] // waiting results
 
 	queued, written, failed, dropped, unchanged, flushes atomic.Uint64
-	flushLog                                             failureLog
+	flushLog                                             failurelog.Log
 }
 
 // NewRecorder validates cfg, fills in its defaults and returns a Recorder.
@@ -177,7 +178,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		log:      cfg.Logger,
 		kick:     make(chan struct{}, 1),
 		queue:    ring.New[Result](cfg.QueueSize),
-		flushLog: failureLog{what: "recording poll results"},
+		flushLog: failurelog.Log{What: "recording poll results"},
 	}, nil
 }
 
@@ -207,6 +208,10 @@ func (r *Recorder) Add(res Result) {
 		}
 	}
 }
+
+// Unchanged counts a result that was not added because it repeated its
+// session's last one (RecordChanges): RecorderStats.Unchanged.
+func (r *Recorder) Unchanged() { r.unchanged.Add(1) }
 
 // Stats returns the counters. Safe for concurrent use; meant for metrics.
 func (r *Recorder) Stats() RecorderStats {
@@ -254,14 +259,14 @@ func (r *Recorder) flush(ctx context.Context, batch []Result) []Result {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.FlushTimeout)
 	defer cancel()
-	failed, err := writeResults(ctx, r.cfg.Client, r.cfg.Keys, r.cfg.Sharded, r.streamMaxLen(), batch)
+	failed, err := Write(ctx, r.cfg.Client, r.cfg.Keys, r.cfg.Sharded, r.streamMaxLen(), batch)
 	r.flushes.Add(1)
 	r.written.Add(uint64(len(batch) - failed))
 	r.failed.Add(uint64(failed))
 	if err != nil {
-		r.flushLog.failed(r.log, zap.Int("results", len(batch)), zap.Int("failed", failed), zap.Error(err))
+		r.flushLog.Failed(r.log, zap.Int("results", len(batch)), zap.Int("failed", failed), zap.Error(err))
 	} else {
-		r.flushLog.succeeded(r.log)
+		r.flushLog.Succeeded(r.log)
 	}
 	clear(batch) // let the strings go
 	return batch

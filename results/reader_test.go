@@ -1,4 +1,4 @@
-package httppoll
+package results
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // them.
 func write(t *testing.T, c redis.Cmdable, sharded bool, rs ...Result) {
 	t.Helper()
-	_, err := writeResults(ctxT(t), c, keys, sharded, 1000, rs)
+	_, err := Write(ctxT(t), c, keys, sharded, 1000, rs)
 	require.NoError(t, err)
 }
 

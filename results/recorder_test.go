@@ -1,13 +1,10 @@
-package httppoll
+package results
 
 import (
 	"context"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,72 +13,25 @@ import (
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/internal/ring"
 	"github.com/pollworker/pollworker/keyspace"
 )
 
-// pipelineCounter is a go-redis hook that counts pipelines and single
-// commands: the round trips a client makes.
-type pipelineCounter struct {
-	pipelines, commands atomic.Int64
-}
-
-func (c *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !setup(cmd) {
-			c.commands.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !setup(cmds[0]) {
-			c.pipelines.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// setup reports whether cmd is part of go-redis's connection setup.
-func setup(cmd redis.Cmder) bool {
-	switch cmd.Name() {
-	case "hello", "client", "auth", "select", "ping":
-		return true
-	}
-	return false
-}
-
-// runRecorder starts r.Run and returns a func that stops it and waits.
+// runRecorder starts r.Run and returns a func that stops it and requires
+// that Run returned nil. Run is stopped at cleanup too.
 func runRecorder(t *testing.T, r *Recorder) (stop func()) {
 	t.Helper()
-	return runStoppable(t, "Recorder.Run", r.Run)
-}
-
-// runStoppable starts run in a goroutine and returns a func (also run at
-// cleanup) that cancels its context and waits for it to return nil.
-func runStoppable(t *testing.T, name string, run func(context.Context) error) (stop func()) {
-	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(10 * time.Second):
-				t.Fatal(name + " did not return")
-			}
-		})
+	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() { err = r.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return func() {
+		cancel()
+		wg.Wait()
+		require.NoError(t, err)
 	}
-	t.Cleanup(stop)
-	return stop
 }
 
 func result(session string, i int) Result {
@@ -153,7 +103,7 @@ func TestRingDropsOldest(t *testing.T) {
 func TestRecorderBatches(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := newClient(t, mr.Addr())
-	count := &pipelineCounter{}
+	count := &redistest.RoundTrips{}
 	c.AddHook(count)
 	const n, batch = 1050, 100
 	r, err := NewRecorder(RecorderConfig{Client: c, BatchSize: batch, MaxLen: 1 << 20,
@@ -164,11 +114,11 @@ func TestRecorderBatches(t *testing.T) {
 		r.Add(result("s"+strconv.Itoa(i%7), i))
 	}
 	stop()
-	require.Zero(t, count.commands.Load(), "nothing but pipelines")
-	require.LessOrEqual(t, count.pipelines.Load(), int64((n+batch-1)/batch))
+	require.Zero(t, count.Commands.Load(), "nothing but pipelines")
+	require.LessOrEqual(t, count.Pipelines.Load(), int64((n+batch-1)/batch))
 	require.EqualValues(t, n, streamLen(t, c, keys.Results()))
 	st := r.Stats()
-	require.Equal(t, RecorderStats{Queued: n, Written: n, Flushes: uint64(count.pipelines.Load())}, st)
+	require.Equal(t, RecorderStats{Queued: n, Written: n, Flushes: uint64(count.Pipelines.Load())}, st)
 }
 
 func TestRecorderFlushesOnTickAndOnStop(t *testing.T) {
@@ -229,8 +179,8 @@ func blackhole(t *testing.T) (addr string, hangup func()) {
 	return ln.Addr().String(), hangup
 }
 
-// TestRecorderDropsOldestWhenRedisHangs: with Redis not answering, polls
-// go on at full speed, the queue keeps the newest QueueSize results and
+// TestRecorderDropsOldestWhenRedisHangs: with Redis not answering, Add
+// goes on at full speed, the queue keeps the newest QueueSize results and
 // counts the rest as dropped, and Run still returns within its bound.
 func TestRecorderDropsOldestWhenRedisHangs(t *testing.T) {
 	addr, hangup := blackhole(t)
@@ -242,12 +192,9 @@ func TestRecorderDropsOldestWhenRedisHangs(t *testing.T) {
 	require.NoError(t, err)
 	stop := runRecorder(t, r)
 
-	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	t.Cleanup(srv.Close)
-	p := newPoller(t, Config{Recorder: r})
 	const polls = 1000
-	for range polls {
-		require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), nil))
+	for i := range polls {
+		r.Add(result("s", i))
 	}
 	// The polls are done while the first flush still hangs: at most one
 	// batch (<= queue) is in flight, the queue holds queue, the rest went.

@@ -1,4 +1,4 @@
-package httppoll
+package main
 
 import (
 	"slices"
@@ -6,18 +6,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/lease"
 )
 
-// FailingSession is a session this Poller polls whose last poll failed.
-type FailingSession struct {
+// failingSession is a session this worker polls whose last poll failed,
+// as the status page lists it.
+type failingSession struct {
 	// Session is the session id.
 	Session string
-	// Failures counts the polls that failed in a row (State.Failures).
+	// Failures counts the polls that failed in a row (httppoll.State.Failures).
 	Failures int
 	// Status is the last poll's HTTP status; 0 when no response arrived.
 	Status int
-	// Error is the last failure's class (State.Error).
+	// Error is the last failure's class (httppoll.State.Error).
 	Error string
 	// Since is when the first of those failures started.
 	Since time.Time
@@ -27,7 +29,8 @@ type FailingSession struct {
 	Token int64
 }
 
-// failing remembers the sessions whose last poll failed, with the lease
+// failing is the status page's table of the sessions whose last poll
+// failed (an httppoll.FailureTracker, told by the worker's Poller), with the lease
 // they were polled under: a session whose lease has ended (handed off,
 // lost) is no longer this worker's to show and is forgotten. It holds
 // failing sessions only, so a worker whose sessions succeed keeps nothing.
@@ -38,7 +41,7 @@ type failing struct {
 }
 
 type failingEntry struct {
-	FailingSession
+	failingSession
 	lease *lease.Lease // nil for polls without a lease
 }
 
@@ -49,16 +52,18 @@ func newFailing() *failing {
 	return &failing{sessions: make(map[string]failingEntry), sweepAt: minSweep}
 }
 
-// update records the outcome of a poll of id under l: st is the session's
+var _ httppoll.FailureTracker = (*failing)(nil)
+
+// Update records the outcome of a poll of id under l: st is the session's
 // state after it.
-func (f *failing) update(id string, l *lease.Lease, st State) {
+func (f *failing) Update(id string, l *lease.Lease, st httppoll.State) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if st.Failures == 0 {
 		delete(f.sessions, id)
 		return
 	}
-	e := failingEntry{lease: l, FailingSession: FailingSession{Session: id, Failures: st.Failures, Status: st.Status,
+	e := failingEntry{lease: l, failingSession: failingSession{Session: id, Failures: st.Failures, Status: st.Status,
 		Error: st.Error, Since: st.FailingSince, LastPoll: st.Polled}}
 	if l != nil {
 		e.Token = l.Token()
@@ -70,9 +75,9 @@ func (f *failing) update(id string, l *lease.Lease, st State) {
 	}
 }
 
-// failures is the count of failures in a row of id's polls under l, for a
-// Poller without saved state: 0 unless the last poll under l failed.
-func (f *failing) failures(id string, l *lease.Lease) (n int, since time.Time) {
+// Failures is the count of failures in a row of id's polls under l, for a
+// poll without saved state: 0 unless the last poll under l failed.
+func (f *failing) Failures(id string, l *lease.Lease) (n int, since time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e, ok := f.sessions[id]
@@ -84,15 +89,15 @@ func (f *failing) failures(id string, l *lease.Lease) (n int, since time.Time) {
 
 // list returns the failing sessions whose lease has not ended, those
 // failing longest first.
-func (f *failing) list() []FailingSession {
+func (f *failing) list() []failingSession {
 	f.mu.Lock()
 	f.sweepLocked()
-	out := make([]FailingSession, 0, len(f.sessions))
+	out := make([]failingSession, 0, len(f.sessions))
 	for _, e := range f.sessions {
-		out = append(out, e.FailingSession)
+		out = append(out, e.failingSession)
 	}
 	f.mu.Unlock()
-	slices.SortFunc(out, func(a, b FailingSession) int {
+	slices.SortFunc(out, func(a, b failingSession) int {
 		if c := a.Since.Compare(b.Since); c != 0 {
 			return c
 		}

@@ -1,4 +1,4 @@
-package httppoll
+package results
 
 import (
 	"cmp"

@@ -1,19 +1,23 @@
-package httppoll
+package results
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"net"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pollworker/pollworker/keyspace"
 )
+
+// DefaultStreamMaxLen is the approximate number of entries kept in the
+// results streams, all together: about 6 MB of Redis memory (~60 bytes an
+// entry), 100 s of results at 1,000 polls/s.
+const DefaultStreamMaxLen = 100_000
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("results: invalid config")
 
 // Result is the outcome of one poll, as recorded in a results stream.
 type Result struct {
@@ -83,11 +87,11 @@ func allStreams(keys keyspace.Space) []string {
 	return out
 }
 
-// writeResults adds batch to its streams in one pipeline (which a Cluster
+// Write adds batch to its streams in one pipeline (which a Cluster
 // client splits into one pipeline per master, sent concurrently). Each
 // stream is trimmed to about maxLen entries. It returns how many entries
 // were not written and the first error.
-func writeResults(ctx context.Context, c redis.Cmdable, keys keyspace.Space, sharded bool, maxLen int64, batch []Result) (int, error) {
+func Write(ctx context.Context, c redis.Cmdable, keys keyspace.Space, sharded bool, maxLen int64, batch []Result) (int, error) {
 	if len(batch) == 0 {
 		return 0, nil
 	}
@@ -114,79 +118,4 @@ func writeResults(ctx context.Context, c redis.Cmdable, keys keyspace.Space, sha
 		failed = len(batch)
 	}
 	return failed, err
-}
-
-// errClass is the kind of a poll's failure, for RecordChanges: two results
-// of a session with the same status and class are the same outcome.
-type errClass uint8
-
-// Classes of failures.
-const (
-	classOK errClass = iota
-	classServer
-	classStatus
-	classTimeout
-	classCanceled
-	classRefused
-	classReset
-	classDNS
-	classTLS
-	classOther
-)
-
-// classify returns the class of a poll's error.
-func classify(err error) errClass {
-	var se *StatusError
-	var ne net.Error
-	var dns *net.DNSError
-	var rh tls.RecordHeaderError
-	var cv *tls.CertificateVerificationError
-	var ua x509.UnknownAuthorityError
-	var hn x509.HostnameError
-	switch {
-	case err == nil:
-		return classOK
-	case errors.As(err, &se) && se.Code >= 500:
-		return classServer
-	case errors.As(err, &se):
-		return classStatus
-	case errors.Is(err, context.Canceled):
-		return classCanceled
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return classTimeout
-	case errors.As(err, &dns):
-		return classDNS
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return classRefused
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return classReset
-	case errors.As(err, &rh), errors.As(err, &cv), errors.As(err, &ua), errors.As(err, &hn):
-		return classTLS
-	}
-	return classOther
-}
-
-// String names the class as State.Error does: "" for classOK.
-func (c errClass) String() string {
-	switch c {
-	case classOK:
-		return ""
-	case classServer:
-		return "server"
-	case classStatus:
-		return "status"
-	case classTimeout:
-		return "timeout"
-	case classCanceled:
-		return "cancelled"
-	case classRefused:
-		return "refused"
-	case classReset:
-		return "reset"
-	case classDNS:
-		return "dns"
-	case classTLS:
-		return "tls"
-	}
-	return "other"
 }
