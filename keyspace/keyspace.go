@@ -150,6 +150,30 @@ func (s Space) sessionPrefix() string {
 // Lease is the lease key of a session.
 func (s Space) Lease(session string) string { return s.prefix() + ":lease:{" + session + "}" }
 
+// LeaseMatch is the SCAN MATCH pattern of every lease key of the keyspace
+// (for readers looking for leases of sessions no longer stored).
+func (s Space) LeaseMatch() string {
+	prefix, suffix := s.leaseAffixes()
+	return prefix + "*" + suffix
+}
+
+// LeaseSession returns the session id of a lease key, ok false for a key
+// that is not one of this keyspace's lease keys.
+func (s Space) LeaseSession(key string) (session string, ok bool) {
+	prefix, suffix := s.leaseAffixes()
+	id, ok := strings.CutPrefix(key, prefix)
+	if !ok || !strings.HasSuffix(id, suffix) {
+		return "", false
+	}
+	return strings.TrimSuffix(id, suffix), true
+}
+
+// leaseAffixes are what a lease key puts before and after the session id.
+func (s Space) leaseAffixes() (prefix, suffix string) {
+	prefix, suffix, _ = strings.Cut(s.Lease("\x00"), "\x00")
+	return prefix, suffix
+}
+
 // Fence is the fencing counter key of a session; it shares the lease's slot.
 func (s Space) Fence(session string) string { return s.prefix() + ":fence:{" + session + "}" }
 

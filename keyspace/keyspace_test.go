@@ -2,6 +2,7 @@ package keyspace
 
 import (
 	"errors"
+	"path"
 	"strings"
 	"testing"
 
@@ -152,4 +153,18 @@ func TestEpochKeyLivesInItsSlot(t *testing.T) {
 	}
 	require.Equal(t, Slot(s.Lease("api-1")), Slot(s.Epoch(Slot(s.Lease("api-1")))))
 	require.Equal(t, "team:epoch:{"+slotTags()[0]+"}", Space{Prefix: "team"}.Epoch(0))
+}
+
+func TestLeaseMatchAndSession(t *testing.T) {
+	for _, s := range []Space{{}, {Prefix: "app"}} {
+		key := s.Lease("s-1")
+		id, ok := s.LeaseSession(key)
+		require.True(t, ok)
+		require.Equal(t, "s-1", id)
+		ok, err := path.Match(s.LeaseMatch(), key)
+		require.NoError(t, err)
+		require.True(t, ok, "%s matches %s", s.LeaseMatch(), key)
+		_, ok = s.LeaseSession(s.Fence("s-1"))
+		require.False(t, ok)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,8 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
-	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -26,16 +26,16 @@ const exitUnhealthy = 3
 
 // The invariants check verifies, by the names it reports them under.
 const (
-	checkHolderNotLive  = "lease-holder-not-live"
-	checkPrevious       = "lease-held-by-previous-incarnation"
-	checkDuplicateID    = "duplicate-id"
+	checkHolderNotLive  = fleet.CheckHolderNotLive
+	checkPrevious       = fleet.CheckPrevious
+	checkDuplicateID    = fleet.CheckDuplicateID
 	checkUnknownSession = "lease-of-unknown-session"
-	checkNoLease        = "session-without-lease"
-	checkNotPlanned     = "not-planned-owner"
+	checkNoLease        = fleet.CheckNoLease
+	checkNotPlanned     = fleet.CheckNotPlanned
 	checkEviction       = "eviction-policy"
 	checkIndexSizes     = "index-sizes"
-	checkUnplaceable    = "unplaceable"
-	checkBadKey         = "bad-key"
+	checkUnplaceable    = fleet.CheckUnplaceable
+	checkBadKey         = fleet.CheckBadKey
 )
 
 // allChecks lists them in the order they are reported.
@@ -49,11 +49,7 @@ const (
 )
 
 // maxProblemLines bounds the lines one check prints; the rest are counted.
-const maxProblemLines = 10
-
-// renewSlack is how much a lease's remaining TTL may exceed what the time
-// between two reads leaves of it, before check counts it as renewed.
-const renewSlack = 200 * time.Millisecond
+const maxProblemLines = fleet.MaxProblemLines
 
 // checkReport is what `pollworker check` reports.
 type checkReport struct {
@@ -76,13 +72,7 @@ type checkReport struct {
 }
 
 // checkProblem is one broken invariant.
-type checkProblem struct {
-	Check  string `json:"check"`
-	Detail string `json:"detail"`
-	// Count is the number of items the line stands for: 1, or more for
-	// a line that sums up the rest ("and 20 more").
-	Count int `json:"count"`
-}
+type checkProblem = fleet.Problem
 
 // checkCommand is `pollworker check`.
 func checkCommand() *cli.Command {
@@ -158,62 +148,12 @@ func checkCommand() *cli.Command {
 	}
 }
 
-// fleetRead is one read of the state check verifies.
-type fleetRead struct {
-	pl       placement
-	active   []string
-	holdings map[string]lease.Holding // active session -> its lease
-	// unplaceable are the active sessions whose selector no live worker
-	// matches, by selector (not in active: nobody should hold them).
-	unplaceable map[string][]string
-	// at is the server clock right after the leases were read.
-	at time.Time
-	// quarantine are the unowned active sessions that wait out the loss
-	// quarantine: not a failure.
-	quarantine quarantineView
-}
-
-// readFleet reads the placement, the sessions and the leases of the active
-// ones, bounded by a.timeout.
-func readFleet(ctx context.Context, a admin) (fleetRead, []session.Session, []session.Problem, error) {
+// readFleet reads every session and the leases of the active ones
+// (fleet.Reader.ReadAll), bounded by a.timeout.
+func readFleet(ctx context.Context, a admin, r *fleet.Reader) (*fleet.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	pl, err := readPlacement(ctx, a.client, a.keys, a.store)
-	if err != nil {
-		return fleetRead{}, nil, nil, err
-	}
-	sessions, problems, err := a.store.List(ctx)
-	if err != nil {
-		return fleetRead{}, nil, nil, err
-	}
-	pl.learn(sessions)
-	r := fleetRead{pl: pl, holdings: map[string]lease.Holding{}, unplaceable: map[string][]string{}}
-	for _, s := range sessions {
-		if s.Paused {
-			continue
-		}
-		if sel := s.SelectorKey(); pl.Unplaceable(sel) {
-			r.unplaceable[sel] = append(r.unplaceable[sel], s.ID)
-			continue
-		}
-		r.active = append(r.active, s.ID)
-	}
-	if len(r.active) > 0 {
-		hs, err := lease.Inspect(ctx, a.client, a.keys, r.active, 0)
-		if err != nil {
-			return fleetRead{}, nil, nil, err
-		}
-		for _, h := range hs {
-			r.holdings[h.Session] = h
-		}
-	}
-	if r.at, err = a.client.Time(ctx).Result(); err != nil {
-		return fleetRead{}, nil, nil, fmt.Errorf("read the server clock: %w", err)
-	}
-	if r.quarantine, err = readQuarantine(ctx, a.client, a.keys, unownedOf(r.active, r.holdings), r.at); err != nil {
-		return fleetRead{}, nil, nil, err
-	}
-	return r, sessions, problems, nil
+	return r.ReadAll(ctx)
 }
 
 // announceGrace is the shortest --grace that check announces: a shorter
@@ -224,21 +164,25 @@ const announceGrace = time.Second
 // every invariant. A wait of announceGrace or more is announced on
 // waiting first.
 func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned int, waiting io.Writer) (checkReport, error) {
-	first, sessions, problems, err := readFleet(ctx, a)
+	reader, err := newFleetReader(a, poller.DefaultLeaseTTL)
+	if err != nil {
+		return checkReport{}, err
+	}
+	first, err := readFleet(ctx, a, reader)
 	if err != nil {
 		return checkReport{}, err
 	}
 	last := first
 	if grace >= announceGrace {
 		held := 0
-		for _, h := range first.holdings {
-			if h.Owner != "" {
+		for _, id := range first.Placed() {
+			if first.Sessions[id].Lease.Owner != "" {
 				held++
 			}
 		}
 		fmt.Fprintf(waiting, "pollworker: check: read %s, %s and %s; reading again in %v (--%s): "+
 			"a session counts as without a lease only if it has none at both reads\n",
-			plural(first.pl.Members.Len(), "live worker"), plural(len(first.active), "active session"),
+			plural(first.Members.Len(), "live worker"), plural(len(first.Placed()), "active session"),
 			plural(held, "lease"), grace, flagGrace)
 	}
 	if grace > 0 {
@@ -249,56 +193,39 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 			return checkReport{}, ctx.Err()
 		case <-t.C:
 		}
-		if last, sessions, problems, err = readFleet(ctx, a); err != nil {
+		if last, err = readFleet(ctx, a, reader); err != nil {
 			return checkReport{}, err
 		}
 	}
 	r := checkReport{Checks: []string{}, Problems: []checkProblem{}, Notes: []string{},
-		Workers: last.pl.Members.Len(), Sessions: len(last.active)}
+		Workers: last.Members.Len(), Sessions: len(last.Placed())}
 	if grace == 0 {
 		r.Notes = append(r.Notes, checkDuplicateID+": skipped with --grace 0 (it looks for leases renewed between two reads)")
 	}
-	r.Checks = append(r.Checks, checkHolderNotLive, checkPrevious, checkNoLease, checkNotPlanned, checkBadKey)
-	if grace > 0 {
-		r.Checks = append(r.Checks, checkDuplicateID)
-	}
-	var leaseProblems []checkProblem
-	r.Leases, leaseProblems = checkLeases(first, last, maxNotPlanned, &r.Notes)
-	r.Problems = append(r.Problems, leaseProblems...)
-	r.Checks = append(r.Checks, checkUnplaceable)
-	if !last.pl.Weights.Complete && len(sessions) > 0 {
+	checked := fleet.Check(first, last, maxNotPlanned)
+	r.Checks = append(r.Checks, checked.Checks...)
+	r.Problems = append(r.Problems, checked.Problems...)
+	r.Notes = append(r.Notes, checked.Notes...)
+	r.Leases = checked.Leases
+	sessions := last.Definitions()
+	if !last.Weights.Complete && len(sessions) > 0 {
 		r.Notes = append(r.Notes, "poll loads: incomplete (an index written before loads were kept): the workers balance by session counts; pollworker sessions reweigh counts them")
-	}
-	for _, sel := range slices.Sorted(maps.Keys(last.unplaceable)) {
-		ids := last.unplaceable[sel]
-		if _, before := first.unplaceable[sel]; !before {
-			continue // a worker may just be restarting: only what both reads saw
-		}
-		r.Problems = append(r.Problems, checkProblem{checkUnplaceable, fmt.Sprintf("selector %s: %d active sessions and no live worker whose labels match it: polled by nobody%s",
-			sel, len(ids), sample(ids[:min(len(ids), maxProblemLines)], len(ids))), len(ids)})
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	known := make(map[string]struct{}, len(sessions)+len(problems))
-	for _, s := range sessions {
-		known[s.ID] = struct{}{}
-	}
-	for _, p := range problems {
-		known[p.ID] = struct{}{}
-	}
-	unknown, err := findUnknownLeases(ctx, a.client, a.keys, known)
+	unknown, err := reader.UnknownLeases(ctx, last.Known, maxProblemLines)
 	if err != nil {
 		return checkReport{}, err
 	}
 	if unknown.Scanned {
 		r.Checks = append(r.Checks, checkUnknownSession)
-		for _, l := range unknown.Lease {
-			r.Problems = append(r.Problems, checkProblem{checkUnknownSession, fmt.Sprintf("session %s is not in the store, but its lease is held by %s (expires in %s)",
-				l.Session, holderText(l.Holder, l.Incarnation), msDuration(l.ExpiresInMs)), 1})
+		for _, l := range unknown.Sample {
+			r.Problems = append(r.Problems, checkProblem{Check: checkUnknownSession, Detail: fmt.Sprintf("session %s is not in the store, but its lease is held by %s (expires in %s)",
+				l.Session, fleet.HolderText(l.Holder, l.Incarnation), fleet.MsDuration(l.Remaining.Milliseconds())), Count: 1})
 		}
-		if more := unknown.Count - len(unknown.Lease); more > 0 {
-			r.Problems = append(r.Problems, checkProblem{checkUnknownSession, fmt.Sprintf("and %d more leases of sessions not in the store", more), more})
+		if more := unknown.Count - len(unknown.Sample); more > 0 {
+			r.Problems = append(r.Problems, checkProblem{Check: checkUnknownSession, Detail: fmt.Sprintf("and %d more leases of sessions not in the store", more), Count: more})
 		}
 	} else {
 		r.Notes = append(r.Notes, checkUnknownSession+": skipped: "+unknown.Skipped)
@@ -311,7 +238,7 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 	default:
 		r.Checks = append(r.Checks, checkEviction)
 		for _, p := range policy {
-			r.Problems = append(r.Problems, checkProblem{checkEviction, p, 1})
+			r.Problems = append(r.Problems, checkProblem{Check: checkEviction, Detail: p, Count: 1})
 		}
 	}
 
@@ -327,7 +254,7 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 	}
 	r.Checks = append(r.Checks, checkCorruptState, checkJunkMember)
 	r.Problems = append(r.Problems, stateProblems...)
-	r.Problems = append(r.Problems, junkMembers(first.pl.Members, last.pl.Members)...)
+	r.Problems = append(r.Problems, junkMembers(first.Members, last.Members)...)
 
 	order := func(c string) int { return slices.Index(allChecks, c) }
 	slices.SortStableFunc(r.Problems, func(x, y checkProblem) int { return order(x.Check) - order(y.Check) })
@@ -337,116 +264,6 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 	}
 	r.OK = len(r.Problems) == 0
 	return r, nil
-}
-
-// checkLeases verifies the leases of the active sessions, from two reads
-// (the same read twice with --grace 0): it returns the number of leases at
-// the last read and the problems; a count under its bound goes to notes.
-// Pure: it reads only first and last.
-func checkLeases(first, last fleetRead, maxNotPlanned int, notes *[]string) (int, []checkProblem) {
-	var probs []checkProblem
-	lines := map[string]int{}
-	add := func(check, detail string) {
-		lines[check]++
-		if lines[check] <= maxProblemLines {
-			probs = append(probs, checkProblem{check, detail, 1})
-		}
-	}
-	elapsed := last.at.Sub(first.at)
-	// renewed: the same acquisition held the lease at both reads and its
-	// TTL was set again in between.
-	renewed := func(id string, h lease.Holding) bool {
-		h0, ok := first.holdings[id]
-		return elapsed > 0 && ok && h0.Owner == h.Owner && h.Remaining > h0.Remaining-elapsed+renewSlack
-	}
-	leases, notPlanned := 0, 0
-	var notPlannedIDs []string
-	unowned := 0
-	for _, id := range last.active {
-		h := last.holdings[id]
-		if h.Bad != nil {
-			add(checkBadKey, fmt.Sprintf("session %s: its %s key %s: %s; nobody acquires it until the key is repaired or deleted by hand", id, h.Bad.Role, h.Bad.Key, h.Bad.Problem))
-			if h.Owner == "" {
-				continue
-			}
-		}
-		if h.Owner == "" && last.quarantine.holds(id) && last.pl.Members.Len() > 0 {
-			continue // waits, and says so in a note
-		}
-		if h.Owner == "" && last.pl.Members.Len() == 0 {
-			if first.holdings[id].Owner == "" {
-				unowned++
-			}
-			continue
-		}
-		if h.Owner == "" {
-			if h0 := first.holdings[id]; h0.Owner == "" {
-				add(checkNoLease, fmt.Sprintf("session %s has no lease%s; planned owner %s", id, sinceText(elapsed), orNobody(last.pl.OwnerOf(id))))
-			}
-			continue
-		}
-		leases++
-		o := lease.ParseOwner(h.Owner)
-		live, current := last.pl.liveHolder(o.Holder, o.Incarnation)
-		switch {
-		case !live && renewed(id, h):
-			add(checkHolderNotLive, fmt.Sprintf("session %s: lease held by %s, which is not live, yet renewed it during the check (it renews without heartbeating)",
-				id, holderText(o.Holder, o.Incarnation)))
-		case !live:
-			add(checkHolderNotLive, fmt.Sprintf("session %s: lease held by %s, which is not live (nobody polls it until it expires in %s)",
-				id, holderText(o.Holder, o.Incarnation), msDuration(h.Remaining.Milliseconds())))
-		case !current && renewed(id, h):
-			add(checkDuplicateID, fmt.Sprintf("id %s: its heartbeat is incarnation %s, but incarnation %s renewed the lease of session %s during the check: two processes run with this id",
-				o.Holder, last.pl.Infos[o.Holder].Incarnation, o.Incarnation, id))
-		case !current:
-			add(checkPrevious, fmt.Sprintf("session %s: lease held by a previous incarnation %s of %s (nobody polls it until it expires in %s)",
-				id, o.Incarnation, o.Holder, msDuration(h.Remaining.Milliseconds())))
-		case last.pl.OwnerOf(id) != o.Holder:
-			h0 := first.holdings[id]
-			if h0.Owner == h.Owner && first.pl.OwnerOf(id) != o.Holder {
-				notPlanned++
-				if len(notPlannedIDs) < maxProblemLines {
-					notPlannedIDs = append(notPlannedIDs, id)
-				}
-			}
-		}
-	}
-	if last.quarantine.Count > 0 && last.pl.Members.Len() > 0 {
-		*notes = append(*notes, checkNoLease+": not counted: "+last.quarantine.text())
-	}
-	if unowned > 0 {
-		probs = append(probs, checkProblem{checkNoLease, fmt.Sprintf("no live worker: %d active sessions have no lease%s", unowned, sinceText(elapsed)), unowned})
-	}
-	for check, n := range lines {
-		if n > maxProblemLines {
-			probs = append(probs, checkProblem{check, fmt.Sprintf("and %d more", n-maxProblemLines), n - maxProblemLines})
-		}
-	}
-	if notPlanned > 0 {
-		text := fmt.Sprintf("%d leases held%s by a live worker the plan does not place them on (e.g. %s)", notPlanned, sinceText(elapsed), strings.Join(notPlannedIDs, ", "))
-		if maxNotPlanned >= 0 && notPlanned > maxNotPlanned {
-			probs = append(probs, checkProblem{checkNotPlanned, fmt.Sprintf("%s; at most %d allowed (--%s)", text, maxNotPlanned, flagMaxNotPlanned), notPlanned})
-		} else {
-			*notes = append(*notes, checkNotPlanned+": "+text)
-		}
-	}
-	return leases, probs
-}
-
-// sinceText is " for at least 20s" for a positive elapsed time, "" else.
-func sinceText(elapsed time.Duration) string {
-	if elapsed <= 0 {
-		return ""
-	}
-	return " for at least " + shortDuration(elapsed)
-}
-
-// holderText names a lease holder with its incarnation.
-func holderText(holder, incarnation string) string {
-	if incarnation == "" {
-		return holder
-	}
-	return holder + " (incarnation " + incarnation + ")"
 }
 
 // evictionPolicies reads maxmemory-policy on every master and describes
@@ -522,12 +339,12 @@ func checkIndex(ctx context.Context, client redis.UniversalClient, keys keyspace
 			continue
 		}
 		if n++; n <= maxProblemLines {
-			probs = append(probs, checkProblem{checkIndexSizes, fmt.Sprintf("bucket %d: the sizes hash (%s) says %d sessions, the set %s has %d",
-				b, keys.SessionSizes(), sizes[b], keys.SessionBucket(b), again[i]), 1})
+			probs = append(probs, checkProblem{Check: checkIndexSizes, Detail: fmt.Sprintf("bucket %d: the sizes hash (%s) says %d sessions, the set %s has %d",
+				b, keys.SessionSizes(), sizes[b], keys.SessionBucket(b), again[i]), Count: 1})
 		}
 	}
 	if n > maxProblemLines {
-		probs = append(probs, checkProblem{checkIndexSizes, fmt.Sprintf("and %d more buckets", n-maxProblemLines), n - maxProblemLines})
+		probs = append(probs, checkProblem{Check: checkIndexSizes, Detail: fmt.Sprintf("and %d more buckets", n-maxProblemLines), Count: n - maxProblemLines})
 	}
 	return probs, nil
 }

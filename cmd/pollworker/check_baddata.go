@@ -31,13 +31,13 @@ func corruptStates(ctx context.Context, a admin, sessions []session.Session) ([]
 	for _, s := range sessions {
 		if v := views[s.ID]; v != nil && v.Corrupt != "" {
 			if n++; n <= maxProblemLines {
-				probs = append(probs, checkProblem{checkCorruptState, fmt.Sprintf("session %s: its saved state %s is corrupt (%s): polled as never saved; the next save overwrites it (copy the key first to keep it)",
-					s.ID, a.keys.State(s.ID), v.Corrupt), 1})
+				probs = append(probs, checkProblem{Check: checkCorruptState, Detail: fmt.Sprintf("session %s: its saved state %s is corrupt (%s): polled as never saved; the next save overwrites it (copy the key first to keep it)",
+					s.ID, a.keys.State(s.ID), v.Corrupt), Count: 1})
 			}
 		}
 	}
 	if more := n - len(probs); more > 0 {
-		probs = append(probs, checkProblem{checkCorruptState, fmt.Sprintf("and %d more sessions with a corrupt saved state", more), more})
+		probs = append(probs, checkProblem{Check: checkCorruptState, Detail: fmt.Sprintf("and %d more sessions with a corrupt saved state", more), Count: more})
 	}
 	return probs, nil
 }
@@ -73,11 +73,11 @@ func junkMembers(first, last nodes.Membership) []checkProblem {
 	}
 	var probs []checkProblem
 	for _, j := range junk[:min(len(junk), maxProblemLines)] {
-		probs = append(probs, checkProblem{checkJunkMember, fmt.Sprintf("node index entry %s is not a live worker (%s): ignored; pollworker forget %s removes it",
-			printableID(j.Member), j.Problem, shellQuote(j.Member)), 1})
+		probs = append(probs, checkProblem{Check: checkJunkMember, Detail: fmt.Sprintf("node index entry %s is not a live worker (%s): ignored; pollworker forget %s removes it",
+			printableID(j.Member), j.Problem, shellQuote(j.Member)), Count: 1})
 	}
 	if more := len(junk) - len(probs); more > 0 {
-		probs = append(probs, checkProblem{checkJunkMember, fmt.Sprintf("and %d more node index entries that are not live workers", more), more})
+		probs = append(probs, checkProblem{Check: checkJunkMember, Detail: fmt.Sprintf("and %d more node index entries that are not live workers", more), Count: more})
 	}
 	return probs
 }

@@ -12,8 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -29,11 +31,13 @@ func healthyFleet(t *testing.T) *explainFixture {
 		id := fmt.Sprintf("s%d", i)
 		require.NoError(t, store.Put(ctx, session.Session{ID: id, URL: "http://127.0.0.1:1/" + id, Interval: session.Duration(time.Second)}))
 	}
-	pl, err := readPlacement(ctx, f.client, keyspace.Space{}, store)
+	r, err := fleet.NewReader(f.client, keyspace.Space{}, fleetOptions(poller.DefaultLeaseTTL))
+	require.NoError(t, err)
+	snap, err := r.ReadAll(ctx)
 	require.NoError(t, err)
 	for i := 1; i <= 6; i++ {
 		id := fmt.Sprintf("s%d", i)
-		owner := pl.Plan.OwnerOf(id)
+		owner := snap.OwnerOf(id)
 		f.take(t, id, owner, "inc"+owner)
 	}
 	return f

@@ -10,102 +10,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
 )
-
-// TestWhy is the reasoning of explain: facts in, one reason and sentence
-// out.
-func TestWhy(t *testing.T) {
-	active := &sessionDefinition{IntervalMs: 1000}
-	ranking := []rankedWorker{{ID: "w1"}, {ID: "w2"}, {ID: "w3"}}
-	base := func(f func(e *explanation)) explanation {
-		e := explanation{Session: "s1", Found: true, Definition: active, Ranking: ranking, Planned: "w1", Watcher: "w2",
-			LeaseTTLMs: 30000, Loss: lossFacts{Present: true, RunID: "r1", ServerRunID: "r1"}}
-		f(&e)
-		return e
-	}
-	held := func(holder string, mod ...func(l *leaseFacts)) func(e *explanation) {
-		return func(e *explanation) {
-			e.Lease = &leaseFacts{Holder: holder, Incarnation: "i1", Live: true, Current: true, ExpiresInMs: 25000, AcquiredAgoMs: 60000}
-			for _, m := range mod {
-				m(e.Lease)
-			}
-		}
-	}
-	tests := []struct {
-		name       string
-		give       explanation
-		wantReason string
-		wantWhy    string
-	}{
-		{name: "preferred", give: base(held("w1")), wantReason: reasonPreferred, wantWhy: "preferred owner: w1 polls it, as planned (its rendezvous owner)"},
-		{name: "moved by the bound", give: base(func(e *explanation) {
-			e.Planned, e.MovedByBound, e.Watcher = "w2", true, "w1"
-			held("w2")(e)
-		}), wantReason: reasonPreferred, wantWhy: "balance bound moved its bucket off its rendezvous owner w1"},
-		{name: "not found", give: base(func(e *explanation) { e.Found, e.Definition = false, nil }),
-			wantReason: reasonNotFound, wantWhy: "session not found: no definition is stored under this id"},
-		{name: "not found, lease left", give: base(func(e *explanation) {
-			e.Found, e.Definition = false, nil
-			held("w3")(e)
-		}), wantReason: reasonNotFound, wantWhy: "w3 still holds its lease and releases it at its next round"},
-		{name: "malformed", give: base(func(e *explanation) { e.Definition, e.Malformed = nil, "session: malformed: bad json" }),
-			wantReason: reasonMalformed, wantWhy: "malformed (session: malformed: bad json)"},
-		{name: "paused", give: base(func(e *explanation) { e.Definition = &sessionDefinition{IntervalMs: 1000, Paused: true} }),
-			wantReason: reasonPaused, wantWhy: "paused: no worker polls it"},
-		{name: "paused, lease of a crashed holder", give: base(func(e *explanation) {
-			e.Definition = &sessionDefinition{IntervalMs: 1000, Paused: true}
-			held("ghost", func(l *leaseFacts) { l.Live, l.Current = false, false })(e)
-		}), wantReason: reasonPaused, wantWhy: "held by ghost, which is not live, until it expires in 25s"},
-		{name: "no worker matches the selector", give: base(func(e *explanation) {
-			e.Definition = &sessionDefinition{IntervalMs: 1000, Selector: "zone=eu"}
-			e.Ranking, e.Planned, e.Watcher, e.NoMatchingWorker = []rankedWorker{}, "", "", true
-		}), wantReason: reasonNoMatchingWorker, wantWhy: "no live worker matches its selector zone=eu: nobody polls it"},
-		{name: "no live worker", give: base(func(e *explanation) { e.Ranking, e.Planned, e.Watcher = nil, "", "" }),
-			wantReason: reasonNoWorker, wantWhy: "unowned: there is no live worker"},
-		{name: "quarantine", give: base(func(e *explanation) { e.Loss.QuarantineLeftMs = 12000 }),
-			wantReason: reasonQuarantine, wantWhy: "waiting out the loss quarantine (a new keyspace, or Redis lost data): no free lease is taken until it ends in 12s"},
-		{name: "marker missing", give: base(func(e *explanation) { e.Loss = lossFacts{ServerRunID: "r1"} }),
-			wantReason: reasonLossDetected, wantWhy: "the loss marker is missing"},
-		{name: "restarted", give: base(func(e *explanation) { e.Loss.ServerRunID = "r2" }),
-			wantReason: reasonLossDetected, wantWhy: "Redis restarted or failed over since the loss marker was written (run id r1, now r2)"},
-		{name: "unowned", give: base(func(*explanation) {}),
-			wantReason: reasonUnowned, wantWhy: "the planned owner w1 takes it at its next round; if it does not, the watcher w2 adopts it after the orphan grace"},
-		{name: "holder not live", give: base(held("ghost", func(l *leaseFacts) { l.Live, l.Current = false, false })),
-			wantReason: reasonHolderNotLive, wantWhy: "held by ghost, which is not live (crashed or cut off without releasing); w1 takes it when the lease expires in 25s"},
-		{name: "previous incarnation", give: base(held("w1", func(l *leaseFacts) { l.Current = false })),
-			wantReason: reasonPreviousIncarnation, wantWhy: "previous incarnation (i1) of w1"},
-		{name: "cordoned", give: base(held("w3", func(l *leaseFacts) { l.Cordoned = true })),
-			wantReason: reasonCordoned, wantWhy: "w3 polls it but is cordoned"},
-		{name: "orphan", give: base(held("w2")), wantReason: reasonOrphan, wantWhy: "orphan adopted by the watcher: w2 polls it"},
-		{name: "held back", give: base(held("w3", func(l *leaseFacts) { l.AcquiredAgoMs = 10000 })),
-			wantReason: reasonSettling, wantWhy: "w3 took it 10s ago and keeps it for one lease TTL unless the membership changes (settle rule); then it hands it to the planned owner w1, in about 20s"},
-		{name: "contended", give: base(held("w3")),
-			wantReason: reasonContended, wantWhy: "contended: w3 polls it but has not handed it off yet; the planned owner w1 takes it once w3 releases it"},
-		{name: "contended, token not from the clock", give: base(held("w3", func(l *leaseFacts) { l.AcquiredAgoMs = -1 })),
-			wantReason: reasonContended, wantWhy: "contended"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			reason, why := why(tt.give)
-			require.Equal(t, tt.wantReason, reason)
-			require.Contains(t, why, tt.wantWhy)
-			require.NotContains(t, why, "\n")
-		})
-	}
-}
-
-func TestAcquiredAgo(t *testing.T) {
-	now := time.UnixMicro(1_700_000_000_000_000)
-	require.Equal(t, int64(1500), acquiredAgo(1_700_000_000_000_000-1_500_000, now))
-	require.Equal(t, int64(-1), acquiredAgo(42, now), "a plain counter says nothing")
-	require.Equal(t, int64(-1), acquiredAgo(1_700_000_000_000_000+1, now), "ahead of the clock")
-	require.Equal(t, int64(-1), acquiredAgo(0, now))
-}
 
 // explainFixture is a real redis-server with sessions s1 (active) and p1
 // (paused) and live workers w1, w2, w3.
@@ -152,11 +63,11 @@ func (f *explainFixture) take(t *testing.T, id, holder, incarnation string) {
 	}
 }
 
-func (f *explainFixture) explain(t *testing.T, id string) explanation {
+func (f *explainFixture) explain(t *testing.T, id string) fleet.Explanation {
 	t.Helper()
 	res := runApp(t, "explain", "--redis-url", f.url, "--json", id)
 	require.Equal(t, exitOK, res.code, res.stderr)
-	var e explanation
+	var e fleet.Explanation
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &e), res.stdout)
 	return e
 }
@@ -172,7 +83,7 @@ func TestExplainOnRedis(t *testing.T) {
 		require.Equal(t, "inc"+e.Planned, e.Ranking[0].Incarnation)
 		f.take(t, "s1", e.Planned, "inc"+e.Planned)
 		e = f.explain(t, "s1")
-		require.Equal(t, reasonPreferred, e.Reason, e.Why)
+		require.Equal(t, fleet.ReasonPreferred, e.Reason, e.Why)
 		require.NotNil(t, e.Lease)
 		require.True(t, e.Lease.Live && e.Lease.Current)
 		require.Positive(t, e.Token)
@@ -187,7 +98,7 @@ func TestExplainOnRedis(t *testing.T) {
 	t.Run("unowned, then quarantined, then a restart seen", func(t *testing.T) {
 		f := newExplainFixture(t)
 		e := f.explain(t, "s1")
-		require.Equal(t, reasonUnowned, e.Reason, e.Why)
+		require.Equal(t, fleet.ReasonUnowned, e.Reason, e.Why)
 		require.Nil(t, e.Lease)
 		require.True(t, e.Loss.Present)
 		require.NotEmpty(t, e.Loss.ServerRunID)
@@ -197,17 +108,17 @@ func TestExplainOnRedis(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, f.client.Set(ctxT(t), marker, fmt.Sprintf("%s:%d", e.Loss.ServerRunID, now.UnixMilli()+60000), 0).Err())
 		e = f.explain(t, "s1")
-		require.Equal(t, reasonQuarantine, e.Reason, e.Why)
+		require.Equal(t, fleet.ReasonQuarantine, e.Reason, e.Why)
 		require.Greater(t, e.Loss.QuarantineLeftMs, int64(50000))
 
 		require.NoError(t, f.client.Set(ctxT(t), marker, "0123abcd:1", 0).Err())
 		e = f.explain(t, "s1")
-		require.Equal(t, reasonLossDetected, e.Reason, e.Why)
+		require.Equal(t, fleet.ReasonLossDetected, e.Reason, e.Why)
 		require.Contains(t, e.Why, "run id 0123abcd")
 
 		require.NoError(t, f.client.Del(ctxT(t), marker).Err())
 		e = f.explain(t, "s1")
-		require.Equal(t, reasonLossDetected, e.Reason, e.Why)
+		require.Equal(t, fleet.ReasonLossDetected, e.Reason, e.Why)
 		require.Contains(t, e.Why, "loss marker is missing")
 	})
 	t.Run("no live worker", func(t *testing.T) {
@@ -216,14 +127,14 @@ func TestExplainOnRedis(t *testing.T) {
 			require.NoError(t, reg.Leave(ctxT(t)))
 		}
 		e := f.explain(t, "s1")
-		require.Equal(t, reasonNoWorker, e.Reason, e.Why)
+		require.Equal(t, fleet.ReasonNoWorker, e.Reason, e.Why)
 		require.Empty(t, e.Ranking)
 	})
 	t.Run("held by a worker that is not live", func(t *testing.T) {
 		f := newExplainFixture(t)
 		f.take(t, "s1", "ghost", "incghost")
 		e := f.explain(t, "s1")
-		require.Equal(t, reasonHolderNotLive, e.Reason, e.Why)
+		require.Equal(t, fleet.ReasonHolderNotLive, e.Reason, e.Why)
 		require.Equal(t, "ghost", e.Lease.Holder)
 		require.False(t, e.Lease.Live)
 	})
@@ -231,7 +142,7 @@ func TestExplainOnRedis(t *testing.T) {
 		f := newExplainFixture(t)
 		f.take(t, "s1", "w2", "oldw2")
 		e := f.explain(t, "s1")
-		require.Equal(t, reasonPreviousIncarnation, e.Reason, e.Why)
+		require.Equal(t, fleet.ReasonPreviousIncarnation, e.Reason, e.Why)
 		require.Equal(t, "oldw2", e.Lease.Incarnation)
 		require.True(t, e.Lease.Live)
 		require.False(t, e.Lease.Current)
@@ -241,7 +152,7 @@ func TestExplainOnRedis(t *testing.T) {
 		e := f.explain(t, "s1")
 		f.take(t, "s1", e.Watcher, "inc"+e.Watcher)
 		e = f.explain(t, "s1")
-		require.Equal(t, reasonOrphan, e.Reason, e.Why)
+		require.Equal(t, fleet.ReasonOrphan, e.Reason, e.Why)
 	})
 	t.Run("held by another worker that just took it", func(t *testing.T) {
 		f := newExplainFixture(t)
@@ -251,14 +162,14 @@ func TestExplainOnRedis(t *testing.T) {
 		require.NotEqual(t, e.Watcher, other)
 		f.take(t, "s1", other, "inc"+other)
 		e = f.explain(t, "s1")
-		require.Equal(t, reasonSettling, e.Reason, e.Why)
+		require.Equal(t, fleet.ReasonSettling, e.Reason, e.Why)
 		// Once the lease is older than the (here 10 ms) lease TTL, the
 		// hold-back is over: the holder should hand it off.
 		require.Eventually(t, func() bool {
 			res := runApp(t, "explain", "--redis-url", f.url, "--json", "--lease-ttl", "10ms", "s1")
 			require.Equal(t, exitOK, res.code, res.stderr)
 			require.NoError(t, json.Unmarshal([]byte(res.stdout), &e))
-			return e.Reason == reasonContended
+			return e.Reason == fleet.ReasonContended
 		}, 5*time.Second, 5*time.Millisecond, "reason %s: %s", e.Reason, e.Why)
 	})
 	t.Run("a key of the wrong type", func(t *testing.T) {
@@ -267,7 +178,7 @@ func TestExplainOnRedis(t *testing.T) {
 		for _, key := range []string{ks.Lease("s1"), ks.Fence("s1"), ks.Released("s1")} {
 			require.NoError(t, f.client.HSet(ctxT(t), key, "planted", "1").Err())
 			e := f.explain(t, "s1")
-			require.Equal(t, reasonBadKey, e.Reason, e.Why)
+			require.Equal(t, fleet.ReasonBadKey, e.Reason, e.Why)
 			require.Equal(t, key, e.BadKey.Key)
 			require.Contains(t, e.Why, "wrong type hash")
 			res := runApp(t, "sessions", "get", "--redis-url", f.url, "s1")
@@ -282,18 +193,18 @@ func TestExplainOnRedis(t *testing.T) {
 	})
 	t.Run("paused and not found", func(t *testing.T) {
 		f := newExplainFixture(t)
-		require.Equal(t, reasonPaused, f.explain(t, "p1").Reason)
+		require.Equal(t, fleet.ReasonPaused, f.explain(t, "p1").Reason)
 		// Explained, but exit 1 as sessions get (issue 22: explain nope exited 0).
 		res := runApp(t, "explain", "--redis-url", f.url, "--json", "nope")
 		require.Equal(t, exitFailure, res.code, res.stderr)
 		require.Equal(t, "pollworker: explain nope: no such session\n", res.stderr)
-		var e explanation
+		var e fleet.Explanation
 		require.NoError(t, json.Unmarshal([]byte(res.stdout), &e), res.stdout)
-		require.Equal(t, reasonNotFound, e.Reason)
+		require.Equal(t, fleet.ReasonNotFound, e.Reason)
 		require.False(t, e.Found)
 		require.Len(t, e.Ranking, 3, "the ranking is shown anyway")
 		require.NoError(t, f.client.Set(ctxT(t), keyspace.Space{}.Session("bad"), "not json", 0).Err())
-		require.Equal(t, reasonMalformed, f.explain(t, "bad").Reason)
+		require.Equal(t, fleet.ReasonMalformed, f.explain(t, "bad").Reason)
 	})
 }
 

@@ -16,8 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/nodes"
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -182,13 +184,19 @@ func warnUnmatchedSelectors(ctx context.Context, a admin, w io.Writer, cmdName s
 	if len(count) == 0 {
 		return
 	}
-	p, err := bounded(ctx, a, func(ctx context.Context) (placement, error) { return readPlacement(ctx, a.client, a.keys, a.store) })
+	p, err := bounded(ctx, a, func(ctx context.Context) (*fleet.Snapshot, error) {
+		r, err := newFleetReader(a, poller.DefaultLeaseTTL)
+		if err != nil {
+			return nil, err
+		}
+		return r.ReadFleet(ctx)
+	})
 	if err != nil {
 		fmt.Fprintf(w, "pollworker: %s: warning: could not check the selectors against the live workers: %v\n", cmdName, err)
 		return
 	}
 	for _, sel := range slices.Sorted(maps.Keys(count)) {
-		if p.Unplaceable(sel) {
+		if s, err := fleet.ParseSelector(sel); err != nil || !p.Placement.Placeable(s) {
 			fmt.Fprintf(w, "pollworker: %s: warning: no live worker's --labels match selector %s (%s; %s): "+
 				"polled by nobody until a worker with these labels joins\n",
 				cmdName, sel, plural(count[sel], "session"), plural(len(p.Members.Placeable()), "placeable live worker"))

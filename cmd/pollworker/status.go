@@ -5,24 +5,19 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
-	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
-	"github.com/pollworker/pollworker/session"
+	"github.com/pollworker/pollworker/poller"
 )
 
 // maxUnownedShown is how many session ids status lists per kind (unowned,
 // not polled, unknown).
 const maxUnownedShown = 10
-
-// scanCount is the COUNT of each SCAN step that looks for lease keys.
-const scanCount = 1000
 
 // clusterStatus is what `pollworker status` reports: one consistent-enough
 // look at the deployment (it is read in a few round trips, not atomically).
@@ -202,130 +197,49 @@ type balance struct {
 	MaxOverMean float64 `json:"max_over_mean"`
 }
 
-// computeStatus reads the membership, the sessions and the leases of the
-// active sessions and, if scan is set, SCANs for lease keys of sessions not
-// in the store. It prunes expired members from the node index (as every
-// worker does) and writes nothing else.
+// computeStatus reads the fleet, every session and the leases of the
+// active ones (fleet.Reader.ReadAll) and, if scan is set, SCANs for lease
+// keys of sessions not in the store. It prunes expired members from the
+// node index (as every worker does) and writes nothing else.
 func computeStatus(ctx context.Context, client redis.UniversalClient, keys keyspace.Space, scan bool) (clusterStatus, error) {
-	store, err := session.NewStore(client, keys)
+	r, err := fleet.NewReader(client, keys, fleetOptions(poller.DefaultLeaseTTL))
 	if err != nil {
 		return clusterStatus{}, err
 	}
-	pl, err := readPlacement(ctx, client, keys, store)
+	snap, err := r.ReadAll(ctx)
 	if err != nil {
 		return clusterStatus{}, err
 	}
-	sessions, problems, err := store.List(ctx)
-	if err != nil {
-		return clusterStatus{}, err
-	}
-	var active []string
-	for _, s := range sessions {
-		if !s.Paused {
-			active = append(active, s.ID)
-		}
-	}
-	var holdings []lease.Holding
-	if len(active) > 0 {
-		if holdings, err = lease.Inspect(ctx, client, keys, active, 0); err != nil {
-			return clusterStatus{}, err
-		}
-	}
-	st := buildStatus(pl, sessions, problems, holdings)
-	if st.Leases.Unowned > 0 {
-		unowned := make(map[string]lease.Holding, len(holdings))
-		for _, h := range holdings {
-			unowned[h.Session] = h
-		}
-		if st.LossQuarantine, err = readQuarantine(ctx, client, keys, unownedOf(active, unowned), st.ServerTime); err != nil {
-			return clusterStatus{}, err
-		}
-	}
+	st := buildStatus(snap)
 	if scan {
-		known := make(map[string]struct{}, len(sessions)+len(problems))
-		for _, s := range sessions {
-			known[s.ID] = struct{}{}
-		}
-		for _, p := range problems {
-			known[p.ID] = struct{}{}
-		}
-		if st.UnknownLeases, err = findUnknownLeases(ctx, client, keys, known); err != nil {
+		if st.UnknownLeases, err = findUnknownLeases(ctx, r, snap); err != nil {
 			return clusterStatus{}, err
 		}
 	}
 	return st, nil
 }
 
-// findUnknownLeases SCANs (MATCH <prefix>:lease:{*}, COUNT scanCount, on
-// every master of a Cluster) for lease keys whose session is not in known,
-// and reads their holders. There is no index of leases to read instead:
-// this is a pass over the whole keyspace, for one-shot commands.
-func findUnknownLeases(ctx context.Context, client redis.UniversalClient, keys keyspace.Space, known map[string]struct{}) (unknownLeases, error) {
-	prefix, suffix, _ := strings.Cut(keys.Lease("\x00"), "\x00")
-	var ids []string
-	scanOne := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, prefix+"*"+suffix, scanCount).Iterator()
-		for iter.Next(ctx) {
-			id, ok := strings.CutPrefix(iter.Val(), prefix)
-			if !ok || !strings.HasSuffix(id, suffix) {
-				continue
-			}
-			id = strings.TrimSuffix(id, suffix)
-			if _, ok := known[id]; !ok && keyspace.ValidateID(id) == nil {
-				ids = append(ids, id)
-			}
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		var mu sync.Mutex // ForEachMaster calls concurrently: one scan at a time
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return scanOne(ctx, c)
-		})
-	} else {
-		err = scanOne(ctx, client)
-	}
-	if redis.HasErrorPrefix(err, "NOPERM") {
-		// The least-privilege ACL of docs/deploying.md lets workers work, not scan.
-		return unknownLeases{Skipped: "this Redis user may not run SCAN", Lease: []leaseHolder{}}, nil
-	}
-	if err != nil {
-		return unknownLeases{}, fmt.Errorf("scan for leases: %w", err)
-	}
-	out := unknownLeases{Scanned: true, At: time.Now().UTC(), Lease: []leaseHolder{}}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	holdings, err := lease.Inspect(ctx, client, keys, ids, 0)
+// findUnknownLeases SCANs for the leases of sessions the snapshot does
+// not know (fleet.Reader.UnknownLeases).
+func findUnknownLeases(ctx context.Context, r *fleet.Reader, snap *fleet.Snapshot) (unknownLeases, error) {
+	u, err := r.UnknownLeases(ctx, snap.Known, maxUnownedShown)
 	if err != nil {
 		return unknownLeases{}, err
 	}
-	for _, h := range holdings {
-		if h.Owner == "" {
-			continue // expired since the SCAN
-		}
-		out.Count++
-		if len(out.Lease) < maxUnownedShown {
-			o := lease.ParseOwner(h.Owner)
-			out.Lease = append(out.Lease, leaseHolder{Session: h.Session, Holder: o.Holder, Incarnation: o.Incarnation,
-				ExpiresInMs: h.Remaining.Milliseconds()})
-		}
+	out := unknownLeases{Scanned: u.Scanned, Skipped: u.Skipped, At: u.At, Count: u.Count, Lease: []leaseHolder{}}
+	for _, l := range u.Sample {
+		out.Lease = append(out.Lease, leaseHolder{Session: l.Session, Holder: l.Holder, Incarnation: l.Incarnation, ExpiresInMs: l.Remaining.Milliseconds()})
 	}
 	return out, nil
 }
 
-// buildStatus combines what computeStatus read.
-func buildStatus(pl placement, sessions []session.Session, problems []session.Problem, holdings []lease.Holding) clusterStatus {
-	m := pl.Members
+// buildStatus sums up a snapshot of every session (fleet.Reader.ReadAll).
+func buildStatus(snap *fleet.Snapshot) clusterStatus {
+	m := snap.Members
 	st := clusterStatus{
 		ServerTime:      time.UnixMilli(m.ServerTimeMs).UTC(),
 		Nodes:           make([]nodeStatus, len(m.Nodes)),
-		Malformed:       malformedEntries(problems),
+		Malformed:       malformedEntries(snap.Malformed),
 		JunkMembers:     m.Junk,
 		UnownedSample:   []string{},
 		NotPolledSample: []string{},
@@ -337,7 +251,7 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 		st.Nodes[i] = nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1, Cordoned: m.IsCordoned(id), Weight: 1}
 		byID[id] = &st.Nodes[i]
 	}
-	for _, info := range pl.Infos {
+	for _, info := range snap.Infos {
 		if n, ok := byID[info.ID]; ok {
 			n.Host, n.PID, n.Version, n.Started, n.Incarnation = info.Host, info.PID, info.Version, info.Started, info.Incarnation
 			n.Weight = info.PlanWeight()
@@ -349,75 +263,69 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 		}
 	}
 
-	// The placement the workers compute (readPlacement: the same planner,
-	// from the index's bucket loads and the weights the workers read).
-	pl.learn(sessions)
+	// The placement the workers compute (fleet: the same planner, from
+	// the index's bucket loads and the weights the workers read).
 	for i := range st.Nodes {
-		st.Nodes[i].Planned = pl.PlannedLoad(st.Nodes[i].ID)
+		st.Nodes[i].Planned = snap.PlannedLoad(st.Nodes[i].ID)
 	}
 	st.Unplaceable = unplaceable{BySelector: map[string]int{}, Sample: []string{}}
-	for _, s := range sessions { // sorted by id
-		if sel := s.SelectorKey(); !s.Paused && pl.Unplaceable(sel) {
+	active := snap.Active() // sorted by id
+	for _, id := range active {
+		if !snap.Placeable(id) {
+			sel := snap.Sessions[id].Session.SelectorKey()
 			st.Unplaceable.Count++
 			st.Unplaceable.BySelector[sel]++
 			if len(st.Unplaceable.Sample) < maxUnownedShown {
-				st.Unplaceable.Sample = append(st.Unplaceable.Sample, s.ID)
+				st.Unplaceable.Sample = append(st.Unplaceable.Sample, id)
 			}
 		}
 	}
-	st.PlanUnit = pl.loadUnit()
-	interval := make(map[string]time.Duration, len(sessions))
-	for _, s := range sessions {
-		interval[s.ID] = s.Interval.D()
-	}
+	st.PlanUnit = snap.LoadUnit()
 
+	sessions := snap.Definitions()
 	st.Sessions.Total = len(sessions)
-	st.Sessions.Malformed = len(problems)
-	for _, s := range sessions {
-		if s.Paused {
-			st.Sessions.Paused++
-		}
-	}
-	st.Sessions.Active = st.Sessions.Total - st.Sessions.Paused
+	st.Sessions.Malformed = len(snap.Malformed)
+	st.Sessions.Active = len(active)
+	st.Sessions.Paused = st.Sessions.Total - st.Sessions.Active
 
 	type holderKey struct{ id, incarnation string }
 	others := map[holderKey]*holderCount{}
-	for _, h := range holdings {
+	for _, id := range active {
+		f := snap.Sessions[id]
+		h := f.Lease
 		if h.Owner == "" {
 			st.Leases.Unowned++
 			if len(st.UnownedSample) < maxUnownedShown {
-				st.UnownedSample = append(st.UnownedSample, h.Session)
+				st.UnownedSample = append(st.UnownedSample, id)
 			}
 			continue
 		}
 		st.Leases.Held++
-		o := lease.ParseOwner(h.Owner)
-		n, live := byID[o.Holder]
-		// An owner value or a node without an incarnation (written before
-		// incarnations existed) cannot be told apart: counted as live.
-		if live && (o.Incarnation == "" || n.Incarnation == "" || o.Incarnation == n.Incarnation) {
+		o := snap.HolderOf(h.Owner)
+		if o.Polling() {
+			n := byID[o.ID]
 			n.Leases++
-			if d := interval[h.Session]; d > 0 {
+			if d := f.Session.Interval.D(); d > 0 {
 				n.PollsPerSecond += float64(time.Second) / float64(d)
 			}
 			st.Leases.ByLive++
-			if pl.OwnerOf(h.Session) != o.Holder {
+			if snap.OwnerOf(id) != o.ID {
 				st.Leases.NotPlanned++
 			}
 			continue
 		}
-		if live {
+		if o.Live {
 			st.Leases.ByPrevious++
 		} else {
 			st.Leases.ByOthers++
 		}
 		if len(st.NotPolledSample) < maxUnownedShown {
-			st.NotPolledSample = append(st.NotPolledSample, h.Session)
+			st.NotPolledSample = append(st.NotPolledSample, id)
 		}
-		k := holderKey{o.Holder, o.Incarnation}
+		k := holderKey{o.ID, o.Incarnation}
 		hc := others[k]
 		if hc == nil {
-			hc = &holderCount{ID: o.Holder, Incarnation: o.Incarnation, Previous: live}
+			hc = &holderCount{ID: o.ID, Incarnation: o.Incarnation, Previous: o.Live}
 			others[k] = hc
 		}
 		hc.Leases++
@@ -430,6 +338,9 @@ func buildStatus(pl placement, sessions []session.Session, problems []session.Pr
 	slices.SortFunc(st.OtherHolders, func(a, b holderCount) int {
 		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Incarnation, b.Incarnation))
 	})
+	if st.Leases.Unowned > 0 {
+		st.LossQuarantine = quarantineOf(snap)
+	}
 
 	if len(st.Nodes) > 0 {
 		for _, n := range st.Nodes {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/nodes"
 )
 
@@ -109,7 +110,7 @@ func printStatus(w io.Writer, st clusterStatus) {
 		fmt.Fprintf(w, "  %s%s (%s; leases expire by TTL, within %s): %d\n", h.ID, inc, why,
 			shortDuration(time.Duration(h.ExpiresInMs)*time.Millisecond), h.Leases)
 	}
-	fmt.Fprintf(w, "unowned active sessions: %d%s\n", l.Unowned, sample(st.UnownedSample, l.Unowned))
+	fmt.Fprintf(w, "unowned active sessions: %d%s\n", l.Unowned, fleet.SampleText(st.UnownedSample, l.Unowned))
 	if q := st.LossQuarantine; q.Count > 0 {
 		fmt.Fprintf(w, "loss quarantine: %s\n", q.text())
 	}
@@ -120,7 +121,7 @@ func printStatus(w io.Writer, st clusterStatus) {
 			parts[i] = fmt.Sprintf("%s: %d", sel, u.BySelector[sel])
 		}
 		fmt.Fprintf(w, "UNPLACEABLE: %d active sessions whose selector no live worker's labels match, polled by nobody (%s)%s\n",
-			u.Count, strings.Join(parts, "; "), sample(u.Sample, u.Count))
+			u.Count, strings.Join(parts, "; "), fleet.SampleText(u.Sample, u.Count))
 	}
 	var cordoned []string
 	for _, n := range st.Nodes {
@@ -135,7 +136,7 @@ func printStatus(w io.Writer, st clusterStatus) {
 		fmt.Fprintf(w, "held off their planned worker: %d (moving, held back one lease TTL after a move, or adopted orphans)\n", l.NotPlanned)
 	}
 	if n := l.ByPrevious + l.ByOthers; n > 0 {
-		fmt.Fprintf(w, "NOT POLLED: %d active sessions held by a holder that is not polling them%s\n", n, sample(st.NotPolledSample, n))
+		fmt.Fprintf(w, "NOT POLLED: %d active sessions held by a holder that is not polling them%s\n", n, fleet.SampleText(st.NotPolledSample, n))
 	}
 	u := st.UnknownLeases
 	if u.Scanned {
@@ -143,7 +144,7 @@ func printStatus(w io.Writer, st clusterStatus) {
 		for i, lh := range u.Lease {
 			ids[i] = lh.Session + " by " + lh.Holder
 		}
-		fmt.Fprintf(w, "leases of sessions not in the store: %d%s\n", u.Count, sample(ids, u.Count))
+		fmt.Fprintf(w, "leases of sessions not in the store: %d%s\n", u.Count, fleet.SampleText(ids, u.Count))
 	} else if u.Skipped != "" {
 		fmt.Fprintf(w, "leases of sessions not in the store: not looked for (%s)\n", u.Skipped)
 	}
@@ -158,19 +159,6 @@ func printStatus(w io.Writer, st clusterStatus) {
 			fmt.Fprintf(w, "poll balance by worker labels: %s\n", strings.Join(parts, "; "))
 		}
 	}
-}
-
-// sample formats " (a, b, and 3 more)" for shown out of total, "" when
-// total is 0.
-func sample(shown []string, total int) string {
-	if total == 0 {
-		return ""
-	}
-	out := " (" + strings.Join(shown, ", ")
-	if more := total - len(shown); more > 0 {
-		out += fmt.Sprintf(", and %d more", more)
-	}
-	return out + ")"
 }
 
 func dash(s string) string {

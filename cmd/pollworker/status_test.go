@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/assign"
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
@@ -368,7 +369,7 @@ func TestStatusUsesThePlanner(t *testing.T) {
 	for i, id := range ids {
 		holdings[i] = lease.Holding{Session: id, Owner: planned[i] + "#0123456789abcdef", Remaining: time.Second}
 	}
-	st := buildStatus(placementOf(t, m, nil, sessions), sessions, nil, holdings)
+	st := buildStatus(snapshotOf(t, m, nil, sessions, holdings))
 	total := 0
 	for _, n := range st.Nodes {
 		require.Equal(t, n.Leases, n.Planned, "%s holds its planned share", n.ID)
@@ -383,24 +384,29 @@ func TestStatusUsesThePlanner(t *testing.T) {
 		other = "w2"
 	}
 	holdings[0].Owner = other + "#0123456789abcdef"
-	st = buildStatus(placementOf(t, m, nil, sessions), sessions, nil, holdings)
+	st = buildStatus(snapshotOf(t, m, nil, sessions, holdings))
 	require.Equal(t, 1, st.Leases.NotPlanned)
 	var out strings.Builder
 	printStatus(&out, st)
 	require.Contains(t, out.String(), "held off their planned worker: 1")
 }
 
-// placementOf is what readPlacement would read for membership m and an
-// index holding sessions.
-func placementOf(t *testing.T, m nodes.Membership, infos map[string]nodes.Info, sessions []session.Session) placement {
+// snapshotOf is what fleet.Reader.ReadAll would read for membership m,
+// the infos, an index holding sessions and these leases.
+func snapshotOf(t *testing.T, m nodes.Membership, infos []nodes.Info, sessions []session.Session, holdings []lease.Holding) *fleet.Snapshot {
 	t.Helper()
 	sizes := make([]int, assign.Buckets)
 	for _, s := range sessions {
 		sizes[keyspace.BucketOf(s.ID)]++
 	}
-	pl, err := newPlacement(m, infos, session.Weights{Sizes: sizes})
+	leases := make(map[string]lease.Holding, len(holdings))
+	for _, h := range holdings {
+		leases[h.Session] = h
+	}
+	snap, err := fleet.Build(fleet.Observed{Members: m, Infos: infos, Weights: session.Weights{Sizes: sizes}, Sessions: sessions, Leases: leases},
+		fleetOptions(poller.DefaultLeaseTTL))
 	require.NoError(t, err)
-	return pl
+	return snap
 }
 
 // TestStatusUnplaceable: an active session whose selector no live
@@ -413,8 +419,8 @@ func TestStatusUnplaceable(t *testing.T) {
 		return session.Session{ID: id, URL: "http://x/", Interval: session.Duration(time.Second), Selector: s, Paused: paused}
 	}
 	sessions := []session.Session{sel("a", "zone=eu", false), sel("b", "zone=mars", false), sel("c", "zone=mars", true), sel("d", "", false)}
-	pl := placementOf(t, m, map[string]nodes.Info{"w1": {ID: "w1", Labels: nodes.Labels{"zone": "eu"}}, "w2": {ID: "w2"}}, sessions)
-	st := buildStatus(pl, sessions, nil, []lease.Holding{{Session: "a", Owner: "w1#0123456789abcdef"}})
+	st := buildStatus(snapshotOf(t, m, []nodes.Info{{ID: "w1", Labels: nodes.Labels{"zone": "eu"}}, {ID: "w2"}}, sessions,
+		[]lease.Holding{{Session: "a", Owner: "w1#0123456789abcdef"}}))
 	require.Equal(t, 1, st.Unplaceable.Count)
 	require.Equal(t, map[string]int{"zone=mars": 1}, st.Unplaceable.BySelector)
 	require.Equal(t, []string{"b"}, st.Unplaceable.Sample)
