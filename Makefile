@@ -7,7 +7,7 @@ GO ?= go
 # not track, so cached results could hide a regression.
 TESTFLAGS ?= -race -count=1 -timeout 9m
 
-.PHONY: test check redis-server chromium build demo chaos bench
+.PHONY: test check redis-server chromium build image demo chaos bench
 
 test: redis-server chromium check
 	$(GO) test $(TESTFLAGS) ./...
@@ -49,6 +49,18 @@ chromium:
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/pollworker ./cmd/pollworker
+
+# The container image, without a container engine: a multi-platform OCI
+# image (linux/amd64, linux/arm64) FROM SCRATCH, written as an OCI layout
+# archive by deploy/tools/imagebuild (go-containerregistry), stamped like
+# `make build`. Load or push it with e.g. `skopeo copy
+# oci-archive:bin/pollworker-image.tar docker://REGISTRY/pollworker:TAG`.
+IMAGE_TAR ?= bin/pollworker-image.tar
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+image:
+	@mkdir -p $(dir $(IMAGE_TAR))
+	cd deploy/tools && $(GO) run ./imagebuild -C ../.. -o $(abspath $(IMAGE_TAR)) \
+	  -platforms $(IMAGE_PLATFORMS) -ldflags "$(LDFLAGS)"
 
 demo:
 	$(GO) run ./cmd/pollworker demo
