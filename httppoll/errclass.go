@@ -24,12 +24,16 @@ const (
 	classReset
 	classDNS
 	classTLS
+	classProfile
+	classRedirect
 	classOther
 )
 
 // classify returns the class of a poll's error.
 func classify(err error) errClass {
 	var se *StatusError
+	var pe *ProfileError
+	var re *RedirectError
 	var ne net.Error
 	var dns *net.DNSError
 	var rh tls.RecordHeaderError
@@ -39,6 +43,10 @@ func classify(err error) errClass {
 	switch {
 	case err == nil:
 		return classOK
+	case errors.As(err, &pe):
+		return classProfile
+	case errors.As(err, &re):
+		return classRedirect
 	case errors.As(err, &se) && se.Code >= 500:
 		return classServer
 	case errors.As(err, &se):
@@ -80,6 +88,10 @@ func (c errClass) String() string {
 		return "dns"
 	case classTLS:
 		return "tls"
+	case classProfile:
+		return "profile"
+	case classRedirect:
+		return "redirect"
 	}
 	return "other"
 }

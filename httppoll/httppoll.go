@@ -52,6 +52,8 @@ const (
 	DefaultIdleConnTimeout = 4 * time.Second
 	// SaveTimeout bounds saving one session's State.
 	SaveTimeout = 2 * time.Second
+	// DefaultMaxRetryAfter is the default of Config.MaxRetryAfter.
+	DefaultMaxRetryAfter = 10 * time.Minute
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -151,7 +153,20 @@ type Config struct {
 	// page of pollworker run keeps one): it is told the outcome of every
 	// poll not cut short by its lease ending.
 	Failures FailureTracker
-	// Logger receives recording failures; default zap.NewNop().
+	// Profiles are the worker-side profiles sessions may name
+	// (session.Session.Profile): credentials and TLS settings, read from
+	// files when polls need them and again when the files change (see
+	// ParseProfiles). A session whose profile is not here is not polled:
+	// its polls fail with a *ProfileError without sending anything.
+	Profiles map[string]Profile
+	// MaxRetryAfter bounds how long a target answering 429 or 503 with
+	// Retry-After (seconds or an HTTP date) is left alone: the poll fails
+	// with a poller.RetryAfterError and the session's next poll is not
+	// sooner than that. Default DefaultMaxRetryAfter (10m); negative
+	// ignores Retry-After.
+	MaxRetryAfter time.Duration
+	// Logger receives recording failures and the failure transitions of
+	// sessions (first failure, recovery); default zap.NewNop().
 	Logger *zap.Logger
 	// Clock timestamps and times the polls; default the real clock.
 	Clock clock.PassiveClock
@@ -161,11 +176,12 @@ type Config struct {
 // HTTP transport keeps idle connections, see CloseIdleConnections) and is
 // safe for concurrent use.
 type Poller struct {
-	cfg     Config
-	log     *zap.Logger
-	changes *changes   // RecordChanges only
-	hosts   *hostLimit // nil without a per-host bound
-	stats   stats
+	cfg      Config
+	log      *zap.Logger
+	changes  *changes   // RecordChanges only
+	hosts    *hostLimit // nil without a per-host bound
+	profiles *profiles
+	stats    stats
 
 	recordLog failurelog.Log // synchronous XADDs (no Recorder)
 	saveLog   failurelog.Log // Saves failing with a Redis error
@@ -247,6 +263,18 @@ func New(cfg Config) (*Poller, error) {
 		tr.TLSClientConfig = &tls.Config{ClientSessionCache: tls.NewLRUClientSessionCache(1024)}
 		cfg.HTTP = &http.Client{Transport: tr}
 	}
+	if cfg.HTTP.CheckRedirect == nil {
+		c := *cfg.HTTP
+		c.CheckRedirect = checkRedirect
+		cfg.HTTP = &c
+	}
+	base, _ := cfg.HTTP.Transport.(*http.Transport)
+	if cfg.HTTP.Transport == nil {
+		base = http.DefaultTransport.(*http.Transport)
+	}
+	if cfg.MaxRetryAfter == 0 {
+		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = DefaultUserAgent
 	}
@@ -268,7 +296,11 @@ func New(cfg Config) (*Poller, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker)),
+	profiles, err := newProfiles(cfg.Worker, cfg.Profiles, base, cfg.HTTP.CheckRedirect)
+	if err != nil {
+		return nil, err
+	}
+	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker)), profiles: profiles,
 		recordLog: failurelog.Log{What: "recording poll results"}, saveLog: failurelog.Log{What: "saving session state"}}
 	if cfg.Record == results.RecordChanges {
 		p.changes = newChanges(cfg.ChangesMemory)
@@ -337,6 +369,10 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 	latency := p.cfg.Clock.Since(start)
 	if err == nil && !expected(s, resp.status, st != nil) {
 		err = &StatusError{Code: resp.status, Expect: s.ExpectOrDefault()}
+		if resp.retryAfter > 0 {
+			p.stats.throttled.Add(1)
+			err = &poller.RetryAfterError{Delay: resp.retryAfter, Err: err}
+		}
 	}
 	class := classify(err)
 	if err != nil && ctx.Err() != nil {
@@ -489,15 +525,23 @@ func (p *Poller) save(ctx context.Context, st stateSlot, id string, next State) 
 }
 
 // CloseIdleConnections closes the idle keep-alive connections of the HTTP
-// client, and with them the transport's goroutines. Call it after the last
-// Poll.
-func (p *Poller) CloseIdleConnections() { p.cfg.HTTP.CloseIdleConnections() }
+// clients (the TLS profiles' too), and with them the transports'
+// goroutines. Call it after the last Poll.
+func (p *Poller) CloseIdleConnections() {
+	p.cfg.HTTP.CloseIdleConnections()
+	p.profiles.closeIdle()
+}
+
+// Profiles returns the names of the profiles this Poller has
+// (Config.Profiles), sorted: what a worker announces.
+func (p *Poller) Profiles() []string { return p.profiles.list() }
 
 // response is what a poll kept of the answer.
 type response struct {
-	status             int    // 0 when no response arrived
-	etag, lastModified string // validators, "" if absent or too long
-	bodyHash           string // hex SHA-256 of the body read, when asked for
+	status             int           // 0 when no response arrived
+	etag, lastModified string        // validators, "" if absent or too long
+	bodyHash           string        // hex SHA-256 of the body read, when asked for
+	retryAfter         time.Duration // of a 429 or 503, bounded by MaxRetryAfter; 0 if none
 }
 
 // get sends the request, conditional on prev's validators when
@@ -512,6 +556,9 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if s.Profile != "" {
+		ctx = withProfile(ctx, s.Profile) // checkRedirect keeps its credentials on its host
+	}
 	var body io.Reader
 	if s.Body != "" {
 		body = strings.NewReader(s.Body)
@@ -523,6 +570,16 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	req.Header.Set("User-Agent", p.cfg.UserAgent)
 	for name, v := range s.Headers {
 		req.Header.Set(name, v)
+	}
+	client := p.cfg.HTTP
+	if s.Profile != "" {
+		c, err := p.profiles.apply(s.Profile, req)
+		if err != nil {
+			return response{}, err // nothing sent without its credentials
+		}
+		if c != nil {
+			client = c
+		}
 	}
 	// The fencing headers last: nothing overrides them.
 	req.Header.Set(HeaderSession, s.ID)
@@ -552,13 +609,16 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 		}
 		defer release()
 	}
-	resp, err := p.cfg.HTTP.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return response{}, withoutURL(err)
 	}
 	out := response{status: resp.StatusCode,
 		etag:         bounded(resp.Header.Get("ETag"), MaxETagBytes),
 		lastModified: bounded(resp.Header.Get("Last-Modified"), MaxLastModifiedBytes)}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		out.retryAfter = retryAfter(resp.Header.Get("Retry-After"), p.cfg.Clock.Now(), p.cfg.MaxRetryAfter)
+	}
 	respBody := io.LimitReader(resp.Body, MaxBodyBytes)
 	var h hash.Hash
 	if conditional && resp.StatusCode >= 200 && resp.StatusCode < 300 {

@@ -64,7 +64,9 @@ type State struct {
 	// Error ("error") is the class of its failure: "" for none, else
 	// "server" (an unexpected status of 500 or above), "status" (another
 	// status the session does not expect, a 4xx by default), "timeout",
-	// "refused", "reset", "dns", "tls" or "other".
+	// "refused", "reset", "dns", "tls", "profile" (not sent: the
+	// session's profile is unknown on the worker, or a file of it cannot
+	// be read), "redirect" (a redirect not followed) or "other".
 	Error string `json:"error,omitempty"`
 	// LatencyMS ("latency_ms") is how long that poll took, in milliseconds.
 	LatencyMS float64 `json:"latency_ms"`

@@ -12,13 +12,14 @@ type Outcome int
 // poll (Poll returns an error); Cancelled is a poll cut short by its
 // lease ending, which neither fails nor succeeds.
 const (
-	OutcomeOK          Outcome = iota // a response below 400, other than 304
-	OutcomeNotModified                // 304 to a conditional request: the content is unchanged
-	OutcomeClientError                // a 4xx response
-	OutcomeServerError                // a response of 500 or above
-	OutcomeTimeout                    // no response within the poll timeout (waiting for a host slot included)
-	OutcomeError                      // no response: refused, reset, DNS, TLS or another transport error
-	OutcomeCancelled                  // the poll's context ended (the lease stopped being held)
+	OutcomeOK           Outcome = iota // a response below 400, other than 304
+	OutcomeNotModified                 // 304 to a conditional request: the content is unchanged
+	OutcomeClientError                 // a 4xx response
+	OutcomeServerError                 // a response of 500 or above
+	OutcomeTimeout                     // no response within the poll timeout (waiting for a host slot included)
+	OutcomeError                       // no response: refused, reset, DNS, TLS or another transport error
+	OutcomeCancelled                   // the poll's context ended (the lease stopped being held)
+	OutcomeProfileError                // not sent: the session's profile is unknown here or a file of it unreadable
 	numOutcomes
 )
 
@@ -32,7 +33,8 @@ func Outcomes() []Outcome {
 }
 
 // String is the outcome's metric label: "ok", "not_modified",
-// "client_error", "server_error", "timeout", "error" or "cancelled".
+// "client_error", "server_error", "timeout", "error", "cancelled" or
+// "profile_error".
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeOK:
@@ -49,6 +51,8 @@ func (o Outcome) String() string {
 		return "error"
 	case OutcomeCancelled:
 		return "cancelled"
+	case OutcomeProfileError:
+		return "profile_error"
 	}
 	return "unknown"
 }
@@ -61,6 +65,8 @@ func outcomeOf(status int, class errClass) Outcome {
 		return OutcomeCancelled
 	case class == classTimeout:
 		return OutcomeTimeout
+	case class == classProfile:
+		return OutcomeProfileError
 	case class != classOK && class != classServer && class != classStatus:
 		return OutcomeError
 	case status >= http.StatusInternalServerError:
@@ -93,12 +99,15 @@ type Stats struct {
 	// those refused for their size, StateFailed those that failed
 	// otherwise (Redis). None is retried: the next poll saves again.
 	StateSaves, StateStale, StateTooLarge, StateFailed uint64
+	// Throttled counts the polls answered 429 or 503 with a Retry-After
+	// that moved the session's next poll (Config.MaxRetryAfter).
+	Throttled uint64
 }
 
 // stats are the atomic counters behind Stats.
 type stats struct {
 	polls                                              [numOutcomes]atomic.Uint64
-	changes, hostWaits, noSlot                         atomic.Uint64
+	changes, hostWaits, noSlot, throttled              atomic.Uint64
 	stateSaves, stateStale, stateTooLarge, stateFailed atomic.Uint64
 }
 
@@ -111,5 +120,6 @@ func (p *Poller) Stats() Stats {
 	s.Changes, s.HostWaits, s.NoSlot = p.stats.changes.Load(), p.stats.hostWaits.Load(), p.stats.noSlot.Load()
 	s.StateSaves, s.StateStale = p.stats.stateSaves.Load(), p.stats.stateStale.Load()
 	s.StateTooLarge, s.StateFailed = p.stats.stateTooLarge.Load(), p.stats.stateFailed.Load()
+	s.Throttled = p.stats.throttled.Load()
 	return s
 }

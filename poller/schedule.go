@@ -385,12 +385,17 @@ func (s *scheduler) polled(w *worker, out outcome) {
 		next = next.Add(s.align(w.sess.ID, iv, next))
 	}
 	w.exact = false
+	retry := w.retryAfter
+	w.retryAfter = 0
 	if out == pollStopped {
 		next = w.next // not polled: the due time a successor keeps (nextDue)
 	}
 	switch out {
 	case pollOK, pollFailed:
 		next = next.Add(s.backoffLocked(w, out == pollFailed))
+		if at := now.Add(retry); retry > 0 && at.After(next) {
+			next = at // the target's Retry-After (RetryAfterError)
+		}
 		s.meterPolledLocked(w, now, next.Sub(w.next))
 	case pollSkipped:
 		s.stats.Skipped++

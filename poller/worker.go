@@ -45,6 +45,7 @@ type worker struct {
 	next          time.Time // when the next (or running) poll is due
 	stopRequested bool
 	failures      int                // consecutive failed polls (backoff)
+	retryAfter    time.Duration      // set by the poll's goroutine before polled, which reads it: RetryAfterError
 	group         *pollGroup         // the group of its polls (GroupLimiter); nil when none
 	began         int64              // Unix ns when the running (or last) poll began on its runner
 	expect        int64              // Unix ns when the next poll would begin if the worker kept up; 0 unknown (the meter's lateness)
@@ -147,7 +148,7 @@ func (c *Coordinator) runPoll(w *worker) {
 			c.cfg.Observer.HandoffGap(gap + now.Sub(from))
 		}
 	}
-	out = c.pollOnce(w.ctx, *w.sess, l, w.state)
+	out, w.retryAfter = c.pollOnce(w.ctx, *w.sess, l, w.state)
 }
 
 // pollOnce runs one poll under ctx, which ends when the lease term ends or
@@ -155,8 +156,9 @@ func (c *Coordinator) runPoll(w *worker) {
 // calls PollState with st when the Poller is a StatefulPoller (st is then
 // set), Poll otherwise. It reports how the poll ended: failed (an error or
 // a panic), cancelled, skipped (an error wrapping ErrNoCapacity: the
-// target was not polled, which is no failure) or ok.
-func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.Lease, st *State) (out outcome) {
+// target was not polled, which is no failure) or ok, and how long the
+// target asked to be left alone (RetryAfterError; 0 if it did not).
+func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.Lease, st *State) (out outcome, retry time.Duration) {
 	c.health.polls.Add(1)
 	started := c.cfg.Clock.Now()
 	outcome := "ok"
@@ -178,21 +180,21 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 	}
 	switch {
 	case err == nil:
-		return pollOK
+		return pollOK, 0
 	case ctx.Err() != nil:
 		outcome = "cancelled"
 		out = pollCancelled
 	case errors.Is(err, ErrNoCapacity):
 		c.log.Debug("poll not sent", zap.String("session", s.ID), zap.Error(err))
 		outcome = "no_capacity"
-		return pollSkipped
+		return pollSkipped, 0
 	default:
 		outcome = "error"
-		out = pollFailed
+		out, retry = pollFailed, retryDelay(err)
 	}
 	c.health.pollErrors.Add(1)
 	c.log.Debug("poll failed", zap.String("session", s.ID), zap.Int64("token", l.Token()), zap.Error(err))
-	return out
+	return out, retry
 }
 
 // stopAll stops every poll loop and waits for them until ctx is done; then
