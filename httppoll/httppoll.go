@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
@@ -587,6 +590,12 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	if l != nil {
 		req.Header.Set(HeaderToken, strconv.FormatInt(l.Token(), 10))
 	}
+	// A traced poll (poller.Config.TracerProvider) sends its span as the
+	// W3C traceparent, so the target's own spans join the poll.
+	traced := trace.SpanContextFromContext(ctx).IsValid()
+	if traced {
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
 	if conditional && prev.ETag != "" {
 		req.Header.Set("If-None-Match", prev.ETag)
 	}
@@ -612,6 +621,10 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	resp, err := client.Do(req)
 	if err != nil {
 		return response{}, withoutURL(err)
+	}
+	if traced {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode),
+			attribute.String("http.request.method", req.Method))
 	}
 	out := response{status: resp.StatusCode,
 		etag:         bounded(resp.Header.Get("ETag"), MaxETagBytes),

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/pollworker/pollworker/results"
 )
 
@@ -39,6 +42,42 @@ func BenchmarkPollCPU(b *testing.B) {
 				} else {
 					_ = p.Poll(ctx, s, nil)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkPollCPUTraced is BenchmarkPollCPU's stateless poll in a span, as
+// the coordinator starts one per poll when poller.Config.TracerProvider is
+// set: sampled 1 % (what a busy fleet would run) and always (every poll
+// recorded and its traceparent sent). Compare with BenchmarkPollCPU/
+// stateless in the same run.
+//
+// Run: go test -run '^$' -bench 'BenchmarkPollCPU' -benchmem ./httppoll
+func BenchmarkPollCPUTraced(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	b.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+	}{{"sampled-1pct", sdktrace.TraceIDRatioBased(0.01)}, {"sampled-all", sdktrace.AlwaysSample()}} {
+		b.Run(tc.name, func(b *testing.B) {
+			p, err := New(Config{Worker: "w1", Record: results.RecordNone})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(p.CloseIdleConnections)
+			// Spans are batched to an exporter that drops them: the cost
+			// measured is this process's, not a collector's.
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			tracer := tp.Tracer("bench")
+			s := sess(srv.URL, time.Second)
+			b.ReportAllocs()
+			for b.Loop() {
+				ctx, span := tracer.Start(context.Background(), "poll")
+				_ = p.Poll(ctx, s, nil)
+				span.End()
 			}
 		})
 	}
