@@ -244,7 +244,7 @@ func (s *scheduler) judgeLocked(now time.Time, always bool) bool {
 // oldestWaitLocked reports whether a poll has waited for a slot longer
 // than oldestWaitBound, and for which kind of slot.
 func (s *scheduler) oldestWaitLocked(now time.Time) (bool, waitKind) {
-	tooLong := func(w *worker) bool { return now.Sub(w.next) > oldestWaitBound(w.sess.Interval.D()) }
+	tooLong := func(w *pollLoop) bool { return now.Sub(w.next) > oldestWaitBound(w.sess.Interval.D()) }
 	if s.admit.Len() > 0 && tooLong(s.admit[0]) {
 		return true, waitSlot
 	}
@@ -278,7 +278,7 @@ func (s *scheduler) mostCrowdedLocked(prev string) string {
 // due time), and sets when w's next poll would begin if the worker kept up:
 // gap after this one began (its interval with the spread step and
 // backoff), or now if the poll overran that.
-func (s *scheduler) meterPolledLocked(w *worker, now time.Time, gap time.Duration) {
+func (s *scheduler) meterPolledLocked(w *pollLoop, now time.Time, gap time.Duration) {
 	from := w.expect
 	if from == 0 {
 		from = w.next.UnixNano() // a first poll: late against its due time

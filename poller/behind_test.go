@@ -229,7 +229,7 @@ func TestSchedulerSkippedPollIsNoFailure(t *testing.T) {
 func TestSchedulerReportsBehindWithTheHost(t *testing.T) {
 	f := newSchedFixture(t)
 	f.sched.groupOf = func(s *session.Session) (string, int) { return "target:80", 1 }
-	ws := map[string]*worker{}
+	ws := map[string]*pollLoop{}
 	for _, id := range []string{"a", "b", "c", "d"} {
 		ws[id] = f.start(id)
 	}
@@ -284,7 +284,7 @@ func TestSchedulerReportsBehindWithTheHost(t *testing.T) {
 
 // stopAll stops ws and lets every poll still running or starting return,
 // until each has exited.
-func (f *schedFixture) stopAll(ws ...*worker) {
+func (f *schedFixture) stopAll(ws ...*pollLoop) {
 	f.t.Helper()
 	for _, w := range ws {
 		f.sched.stop(w)

@@ -213,7 +213,7 @@ func (c *Coordinator) recheckHeld(ctx context.Context) bool {
 	if len(c.view.staleHeld) == 0 && !c.view.recheckAll {
 		return true
 	}
-	ids := heldToRecheck(c.sched.workers, c.view.staleHeld, c.view.recheckAll, func(b int) bool {
+	ids := heldToRecheck(c.held, c.view.staleHeld, c.view.recheckAll, func(b int) bool {
 		st, ok := c.view.buckets[b]
 		return ok && st.loaded
 	})
@@ -250,7 +250,7 @@ func heldToRecheck[W any](held map[string]W, stale map[int]struct{}, all bool, l
 // redefine sets the definitions of ids as just read (sessions, the valid
 // ones among them): an active one replaces the one kept, one paused,
 // missing or malformed is dropped; each is looked at again this round
-// (checkWorker stops, restarts or keeps its loop).
+// (decide stops, restarts or keeps its loop).
 func (c *Coordinator) redefine(ids []string, sessions []session.Session) {
 	for _, id := range ids {
 		delete(c.view.sessions, id)
@@ -305,7 +305,7 @@ func (c *Coordinator) assignBuckets() {
 // polledByBucket returns the sessions polled here, by bucket.
 func (c *Coordinator) polledByBucket() map[int][]string {
 	out := make(map[int][]string)
-	for id := range c.sched.workers {
+	for id := range c.held {
 		b := keyspace.BucketOf(id)
 		out[b] = append(out[b], id)
 	}
@@ -314,10 +314,10 @@ func (c *Coordinator) polledByBucket() map[int][]string {
 
 // dropBucket forgets a bucket that this worker no longer reads; the
 // definitions of sessions it still polls are kept until they stop
-// (reapWorkers forgets them then).
+// (reapLoops forgets them then).
 func (c *Coordinator) dropBucket(b int, st *bucket) {
 	for _, id := range st.ids {
-		if _, running := c.sched.workers[id]; !running {
+		if _, running := c.held[id]; !running {
 			delete(c.view.sessions, id)
 		}
 	}
@@ -344,7 +344,7 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 				if st, ok := c.view.buckets[ch.Bucket]; ok {
 					st.loaded = false
 				}
-				if len(c.sched.workers) > 0 {
+				if len(c.held) > 0 {
 					c.view.staleHeld[ch.Bucket] = struct{}{}
 				}
 				if ch.Selector != "" {
@@ -474,7 +474,7 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 	var fetch []string
 	for i, b := range bs {
 		for _, id := range perBucket[i] {
-			if _, running := c.sched.workers[id]; running || c.view.buckets[b].assigned {
+			if _, running := c.held[id]; running || c.view.buckets[b].assigned {
 				fetch = append(fetch, id)
 			}
 		}
@@ -511,8 +511,8 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 // worker polls with when that is the same, so that the two share one copy,
 // else a new one.
 func (c *Coordinator) definition(s session.Session) *session.Session {
-	if w := c.sched.workers[s.ID]; w != nil && sameSession(s, *w.sess) {
-		return w.sess
+	if h := c.held[s.ID]; h != nil && sameSession(s, *h.sess) {
+		return h.sess
 	}
 	return &s
 }

@@ -42,9 +42,10 @@ type Coordinator struct {
 	status   Status // published by the main loop at the end of a round
 
 	// Owned by the main loop (mainLoop and what it calls; drain after it).
-	view   view       // what the worker knows of the fleet and the sessions
-	claims claims     // its bookkeeping of contended and orphaned sessions
-	sched  *scheduler // runs the poll loops of the sessions it holds (sched.workers, which the main loop reads freely and writes through start and forget)
+	view   view             // what the worker knows of the fleet and the sessions
+	claims claims           // its bookkeeping of contended and orphaned sessions
+	held   map[string]*hold // the sessions it holds, by id: their poll loops and what the round decided of them
+	sched  *scheduler       // runs the poll loops of the sessions it holds
 }
 
 // news is what the heartbeat, subscription and lease goroutines tell the
@@ -152,6 +153,7 @@ func New(cfg Config) (*Coordinator, error) {
 			staleHeld: make(map[int]struct{}),
 			weighing:  weighing{planner: fleet.NewPlanner(cfg.BalanceSlack)},
 		},
+		held: make(map[string]*hold),
 		claims: claims{
 			orphanSince:    make(map[string]time.Time),
 			contended:      make(map[string]contention),
@@ -577,7 +579,7 @@ func (c *Coordinator) stopTimers() {
 // poll that outlives the drain costs only its own lease (left to expire),
 // never the release of the others or the leave.
 func (c *Coordinator) drain() error {
-	owned := len(c.sched.workers)
+	owned := len(c.held)
 	// Leave first: the peers plan without this worker at once, so that
 	// no session released by another worker meanwhile is planned onto one
 	// that is going away; they take this worker's sessions as it releases
@@ -597,13 +599,13 @@ func (c *Coordinator) drain() error {
 			errs = append(errs, err)
 		}
 	}
-	if n := len(c.sched.workers); n > 0 {
+	if n := len(c.held); n > 0 {
 		// Their polls ignored the cancellation: the leases are left to
 		// expire in Redis, and given up here at once, so that no deadline
 		// timer of theirs fires after Run has returned.
 		stuck := make([]*lease.Lease, 0, n)
-		for _, w := range c.sched.workers {
-			stuck = append(stuck, w.lease)
+		for _, h := range c.held {
+			stuck = append(stuck, h.loop.lease)
 		}
 		c.leases.Abandon(stuck...)
 		errs = append(errs, fmt.Errorf("poller: drain timed out waiting for %d polls; their leases are left to expire", n))

@@ -18,11 +18,11 @@ import (
 // by a hash of the id; a session started alone later is polled at once.
 func TestPaceSpreadsFirstPollsTakenTogether(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	s := newScheduler(clk, func(*worker) {}, func() {})
+	s := newScheduler(clk, func(*pollLoop) {}, func() {})
 	s.pace = true
 	now := clk.Now()
-	w := func(id string, iv time.Duration) *worker {
-		return &worker{sess: &session.Session{ID: id, Interval: session.Duration(iv)}}
+	w := func(id string, iv time.Duration) *pollLoop {
+		return &pollLoop{sess: &session.Session{ID: id, Interval: session.Duration(iv)}}
 	}
 	for i := range 10 {
 		require.Equal(t, now.Add(time.Duration(i)*firstPollGap), s.paceLocked(w("a", time.Second), now), "poll %d", i)
@@ -83,9 +83,9 @@ func TestSchedulerStartPacesOnlyWithoutASchedule(t *testing.T) {
 // that runner (the one idle last first), not on a new goroutine; idle
 // runners exit when the scheduler closes.
 func TestRunnersAreReused(t *testing.T) {
-	ran := make(chan *worker, 8)
+	ran := make(chan *pollLoop, 8)
 	release := make(chan struct{})
-	s := newScheduler(clocktesting.NewFakeClock(time.Unix(1000, 0)), func(w *worker) {
+	s := newScheduler(clocktesting.NewFakeClock(time.Unix(1000, 0)), func(w *pollLoop) {
 		ran <- w
 		<-release
 	}, func() {})
@@ -94,11 +94,11 @@ func TestRunnersAreReused(t *testing.T) {
 		defer s.runMu.Unlock()
 		return len(s.idle)
 	}
-	named := func(id string) *worker { return &worker{sess: &session.Session{ID: id}} }
+	named := func(id string) *pollLoop { return &pollLoop{sess: &session.Session{ID: id}} }
 	a, b, c := named("a"), named("b"), named("c")
 	s.launch(a)
 	s.launch(b)
-	require.ElementsMatch(t, []*worker{a, b}, []*worker{<-ran, <-ran}, "each on a runner of its own")
+	require.ElementsMatch(t, []*pollLoop{a, b}, []*pollLoop{<-ran, <-ran}, "each on a runner of its own")
 	require.Zero(t, idle(), "both runners busy")
 	release <- struct{}{}
 	release <- struct{}{}
@@ -141,7 +141,7 @@ func TestTimerSlack(t *testing.T) {
 			for i, iv := range tc.intervals {
 				r := f.leases.Acquire(context.Background(), []string{fmt.Sprint("s", i)})
 				require.NotNil(t, r[0].Lease)
-				w := &worker{sess: &session.Session{ID: fmt.Sprint("s", i), Interval: session.Duration(iv)}, lease: r[0].Lease}
+				w := &pollLoop{sess: &session.Session{ID: fmt.Sprint("s", i), Interval: session.Duration(iv)}, lease: r[0].Lease}
 				f.sched.start(w, t0.Add(5*time.Millisecond+time.Duration(i)*time.Millisecond))
 			}
 			f.sched.mu.Lock()

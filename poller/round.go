@@ -3,7 +3,6 @@ package poller
 import (
 	"context"
 	"maps"
-	"sort"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,9 +15,10 @@ import (
 // retrySlack is added to a competing lease's remaining TTL before retrying.
 const retrySlack = 5 * time.Millisecond
 
-// round refreshes membership and sessions, then makes the owned set match
-// the rendezvous assignment: hands off what another live worker should
-// own, acquires what this worker should own, and picks up orphans.
+// round reads, decides and acts (decide.go): it collects the poll loops
+// that ended, refreshes the world from Redis (refresh), decides what to
+// change (decide: hand off what another live worker should hold, acquire
+// what this worker should hold) and applies it, then picks up orphans.
 //
 // A full round looks at every session; it runs every DiscoveryInterval and
 // whenever the assignment changed. Other rounds (woken by events, loads,
@@ -26,32 +26,79 @@ const retrySlack = 5 * time.Millisecond
 // round, so that their cost follows what changed, not what is owned.
 func (c *Coordinator) round(ctx context.Context, full bool) {
 	c.startRound()
-	c.reapWorkers(ctx)
-	c.retryContended()
+	c.reapLoops(ctx)
 	if !c.refresh(ctx, full) {
 		return
 	}
-	// Only a live worker that its peers count as live takes sessions.
-	member := c.live() && c.view.members.Contains(c.cfg.ID)
-	full = full || c.view.sweepAll || member != c.view.wasMember
-	c.view.sweepAll, c.view.wasMember = false, member
-	touched := c.view.touched
-	c.view.touched = make(map[string]struct{})
-	if !full {
-		for id := range c.claims.orphanSince {
-			touched[id] = struct{}{} // handed back once OrphanGrace has passed
-		}
-	}
-	c.checkWorkers(full, touched)
-	if member {
-		if acquire := c.wanted(full, touched); len(acquire) > 0 {
-			c.acquire(ctx, acquire, false)
-		}
+	now := c.cfg.Clock.Now()
+	w := c.world(full)
+	c.apply(ctx, w, decide(w, &c.claims, c.held, now), now)
+	if w.live && w.member {
 		c.adoptOrphans(ctx)
-		c.checkShare()
 	}
 	c.checkBehind()
 	c.publishStatus()
+}
+
+// world is what the round decides on: the view refreshed, the touched
+// sessions and the peers' releases since the last round (both consumed).
+func (c *Coordinator) world(full bool) *world {
+	c.news.releasedMu.Lock()
+	released := c.news.releasedBy
+	c.news.releasedBy = make(map[string]struct{})
+	c.news.releasedMu.Unlock()
+	// Only a live worker that its peers count as live takes sessions.
+	live, member := c.live(), c.view.members.Contains(c.cfg.ID)
+	full = full || c.view.sweepAll || (live && member) != c.view.wasMember
+	c.view.sweepAll, c.view.wasMember = false, live && member
+	touched := c.view.touched
+	c.view.touched = make(map[string]struct{})
+	return &world{
+		me: c.cfg.ID, labels: c.cfg.Labels, live: live, member: member,
+		cordoned: c.view.members.IsCordoned(c.cfg.ID), redisFull: c.health.redisFull.Load(),
+		members: c.view.members.Version, sessions: c.view.sessions, owner: c.ownerOf,
+		full: full, touched: touched, released: released,
+		leaseTTL: c.cfg.LeaseTTL, orphanGrace: c.cfg.OrphanGrace,
+		share: live && member && !c.health.shareTaken.Load(),
+	}
+}
+
+// apply does what decide said: forgets the contentions that ended, sets the
+// retry and settle timers, stops and restarts loops, acquires, and notes
+// readiness.
+func (c *Coordinator) apply(ctx context.Context, w *world, a actions, now time.Time) {
+	for _, id := range a.uncontend {
+		delete(c.claims.contended, id)
+	}
+	if !a.retryAt.IsZero() {
+		c.scheduleRetry(a.retryAt.Sub(now) + retrySlack)
+	}
+	if !a.settleAt.IsZero() && (c.claims.settleAt.IsZero() || a.settleAt.Before(c.claims.settleAt)) {
+		c.claims.settleAt = a.settleAt
+		c.scheduleRetry(a.settleAt.Sub(now))
+	}
+	for _, id := range a.stop {
+		c.stopLoop(c.held[id])
+	}
+	for _, id := range a.restart {
+		// Redefined: restart the loop under the same lease once the current
+		// poll has finished.
+		h := c.held[id]
+		h.restartAs = w.sessions[id]
+		c.sched.stop(h.loop)
+	}
+	if len(a.acquire) > 0 {
+		c.acquire(ctx, a.acquire, false)
+	}
+	if w.share {
+		missing := a.missing
+		for _, id := range a.acquire {
+			if _, ok := c.held[id]; ok {
+				missing-- // taken just now
+			}
+		}
+		c.checkShare(missing, now)
+	}
 }
 
 // checkBehind logs when the worker starts and stops being behind
@@ -67,23 +114,14 @@ func (c *Coordinator) checkBehind() {
 }
 
 // checkShare makes the worker ready (Ready) once it holds every session
-// the plan gives it, those other workers still hand over included, or once
-// readyBound has passed since its first round as a member, so that a
-// rolling update that waits for readiness replaces the next worker only
-// after this one took its share. Readiness stays once reached.
-func (c *Coordinator) checkShare() {
-	if c.health.shareTaken.Load() {
-		return
-	}
-	now := c.cfg.Clock.Now()
+// the plan gives it (missing is none), those other workers still hand over
+// included, or once readyBound has passed since its first round as a
+// member, so that a rolling update that waits for readiness replaces the
+// next worker only after this one took its share. Readiness stays once
+// reached.
+func (c *Coordinator) checkShare(missing int, now time.Time) {
 	if c.view.memberSince.IsZero() {
 		c.view.memberSince = now
-	}
-	missing := 0
-	for id := range c.view.sessions {
-		if _, running := c.sched.workers[id]; !running && c.ownerOf(id) == c.cfg.ID {
-			missing++
-		}
 	}
 	if missing == 0 {
 		c.health.shareTaken.Store(true)
@@ -115,127 +153,30 @@ func (c *Coordinator) startRound() {
 	}
 }
 
-// checkWorkers checks the standing of every owned session (full) or of the
-// touched ones.
-func (c *Coordinator) checkWorkers(full bool, touched map[string]struct{}) {
-	if full {
-		for id, w := range c.sched.workers {
-			c.checkWorker(id, w)
-		}
-		return
-	}
-	for id := range touched {
-		if w, ok := c.sched.workers[id]; ok {
-			c.checkWorker(id, w)
-		}
-	}
-}
-
-// wanted returns, sorted, the active sessions (all of them, or the touched
-// ones) that this worker is preferred for and neither polls nor found
-// contended.
-func (c *Coordinator) wanted(full bool, touched map[string]struct{}) []string {
-	me := c.cfg.ID
-	want := func(id string) bool {
-		_, running := c.sched.workers[id]
-		_, contended := c.claims.contended[id]
-		s := c.view.sessions[id]
-		return !running && !contended && c.ownerOf(id) == me && (s == nil || c.matches(*s))
-	}
-	var out []string
-	if full {
-		for id := range c.view.sessions {
-			if want(id) {
-				out = append(out, id)
-			}
-		}
-	} else {
-		for id := range touched {
-			if _, active := c.view.sessions[id]; active && want(id) {
-				out = append(out, id)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
 // contention is what an acquire learned of a session another worker held.
 type contention struct {
 	holder string    // its holder id
 	until  time.Time // when its lease expires unless renewed (local clock)
 }
 
-// retryContended marks for this round the sessions whose holder has
-// announced a release (or left) since the last round, and those whose
-// holder's lease has run out. Until then a contended session is not asked
-// for again: while a fleet rebalances, a worker would otherwise send a
-// failing acquire per session in every round until the holder hands over.
-func (c *Coordinator) retryContended() {
-	c.news.releasedMu.Lock()
-	released := c.news.releasedBy
-	c.news.releasedBy = make(map[string]struct{})
-	c.news.releasedMu.Unlock()
-	if len(c.claims.contended) == 0 {
-		return
-	}
-	now := c.cfg.Clock.Now()
-	var next time.Time
-	for id, ct := range c.claims.contended {
-		if _, ok := released[ct.holder]; ok || !now.Before(ct.until) {
-			delete(c.claims.contended, id)
-			c.touch(id)
-		} else if next.IsZero() || ct.until.Before(next) {
-			next = ct.until
-		}
-	}
-	if !next.IsZero() {
-		c.scheduleRetry(next.Sub(now) + retrySlack)
-	}
-}
-
 // touch marks a session for the next round to look at.
 func (c *Coordinator) touch(id string) { c.view.touched[id] = struct{}{} }
 
-// checkWorker stops or restarts the loop of an owned session whose
-// standing changed: removed or paused, preferred elsewhere, or redefined.
-func (c *Coordinator) checkWorker(id string, w *worker) {
-	s, active := c.view.sessions[id]
-	owner := c.ownerOf(id)
-	switch {
-	case w.stopping:
-		// Already handing off: reapWorkers releases it when its poll returned.
-	case !active, // removed or paused
-		!c.matches(*s), // its selector no longer matches this worker's labels
-		// Another live worker is preferred. With no live worker at all
-		// (say every heartbeat fails while Redis refuses writes) there
-		// is nobody to hand to: keep the lease while it can be renewed.
-		// Nor while Redis is over maxmemory (noteMemoryPressure): no
-		// peer could acquire it, while this worker's renewals pass.
-		owner != c.cfg.ID && owner != "" && !c.health.redisFull.Load() && c.orphanDue(id) && c.settled(w):
-		c.stopWorker(w)
-	case !sameSession(*s, *w.sess):
-		// Definition changed: restart the loop under the same lease
-		// once the current poll has finished.
-		w.restartAs = s
-		c.sched.stop(w)
-	}
-}
-
-// reapWorkers handles the poll loops that have exited: a loop restarted
-// for a new session definition starts again under the same lease; a
-// stopped loop's lease is released now that its poll has returned (and the
-// peers are told); a loop that ended because its lease was lost is
-// forgotten.
-func (c *Coordinator) reapWorkers(ctx context.Context) {
+// reapLoops handles the poll loops that have exited (decideExited): a
+// loop restarted for a new session definition starts again under the same
+// lease; a stopped loop's lease is released now that its poll has
+// returned (and the peers are told); a loop that ended because its lease
+// was lost is forgotten.
+func (c *Coordinator) reapLoops(ctx context.Context) {
 	var release []lease.Handoff
-	for _, w := range c.sched.collect() {
-		id := w.sess.ID
-		if c.sched.workers[id] != w {
+	for _, l := range c.sched.collect() {
+		id := l.sess.ID
+		h := c.held[id]
+		if h == nil || h.loop != l {
 			continue // collected already (stopAll)
 		}
 		_, active := c.view.sessions[id]
-		c.sched.forget(id, w)
+		c.forgetLoop(id, h)
 		delete(c.claims.orphanSince, id)
 		c.touch(id) // lost ones may be taken again
 		if st, ok := c.view.buckets[keyspace.BucketOf(id)]; !ok || !st.assigned {
@@ -243,18 +184,16 @@ func (c *Coordinator) reapWorkers(ctx context.Context) {
 			// longer read): its definition may be stale from now on.
 			delete(c.view.sessions, id)
 		}
-		held := w.lease.State() == lease.Held || w.lease.State() == lease.Uncertain
-		switch {
-		case !held:
+		switch decideExited(h, l.lease.State(), active) {
+		case exitForget:
 			c.watchOrphans() // lost: others' sessions may be adrift too
-		case w.restartAs != nil && w.lease.State() == lease.Held:
-			c.startWorkerAt(w.restartAs, w.lease, w.polled)
-		case !active:
-			// Paused or removed: its schedule (a backoff, say) must not
-			// outlive it, so the mark keeps none for a successor.
-			release = append(release, lease.Handoff{Lease: w.lease})
-		default:
-			release = append(release, c.handoff(w))
+		case exitRestart:
+			c.startLoopAt(h.restartAs, l.lease, l.polled)
+		case exitRelease:
+			// Paused or removed: the mark keeps no schedule for a successor.
+			release = append(release, lease.Handoff{Lease: l.lease})
+		case exitHandOff:
+			release = append(release, c.handoff(l))
 		}
 	}
 	if len(release) == 0 {
@@ -338,7 +277,7 @@ type acquireOutcome struct {
 func (c *Coordinator) confirmDefinitions(ctx context.Context, results []lease.Result) {
 	var got []string
 	for _, r := range results {
-		if _, running := c.sched.workers[r.Session]; r.Lease != nil && !running && r.Lease.State() == lease.Held {
+		if _, running := c.held[r.Session]; r.Lease != nil && !running && r.Lease.State() == lease.Held {
 			got = append(got, r.Session)
 		}
 	}
@@ -389,31 +328,29 @@ func inChangedBuckets(ids []string, changed []session.BucketSize) []string {
 	return out
 }
 
-// acquired applies one acquire result, received at now: starts the poll
-// loop of a new lease, or records the contention (or quarantine) to try
-// again when it ends.
+// acquired applies one acquire result, received at now (decideAcquired):
+// starts the poll loop of a new lease, or records the contention (or
+// quarantine) to try again when it ends.
 func (c *Coordinator) acquired(r lease.Result, orphan bool, now time.Time, out *acquireOutcome) {
-	switch {
-	case r.Err != nil:
+	if r.Lease != nil {
+		delete(c.claims.contended, r.Session)
+	}
+	_, held := c.held[r.Session]
+	s, active := c.view.sessions[r.Session]
+	switch decideAcquired(r, held, active, r.Lease != nil && r.Lease.State() == lease.Held) {
+	case acquiredUnknown:
 		c.touch(r.Session)
 		c.health.redisOK.Store(false)
 		out.failed = true
 		c.watchOrphans()
-	case r.Lease != nil:
-		delete(c.claims.contended, r.Session)
-		if _, running := c.sched.workers[r.Session]; running || r.Lease.State() != lease.Held {
-			return
-		}
-		s, ok := c.view.sessions[r.Session]
-		if !ok {
-			out.release = append(out.release, lease.Handoff{Lease: r.Lease})
-			return
-		}
+	case acquiredRelease:
+		out.release = append(out.release, lease.Handoff{Lease: r.Lease})
+	case acquiredStart:
 		if orphan {
 			c.claims.orphanSince[r.Session] = now
 		}
-		c.startWorker(s, r.Lease)
-	case r.Remaining > 0:
+		c.startLoop(s, r.Lease)
+	case acquiredContended:
 		c.claims.contended[r.Session] = contention{holder: r.Holder, until: now.Add(r.Remaining)}
 		if out.retry < 0 || r.Remaining < out.retry {
 			out.retry = r.Remaining
@@ -452,7 +389,8 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 		c.log.Warn("orphan check failed", zap.Error(err))
 		return
 	}
-	take := c.dueOrphans(free, now)
+	take, pending := decideOrphans(c.claims.pendingOrphans, free, now, c.cfg.OrphanGrace)
+	c.claims.pendingOrphans = pending
 	if len(take) == 0 {
 		return
 	}
@@ -501,39 +439,12 @@ func (c *Coordinator) watchList() []string {
 			continue
 		}
 		for _, id := range st.ids {
-			if _, ok := c.sched.workers[id]; !ok && keyspace.ValidateID(id) == nil && !c.isUnmatched(id) {
+			if _, ok := c.held[id]; !ok && keyspace.ValidateID(id) == nil && !c.isUnmatched(id) {
 				watch = append(watch, id)
 			}
 		}
 	}
 	return watch
-}
-
-// dueOrphans records the sessions seen free now and returns those seen
-// free for OrphanGrace; suspects no longer free are forgotten.
-func (c *Coordinator) dueOrphans(free []string, now time.Time) []string {
-	var take []string
-	seen := make(map[string]bool, len(free))
-	for _, id := range free {
-		seen[id] = true
-		first, ok := c.claims.pendingOrphans[id]
-		if !ok {
-			c.claims.pendingOrphans[id] = now
-			continue
-		}
-		if now.Sub(first) >= c.cfg.OrphanGrace {
-			take = append(take, id)
-		}
-	}
-	for id := range c.claims.pendingOrphans {
-		if !seen[id] {
-			delete(c.claims.pendingOrphans, id)
-		}
-	}
-	for _, id := range take {
-		delete(c.claims.pendingOrphans, id)
-	}
-	return take
 }
 
 // orphanFallback × OrphanGrace is the orphan scan period of a steady fleet.
@@ -543,37 +454,6 @@ const orphanFallback = 10
 // change, orphans are possible.
 func (c *Coordinator) watchOrphans() {
 	c.claims.orphanWatchUntil = c.cfg.Clock.Now().Add(3 * c.cfg.OrphanGrace)
-}
-
-// settled reports whether w may be handed to another worker now that the
-// plan prefers it: always after a membership change since w started (a
-// join or leave moves sessions at once), otherwise only once w has held
-// its lease for one LeaseTTL. Sessions added or removed elsewhere may move
-// a bucket for the balance bound; this keeps such a move from bouncing a
-// session twice within a lease TTL. A session held back is looked at again
-// when its time is up.
-func (c *Coordinator) settled(w *worker) bool {
-	if w.members != c.view.members.Version {
-		return true
-	}
-	until := w.lease.Acquired().Add(c.cfg.LeaseTTL)
-	if d := until.Sub(c.cfg.Clock.Now()); d > 0 {
-		if c.claims.settleAt.IsZero() || until.Before(c.claims.settleAt) {
-			c.claims.settleAt = until
-			c.scheduleRetry(d)
-		}
-		return false
-	}
-	return true
-}
-
-// orphanDue reports whether an owned session that another worker is
-// preferred for should be handed to it: always, unless it was adopted as an
-// orphan less than OrphanGrace ago (then its preferred owner gets it back
-// after that, which bounds ping-pong with a broken preferred owner).
-func (c *Coordinator) orphanDue(id string) bool {
-	since, ok := c.claims.orphanSince[id]
-	return !ok || c.cfg.Clock.Since(since) >= c.cfg.OrphanGrace
 }
 
 func sameSession(a, b session.Session) bool {
@@ -613,6 +493,6 @@ func (c *Coordinator) publishStatus() {
 	c.status.Sessions = len(c.view.sessions)
 	c.status.Malformed = malformed
 	c.statusMu.Unlock()
-	c.cfg.Observer.Round(len(c.view.members.Nodes), len(c.view.sessions), len(c.sched.workers), malformed, c.view.membersChanged)
+	c.cfg.Observer.Round(len(c.view.members.Nodes), len(c.view.sessions), len(c.held), malformed, c.view.membersChanged)
 	c.view.membersChanged = false
 }

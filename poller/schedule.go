@@ -33,8 +33,8 @@ import (
 // (pollContext, Lease.AfterTerm), the moment the lease stops being Held.
 type scheduler struct {
 	clock clock.WithTickerAndDelayedExecution
-	poll  func(w *worker) // runs one poll of w; called on a runner (launch)
-	wake  func()          // tells the main loop that a worker exited
+	poll  func(w *pollLoop) // runs one poll of w; called on a runner (launch)
+	wake  func()            // tells the main loop that a worker exited
 	// align, if set, returns how much later than one interval after its
 	// previous poll w's next poll should be, to move it toward its phase
 	// (spreadStep); set before the first start.
@@ -82,14 +82,14 @@ type scheduler struct {
 	meter    pollMeter    // polls due and run over the last behindWindow (behind.go)
 	judged   behindReport // the last judgement of the meter
 	queue    dueQueue     // queued workers by next poll time
-	// workers are the poll loops by session id. Only the coordinator's
-	// main loop writes it, under mu (start, forget), so that it reads it
-	// without mu and the scheduler reads it under mu (leaseChanged).
-	workers map[string]*worker
-	timer   clock.Timer
-	armed   time.Time // when the timer fires; zero when it is not armed
-	ended   []*worker // exited workers the main loop has not collected
-	done    bool      // close was called: the timer is not armed again
+	// loops are the poll loops by session id, for leaseChanged and
+	// holding; start and forget change it. (The main loop keeps its own
+	// record of what it holds: Coordinator.held.)
+	loops map[string]*pollLoop
+	timer clock.Timer
+	armed time.Time   // when the timer fires; zero when it is not armed
+	ended []*pollLoop // exited workers the main loop has not collected
+	done  bool        // close was called: the timer is not armed again
 }
 
 // phase is where a worker stands in the scheduler.
@@ -133,9 +133,9 @@ type schedStats struct {
 	Behind   behindReport // whether the worker keeps up, and if not why (set by snapshot)
 }
 
-func newScheduler(clk clock.WithTickerAndDelayedExecution, poll func(*worker), wake func()) *scheduler {
+func newScheduler(clk clock.WithTickerAndDelayedExecution, poll func(*pollLoop), wake func()) *scheduler {
 	_, real := clk.(clock.RealClock)
-	return &scheduler{clock: clk, poll: poll, wake: wake, workers: make(map[string]*worker), ownGoroutine: real,
+	return &scheduler{clock: clk, poll: poll, wake: wake, loops: make(map[string]*pollLoop), ownGoroutine: real,
 		quit: make(chan struct{}), groups: make(map[string]*pollGroup), crowded: make(map[*pollGroup]struct{})}
 }
 
@@ -156,12 +156,12 @@ const runnerIdle = time.Second
 
 // runner is a goroutine that runs polls one after another (scheduler.run).
 type runner struct {
-	work chan *worker // the next poll; buffered 1, sent only by the launch that took the runner off idle
+	work chan *pollLoop // the next poll; buffered 1, sent only by the launch that took the runner off idle
 }
 
 // launch runs s.poll(w) on a runner: the one that went idle last, if any
 // waits, else a new one. Called without s.mu held.
-func (s *scheduler) launch(w *worker) {
+func (s *scheduler) launch(w *pollLoop) {
 	s.runMu.Lock()
 	if n := len(s.idle); n > 0 {
 		r := s.idle[n-1]
@@ -182,8 +182,8 @@ func (s *scheduler) launch(w *worker) {
 // per poll grows a fresh one every time. The runner idle last is given the
 // next poll, so that the runners a burst started and steady polling no
 // longer needs stay idle and exit.
-func (s *scheduler) run(w *worker) {
-	r := &runner{work: make(chan *worker, 1)}
+func (s *scheduler) run(w *pollLoop) {
+	r := &runner{work: make(chan *pollLoop, 1)}
 	idle := time.NewTimer(runnerIdle)
 	defer idle.Stop()
 	for {
@@ -219,10 +219,10 @@ func (s *scheduler) run(w *worker) {
 // start schedules w's first poll at `at`, or now if that has passed. A
 // zero `at` means there is no schedule to keep (the session was not handed
 // over): with pace set, the first poll is then paced (paceLocked).
-func (s *scheduler) start(w *worker, at time.Time) {
+func (s *scheduler) start(w *pollLoop, at time.Time) {
 	s.mu.Lock()
 	now := s.clock.Now()
-	s.workers[w.sess.ID] = w
+	s.loops[w.sess.ID] = w
 	if s.groupOf != nil && w.group == nil {
 		w.group = s.joinGroupLocked(w.sess)
 	}
@@ -240,10 +240,10 @@ func (s *scheduler) start(w *worker, at time.Time) {
 }
 
 // stop ends w's loop: at once if no poll runs, else when the poll returns.
-func (s *scheduler) stop(w *worker) {
+func (s *scheduler) stop(w *pollLoop) {
 	s.mu.Lock()
 	w.stopRequested = true
-	var launch []*worker
+	var launch []*pollLoop
 	switch w.phase {
 	case queued:
 		heap.Remove(&s.queue, w.index)
@@ -260,14 +260,14 @@ func (s *scheduler) stop(w *worker) {
 }
 
 // stopRequestedFor reports whether w's loop was asked to stop (stop).
-func (s *scheduler) stopRequestedFor(w *worker) bool {
+func (s *scheduler) stopRequestedFor(w *pollLoop) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return w.stopRequested
 }
 
 // abort cancels w's running poll, if any.
-func (s *scheduler) abort(w *worker) {
+func (s *scheduler) abort(w *pollLoop) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w.phase == polling && w.cancel != nil {
@@ -277,7 +277,7 @@ func (s *scheduler) abort(w *worker) {
 
 // exited returns a channel closed when w's loop has exited and no poll of
 // it runs (closed already if it has).
-func (s *scheduler) exited(w *worker) <-chan struct{} {
+func (s *scheduler) exited(w *pollLoop) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w.done == nil {
@@ -290,7 +290,7 @@ func (s *scheduler) exited(w *worker) <-chan struct{} {
 }
 
 // collect returns the workers that exited since the last call.
-func (s *scheduler) collect() []*worker {
+func (s *scheduler) collect() []*pollLoop {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ended := s.ended
@@ -314,11 +314,11 @@ func (s *scheduler) close() {
 
 // forget takes the worker of session id out of workers if it is w (its
 // loop exited and was collected). Called by the main loop only.
-func (s *scheduler) forget(id string, w *worker) {
+func (s *scheduler) forget(id string, w *pollLoop) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.workers[id] == w {
-		delete(s.workers, id)
+	if s.loops[id] == w {
+		delete(s.loops, id)
 	}
 }
 
@@ -327,12 +327,12 @@ func (s *scheduler) forget(id string, w *worker) {
 // running poll is already cancelled with the term; its end settles it.
 func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
 	s.mu.Lock()
-	w := s.workers[l.Session()]
+	w := s.loops[l.Session()]
 	if w == nil || w.lease != l || w.phase == polling || w.phase == exited {
 		s.mu.Unlock()
 		return
 	}
-	var launch []*worker
+	var launch []*pollLoop
 	now := s.clock.Now()
 	switch to {
 	case lease.Lost, lease.Released:
@@ -359,7 +359,7 @@ func (s *scheduler) leaseChanged(l *lease.Lease, to lease.State) {
 }
 
 // launchAll launches each of ws (s.launch); called without s.mu held.
-func (s *scheduler) launchAll(ws []*worker) {
+func (s *scheduler) launchAll(ws []*pollLoop) {
 	for _, w := range ws {
 		s.launch(w)
 	}
@@ -372,7 +372,7 @@ func (s *scheduler) launchAll(ws []*worker) {
 // local resource (ErrNoCapacity) or cancelled neither counts nor resets
 // it. The slots freed by the poll go to the polls due earliest among those
 // waiting for them, before w.
-func (s *scheduler) polled(w *worker, out outcome) {
+func (s *scheduler) polled(w *pollLoop, out outcome) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	w.cancel()
@@ -423,7 +423,7 @@ func (s *scheduler) polled(w *worker, out outcome) {
 // consecutive failures, (2^min(k,5) - 1) × interval, at most maxBackoff,
 // with a jitter of up to a tenth of it (a hash of the session and k, so
 // sessions failing together do not retry together); 0 after a success.
-func (s *scheduler) backoffLocked(w *worker, failed bool) time.Duration {
+func (s *scheduler) backoffLocked(w *pollLoop, failed bool) time.Duration {
 	if s.maxBackoff <= 0 {
 		return 0
 	}
@@ -457,15 +457,15 @@ func ErrorBackoff(failures int, interval, max time.Duration) time.Duration {
 // the group's earliest waiting poll (which then waits for one of the
 // limit's slots if none is free), a free slot of the limit to the
 // earliest poll waiting for one.
-func (s *scheduler) admitLocked(now time.Time) []*worker {
-	var launch []*worker
+func (s *scheduler) admitLocked(now time.Time) []*pollLoop {
+	var launch []*pollLoop
 	for {
 		for len(s.freed) > 0 {
 			g := s.freed[len(s.freed)-1]
 			s.freed[len(s.freed)-1] = nil
 			s.freed = s.freed[:len(s.freed)-1]
 			for g.active < g.max && g.waiting.Len() > 0 {
-				w := heap.Pop(&g.waiting).(*worker)
+				w := heap.Pop(&g.waiting).(*pollLoop)
 				s.waiting--
 				if g.waiting.Len() == 0 {
 					delete(s.crowded, g)
@@ -476,7 +476,7 @@ func (s *scheduler) admitLocked(now time.Time) []*worker {
 			}
 		}
 		for s.admit.Len() > 0 && (s.limit <= 0 || s.active < s.limit) {
-			w := heap.Pop(&s.admit).(*worker)
+			w := heap.Pop(&s.admit).(*pollLoop)
 			s.waiting--
 			if s.settleLocked(w, now, w.next) {
 				launch = append(launch, w)
@@ -490,7 +490,7 @@ func (s *scheduler) admitLocked(now time.Time) []*worker {
 
 // unwaitLocked takes w, waiting for a slot, out of the heap it waits in,
 // giving back the group slot it holds while admitting.
-func (s *scheduler) unwaitLocked(w *worker) {
+func (s *scheduler) unwaitLocked(w *pollLoop) {
 	s.waiting--
 	switch w.phase {
 	case admitting:
@@ -513,7 +513,7 @@ func (s *scheduler) unwaitLocked(w *worker) {
 func (s *scheduler) holding() (held, backoff int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, w := range s.workers {
+	for _, w := range s.loops {
 		if w.phase == exited {
 			continue
 		}
@@ -532,7 +532,7 @@ func (s *scheduler) holding() (held, backoff int) {
 // due time, for a slot of its group, or, holding that, for one of the
 // limit's. from is the phase w comes from: a poll leaving one wait for the
 // next is counted once (Deferred).
-func (s *scheduler) takeSlotsLocked(w *worker, now time.Time, from phase) bool {
+func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool {
 	waited := from == admitting || from == groupWaiting
 	if g := w.group; g != nil {
 		if g.active >= g.max {
@@ -627,9 +627,9 @@ func (s *scheduler) fire() {
 	s.mu.Lock()
 	now := s.clock.Now()
 	s.armed = time.Time{}
-	var launch []*worker
+	var launch []*pollLoop
 	for s.queue.Len() > 0 && !s.queue[0].next.After(now) {
-		w := heap.Pop(&s.queue).(*worker)
+		w := heap.Pop(&s.queue).(*pollLoop)
 		if s.settleLocked(w, now, w.next) {
 			launch = append(launch, w)
 		}
@@ -647,7 +647,7 @@ func (s *scheduler) fire() {
 // released), wait (lease uncertain or past its deadline), queue (not due
 // yet), wait for a slot (takeSlotsLocked) or poll now, which it reports;
 // the caller then runs s.poll(w) on a runner (launch).
-func (s *scheduler) settleLocked(w *worker, now, at time.Time) bool {
+func (s *scheduler) settleLocked(w *pollLoop, now, at time.Time) bool {
 	from := w.phase
 	if from == admitting {
 		// It gives back its group's slot and takes it again below if it
@@ -700,7 +700,7 @@ func pollContext(l *lease.Lease) (ctx context.Context, cancel context.CancelFunc
 // nextDue returns when the exited worker w's next poll was due: the time
 // its successor keeps to (its last poll's start + interval, or the time it
 // was queued for).
-func (s *scheduler) nextDue(w *worker) time.Time {
+func (s *scheduler) nextDue(w *pollLoop) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return w.next
@@ -714,7 +714,7 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // exitLocked ends w's loop and tells the main loop.
-func (s *scheduler) exitLocked(w *worker) {
+func (s *scheduler) exitLocked(w *pollLoop) {
 	w.phase = exited
 	if g := w.group; g != nil {
 		if g.members--; g.members == 0 {
@@ -755,7 +755,7 @@ func (s *scheduler) armLocked(now time.Time) {
 }
 
 // dueQueue is a min-heap of queued workers by next poll time.
-type dueQueue []*worker
+type dueQueue []*pollLoop
 
 func (q dueQueue) Len() int           { return len(q) }
 func (q dueQueue) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
@@ -764,7 +764,7 @@ func (q dueQueue) Swap(i, j int) {
 	q[i].index, q[j].index = i, j
 }
 func (q *dueQueue) Push(x any) {
-	w := x.(*worker)
+	w := x.(*pollLoop)
 	w.index = len(*q)
 	*q = append(*q, w)
 }
@@ -791,7 +791,7 @@ const (
 // to keep, starts now by paceLocked; if not, it makes the settling of w
 // after its current turn put that poll at its paced time, exactly (without
 // the spread step). Called from w's poll goroutine.
-func (s *scheduler) paceFirst(w *worker) bool {
+func (s *scheduler) paceFirst(w *pollLoop) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
@@ -813,7 +813,7 @@ func (s *scheduler) paceFirst(w *worker) bool {
 // min(interval/2, maxFirstPollDelay): past that, a burst larger than the
 // window holds at the pace is spread over the window by a hash of each
 // session's id.
-func (s *scheduler) paceLocked(w *worker, now time.Time) time.Time {
+func (s *scheduler) paceLocked(w *pollLoop, now time.Time) time.Time {
 	window := min(w.sess.Interval.D()/2, maxFirstPollDelay)
 	if window <= 0 {
 		return now

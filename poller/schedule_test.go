@@ -30,7 +30,7 @@ type schedFixture struct {
 // pollCall is one running poll: its context, the clock when it started, and
 // a channel to close to let it return.
 type pollCall struct {
-	w      *worker
+	w      *pollLoop
 	ctx    context.Context
 	at     time.Time
 	finish chan struct{}
@@ -50,7 +50,7 @@ func newSchedFixture(t *testing.T) *schedFixture {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	f := &schedFixture{t: t, mr: mr, clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), polls: make(chan pollCall, 16)}
-	f.sched = newScheduler(f.clock, func(w *worker) {
+	f.sched = newScheduler(f.clock, func(w *pollLoop) {
 		call := pollCall{w: w, ctx: w.ctx, at: f.clock.Now(), finish: make(chan struct{}), fail: new(atomic.Bool), skip: new(atomic.Bool)}
 		f.polls <- call
 		<-call.finish
@@ -72,12 +72,12 @@ func newSchedFixture(t *testing.T) *schedFixture {
 }
 
 // start acquires a lease for id and starts its worker.
-func (f *schedFixture) start(id string) *worker {
+func (f *schedFixture) start(id string) *pollLoop {
 	f.t.Helper()
 	r := f.leases.Acquire(context.Background(), []string{id})
 	require.Len(f.t, r, 1)
 	require.NotNil(f.t, r[0].Lease, "acquire %s", id)
-	w := &worker{sess: &session.Session{ID: id, Interval: session.Duration(schedInterval)}, lease: r[0].Lease}
+	w := &pollLoop{sess: &session.Session{ID: id, Interval: session.Duration(schedInterval)}, lease: r[0].Lease}
 	f.sched.start(w, time.Time{})
 	return w
 }
@@ -111,14 +111,14 @@ func (f *schedFixture) stepTimer(d time.Duration) {
 }
 
 // phaseOf reads w's phase and next poll time under the scheduler's lock.
-func (f *schedFixture) phaseOf(w *worker) (phase, time.Time) {
+func (f *schedFixture) phaseOf(w *pollLoop) (phase, time.Time) {
 	f.sched.mu.Lock()
 	defer f.sched.mu.Unlock()
 	return w.phase, w.next
 }
 
 // waitPhase waits until w is in phase p.
-func (f *schedFixture) waitPhase(w *worker, p phase) {
+func (f *schedFixture) waitPhase(w *pollLoop, p phase) {
 	f.t.Helper()
 	require.Eventually(f.t, func() bool { got, _ := f.phaseOf(w); return got == p },
 		waitFor, time.Millisecond, "worker %s never reached phase %d", w.sess.ID, p)
@@ -133,7 +133,7 @@ func requireNoPoll(t *testing.T, f *schedFixture) {
 	}
 }
 
-func requireDone(t *testing.T, s *scheduler, w *worker) {
+func requireDone(t *testing.T, s *scheduler, w *pollLoop) {
 	t.Helper()
 	select {
 	case <-s.exited(w):
@@ -177,7 +177,7 @@ func TestSchedulerPollsOnTheIntervalGrid(t *testing.T) {
 func TestSchedulerManySessionsOneTimer(t *testing.T) {
 	f := newSchedFixture(t)
 	f.polls = make(chan pollCall, 64)
-	ws := make([]*worker, 20)
+	ws := make([]*pollLoop, 20)
 	for i := range ws {
 		ws[i] = f.start("s" + string(rune('a'+i)))
 	}
@@ -253,7 +253,7 @@ func TestSchedulerLostLeaseEndsTheLoop(t *testing.T) {
 	close(running.finish)
 	requireDone(t, f.sched, busy)
 	ended := append(f.sched.collect(), f.sched.collect()...)
-	require.ElementsMatch(t, []*worker{idle, busy}, ended)
+	require.ElementsMatch(t, []*pollLoop{idle, busy}, ended)
 }
 
 func TestSchedulerStopAndAbort(t *testing.T) {

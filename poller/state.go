@@ -87,7 +87,7 @@ func (c *Coordinator) stateful() StatefulPoller {
 // the next one, after the backoff); the poller never runs without its
 // state. A corrupt state is not a failure: it reads as never saved (the
 // poll goes on as for a new session) and is reported once (noteState).
-func (c *Coordinator) prepareState(w *worker, now time.Time) (pollNow, failed bool) {
+func (c *Coordinator) prepareState(w *pollLoop, now time.Time) (pollNow, failed bool) {
 	st := w.state
 	st.mu.Lock()
 	loaded := st.loaded
@@ -139,7 +139,7 @@ func (c *Coordinator) prepareState(w *worker, now time.Time) (pollNow, failed bo
 // taking it one whole step past), else one step (at most min(interval/10,
 // 200ms)) later, as its next poll would have been. Called from w's poll
 // goroutine.
-func (s *scheduler) deferPoll(w *worker, at time.Time) {
+func (s *scheduler) deferPoll(w *pollLoop, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w.next = at.Add(-w.sess.Interval.D() - deferSlack)

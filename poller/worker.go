@@ -24,19 +24,15 @@ import (
 // successor never starts while this worker's request may still be served
 // downstream. Aborting cancels the running poll too; the lease term ending
 // (uncertain, lost) always does.
-type worker struct {
+type pollLoop struct {
 	sess  *session.Session // shared with view.sessions while the same; never changed in place
 	lease *lease.Lease
 	state *State // the session's state, for a StatefulPoller; nil otherwise
 	// done is closed when the loop has exited and no poll runs; made on
 	// the first scheduler.exited call (most loops are never waited for).
 	// Guarded by scheduler.mu.
-	done chan struct{}
-	// Set by the main loop only.
-	stopping  bool             // stopWorker was called; release when done
-	restartAs *session.Session // start again with this definition when done (unless stopping)
-	members   uint64           // membership version when the loop started
-	polled    *atomic.Bool     // a poll began under this lease (shared by a restarted loop)
+	done   chan struct{}
+	polled *atomic.Bool // a poll began under this lease (shared by a restarted loop)
 
 	// Guarded by scheduler.mu.
 	phase         phase
@@ -53,29 +49,38 @@ type worker struct {
 	cancel        context.CancelFunc // cancels ctx
 }
 
-// startWorker starts the poll loop of s under l. Its first poll is now
+// startLoop starts the poll loop of s under l. Its first poll is now
 // (paced when many start together: scheduler.paceLocked), unless l was
 // handed over gracefully by a holder whose next poll of s was due later:
 // then it keeps that schedule, so a handoff never polls a session early.
-func (c *Coordinator) startWorker(s *session.Session, l *lease.Lease) {
-	c.startWorkerAt(s, l, new(atomic.Bool))
+func (c *Coordinator) startLoop(s *session.Session, l *lease.Lease) {
+	c.startLoopAt(s, l, new(atomic.Bool))
 }
 
-// startWorkerAt starts the poll loop of s under l; polled says whether a
+// startLoopAt starts the poll loop of s under l; polled says whether a
 // poll already began under l (a loop restarted for a new definition).
-func (c *Coordinator) startWorkerAt(s *session.Session, l *lease.Lease, polled *atomic.Bool) {
-	w := &worker{sess: s, lease: l, members: c.view.members.Version, polled: polled}
+func (c *Coordinator) startLoopAt(s *session.Session, l *lease.Lease, polled *atomic.Bool) {
+	pl := &pollLoop{sess: s, lease: l, polled: polled}
 	if c.stateful() != nil {
-		w.state = &State{store: c.cfg.StateStore, lease: l}
+		pl.state = &State{store: c.cfg.StateStore, lease: l}
 	}
 	// Zero without a handoff: the first poll is paced (scheduler.paceLocked).
 	due, _ := l.NextPollWithin(FirstPollBound(s.Interval.D()))
-	if polled.Load() || (due.IsZero() && w.state != nil) {
+	if polled.Load() || (due.IsZero() && pl.state != nil) {
 		// A restart polls with the new definition at once; a stateful
 		// loop loads its state first and is paced then (scheduler.paceFirst, from prepareState).
 		due = c.cfg.Clock.Now()
 	}
-	c.sched.start(w, due) // and sched.workers[s.ID] = w
+	c.held[s.ID] = &hold{loop: pl, sess: s, acquired: l.Acquired(), members: c.view.members.Version}
+	c.sched.start(pl, due)
+}
+
+// forgetLoop forgets the held session id whose loop (h) exited.
+func (c *Coordinator) forgetLoop(id string, h *hold) {
+	if c.held[id] == h {
+		delete(c.held, id)
+	}
+	c.sched.forget(id, h.loop)
 }
 
 // FirstPollBound is how long after an acquisition of a session polled
@@ -89,22 +94,22 @@ func FirstPollBound(interval time.Duration) time.Duration {
 
 // handoff is what a successor of w's lease is told: the lease to release,
 // and when w's next poll was due.
-func (c *Coordinator) handoff(w *worker) lease.Handoff {
+func (c *Coordinator) handoff(w *pollLoop) lease.Handoff {
 	return lease.Handoff{Lease: w.lease, NextPoll: c.sched.nextDue(w)}
 }
 
-// stopWorker ends w's loop after its current poll; the main loop releases
-// the lease when the loop has exited (reapWorkers).
-func (c *Coordinator) stopWorker(w *worker) {
-	w.stopping = true
-	w.restartAs = nil // a pending restart gives way: the lease is released
-	c.sched.stop(w)
+// stopLoop ends h's loop after its current poll; the main loop releases
+// the lease when the loop has exited (reapLoops).
+func (c *Coordinator) stopLoop(h *hold) {
+	h.stopping = true
+	h.restartAs = nil // a pending restart gives way: the lease is released
+	c.sched.stop(h.loop)
 }
 
 // runPoll runs one poll of w, under the context the scheduler made for it
 // (cancelled when the lease term ends: pollContext), and hands w back to
 // the scheduler.
-func (c *Coordinator) runPoll(w *worker) {
+func (c *Coordinator) runPoll(w *pollLoop) {
 	out := pollCancelled // no poll ran
 	defer func() { c.sched.polled(w, out) }()
 	l := w.lease
@@ -202,16 +207,16 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 // returns the handoffs of the loops that exited, whose polls have
 // returned, and forgets those workers.
 func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
-	for _, w := range c.sched.workers {
-		c.stopWorker(w)
+	for _, h := range c.held {
+		c.stopLoop(h)
 	}
 	var exited []lease.Handoff
 	// wait collects every loop that has exited, waiting for each until ctx
 	// is done; after that it only collects those that are done already, so
 	// one stuck poll never hides the others.
 	wait := func(ctx context.Context) {
-		for id, w := range c.sched.workers {
-			done := c.sched.exited(w)
+		for id, h := range c.held {
+			done := c.sched.exited(h.loop)
 			select {
 			case <-done:
 			default:
@@ -221,16 +226,16 @@ func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
 					continue
 				}
 			}
-			exited = append(exited, c.handoff(w))
-			c.sched.forget(id, w)
+			exited = append(exited, c.handoff(h.loop))
+			c.forgetLoop(id, h)
 		}
 	}
 	wait(ctx)
-	if len(c.sched.workers) == 0 {
+	if len(c.held) == 0 {
 		return exited
 	}
-	for _, w := range c.sched.workers {
-		c.sched.abort(w)
+	for _, h := range c.held {
+		c.sched.abort(h.loop)
 	}
 	grace, cancel := context.WithTimeout(context.Background(), abortGrace)
 	defer cancel()
