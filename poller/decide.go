@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
@@ -56,7 +57,7 @@ type world struct {
 // matches reports whether this worker may poll s: its labels match the
 // session's selector.
 func (w *world) matches(s *session.Session) bool {
-	return s.Selector == "" || w.labels.MatchesSelector(s.Selector)
+	return fleet.SelectorOf(*s).Matches(w.labels)
 }
 
 // hold is the main loop's record of one session it holds: the poll loop
