@@ -278,15 +278,15 @@ func (s *scheduler) mostCrowdedLocked(prev string) string {
 // due time), and sets when w's next poll would begin if the worker kept up:
 // gap after this one began (its interval with the spread step and
 // backoff), or now if the poll overran that.
-func (s *scheduler) meterPolledLocked(w *pollLoop, now time.Time, gap time.Duration) {
+func (s *scheduler) meterPolledLocked(w *pollLoop, now, began time.Time, gap time.Duration) {
 	from := w.expect
 	if from == 0 {
 		from = w.next.UnixNano() // a first poll: late against its due time
 	}
-	lag := time.Duration(w.began - from)
+	lag := time.Duration(began.UnixNano() - from)
 	due, judged := owed(lag, w.sess.Interval.D())
 	s.meter.polled(now, due, judged)
-	w.expect = max(now.UnixNano(), w.began+int64(gap))
+	w.expect = max(now.UnixNano(), began.UnixNano()+int64(gap))
 }
 
 // logBehind logs a change of ps.Behind or of its reason.

@@ -118,14 +118,15 @@ func TestPollMeter(t *testing.T) {
 // holding a slot of the limit), and the slot a poll frees goes to the
 // poll due earliest.
 func TestSchedulerGroupWaitsInOrderOfDue(t *testing.T) {
-	f := newSchedFixture(t)
-	f.sched.limit = 10
-	f.sched.groupOf = func(s *session.Session) (string, int) {
-		if s.ID == "other" {
-			return "elsewhere", 1
+	f := newSchedFixture(t, func(c *schedConfig) {
+		c.Limit = 10
+		c.GroupOf = func(s *session.Session) (string, int) {
+			if s.ID == "other" {
+				return "elsewhere", 1
+			}
+			return "host", 1
 		}
-		return "host", 1
-	}
+	})
 	a := f.start("a")
 	pa := f.nextPoll()
 	f.clock.Step(10 * time.Millisecond)
@@ -143,9 +144,9 @@ func TestSchedulerGroupWaitsInOrderOfDue(t *testing.T) {
 	o := f.start("other") // another group has room
 	po := f.nextPoll()
 	require.Equal(t, o, po.w)
-	_, running, waiting := f.sched.snapshot()
-	require.Equal(t, 2, running)
-	require.Equal(t, 2, waiting)
+	st := f.sched.Stats(false)
+	require.Equal(t, 2, st.Running)
+	require.Equal(t, 2, st.Waiting)
 
 	close(pa.finish)
 	pb := f.nextPoll()
@@ -160,10 +161,10 @@ func TestSchedulerGroupWaitsInOrderOfDue(t *testing.T) {
 	close(f.nextPoll().finish) // b's
 	f.waitPhase(c, queued)
 	f.stopAll(a, b, c, o)
-	st, _, waiting := f.sched.snapshot()
-	require.Zero(t, waiting)
+	st = f.sched.Stats(false)
+	require.Zero(t, st.Waiting)
 	require.EqualValues(t, 3, st.Deferred, "b and c, then b again (due at once after its poll)")
-	_, backoff := f.sched.holding()
+	_, backoff := held(f.sched)
 	require.Zero(t, backoff)
 }
 
@@ -171,42 +172,46 @@ func TestSchedulerGroupWaitsInOrderOfDue(t *testing.T) {
 // for one of the limit's leaves its heap when its loop is stopped, and
 // gives back the group slot it held.
 func TestSchedulerStopsAWaitingPoll(t *testing.T) {
-	f := newSchedFixture(t)
-	f.sched.limit = 1
-	f.sched.groupOf = func(s *session.Session) (string, int) { return "host", 1 }
+	f := newSchedFixture(t, func(c *schedConfig) {
+		c.Limit = 1
+		c.GroupOf = func(s *session.Session) (string, int) {
+			if s.ID == "c" {
+				return "h2", 1
+			}
+			return "host", 1
+		}
+	})
 	f.start("a")
 	pa := f.nextPoll()
 	b := f.start("b")
 	f.waitPhase(b, groupWaiting)
-	f.sched.stop(b)
+	f.sched.Stop(b)
 	requireDone(t, f.sched, b)
 
 	// Another group's poll waits for the limit's only slot, holding its
 	// group's; stopped, it gives that back.
-	f.sched.groupOf = func(s *session.Session) (string, int) { return "h2", 1 }
 	c := f.start("c")
 	f.waitPhase(c, admitting)
 	f.sched.mu.Lock()
 	require.Equal(t, 1, f.sched.groups["h2"].active)
 	f.sched.mu.Unlock()
-	f.sched.stop(c)
+	f.sched.Stop(c)
 	requireDone(t, f.sched, c)
 	f.sched.mu.Lock()
 	require.Nil(t, f.sched.groups["h2"], "a group without members is forgotten")
 	f.sched.mu.Unlock()
 	close(pa.finish)
 	f.stopAll(pa.w)
-	_, running, waiting := f.sched.snapshot()
-	require.Zero(t, waiting)
-	require.Zero(t, running)
+	st := f.sched.Stats(false)
+	require.Zero(t, st.Waiting)
+	require.Zero(t, st.Running)
 }
 
 // TestSchedulerSkippedPollIsNoFailure: a poll the Poller did not send for
 // want of a local resource (ErrNoCapacity) neither backs the session off
 // nor resets its failures; the session is polled at its next due time.
 func TestSchedulerSkippedPollIsNoFailure(t *testing.T) {
-	f := newSchedFixture(t)
-	f.sched.maxBackoff = time.Minute
+	f := newSchedFixture(t, func(c *schedConfig) { c.MaxBackoff = time.Minute })
 	a := f.start("a")
 	p := f.nextPoll()
 	p.skip.Store(true)
@@ -214,8 +219,8 @@ func TestSchedulerSkippedPollIsNoFailure(t *testing.T) {
 	f.waitPhase(a, queued)
 	_, next := f.phaseOf(a)
 	require.Equal(t, p.at.Add(schedInterval), next, "at its next due time, without backoff")
-	st, _, _ := f.sched.snapshot()
-	_, backoff := f.sched.holding()
+	st := f.sched.Stats(false)
+	_, backoff := held(f.sched)
 	require.Zero(t, backoff)
 	require.EqualValues(t, 1, st.Skipped)
 	f.stopAll(a)
@@ -227,13 +232,14 @@ func TestSchedulerSkippedPollIsNoFailure(t *testing.T) {
 // seconds, every session polled in turn (each gap about 2 s); with one
 // session left it catches up.
 func TestSchedulerReportsBehindWithTheHost(t *testing.T) {
-	f := newSchedFixture(t)
-	f.sched.groupOf = func(s *session.Session) (string, int) { return "target:80", 1 }
+	f := newSchedFixture(t, func(c *schedConfig) {
+		c.GroupOf = func(s *session.Session) (string, int) { return "target:80", 1 }
+	})
 	ws := map[string]*pollLoop{}
 	for _, id := range []string{"a", "b", "c", "d"} {
 		ws[id] = f.start(id)
 	}
-	report := func() behindReport { st, _, _ := f.sched.snapshot(); return st.Behind }
+	report := func() behindReport { return f.sched.Stats(false).Behind }
 	last := map[string]time.Time{}
 	var worstGap time.Duration
 	var behindAt time.Time
@@ -261,7 +267,7 @@ func TestSchedulerReportsBehindWithTheHost(t *testing.T) {
 	require.LessOrEqual(t, worstGap, 2500*time.Millisecond, "every session slows alike: interval × due/achieved + 25 %")
 
 	for _, id := range []string{"b", "c", "d"} {
-		f.sched.stop(ws[id])
+		f.sched.Stop(ws[id])
 	}
 	a := ws["a"]
 	for range 16 {
@@ -287,12 +293,12 @@ func TestSchedulerReportsBehindWithTheHost(t *testing.T) {
 func (f *schedFixture) stopAll(ws ...*pollLoop) {
 	f.t.Helper()
 	for _, w := range ws {
-		f.sched.stop(w)
+		f.sched.Stop(w)
 	}
 	for _, w := range ws {
 		for done := false; !done; {
 			select {
-			case <-f.sched.exited(w):
+			case <-f.sched.Done(w):
 				done = true
 			case p := <-f.polls:
 				close(p.finish)

@@ -160,13 +160,12 @@ func New(cfg Config) (*Coordinator, error) {
 			pendingOrphans: make(map[string]time.Time),
 		},
 	}
-	c.sched = newScheduler(cfg.Clock, c.runPoll, c.trigger)
-	c.sched.align, c.sched.pace, c.sched.slack = spreadStep, true, TimerSlack
-	c.sched.limit, c.sched.maxBackoff = cfg.MaxPolls, cfg.MaxErrorBackoff
-	c.sched.behindSpan = cfg.LeaseTTL
+	sc := schedConfig{Clock: cfg.Clock, Turn: c.turn, Wake: c.trigger, Align: spreadStep,
+		Limit: cfg.MaxPolls, MaxBackoff: cfg.MaxErrorBackoff, Pace: true, Slack: TimerSlack}
 	if gl, ok := cfg.Poller.(GroupLimiter); ok {
-		c.sched.groupOf = func(s *session.Session) (string, int) { return gl.PollGroup(*s) }
+		sc.GroupOf = func(s *session.Session) (string, int) { return gl.PollGroup(*s) }
 	}
+	c.sched = newScheduler(sc)
 	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize, LossQuarantine: cfg.LossQuarantine,
 		WaitReplicas: cfg.WaitReplicas,
@@ -320,13 +319,13 @@ func (c *Coordinator) PollStats() PollStats { return c.pollStats(true) }
 // pollStats is PollStats; without countLoops, Backoff and LeasesHeld are
 // left at 0 (the main loop's checkBehind needs neither).
 func (c *Coordinator) pollStats(countLoops bool) PollStats {
-	st, running, waiting := c.sched.snapshot()
-	ps := PollStats{Running: running, Waiting: waiting, Deferred: st.Deferred, Late: st.Late,
+	st := c.sched.Stats(countLoops)
+	ps := PollStats{Running: st.Running, Waiting: st.Waiting, Deferred: st.Deferred, Late: st.Late,
 		Behind: st.Behind.Behind, BehindReason: st.Behind.Reason, BehindHost: st.Behind.Group,
 		DueRate: st.Behind.Due, AchievedRate: st.Behind.Done, Skipped: st.Skipped,
 		PlannedWeight: c.registry.Info().PlanWeight()}
 	if countLoops {
-		ps.LeasesHeld, ps.Backoff = c.sched.holding()
+		ps.LeasesHeld, ps.Backoff = st.Held, st.Backoff
 	}
 	return ps
 }
@@ -365,7 +364,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	err := c.drain()
 	stopRenew()
 	renew.Wait()
-	c.sched.close()
+	c.sched.Close()
 	c.stopTimers()
 	if cause := context.Cause(ctx); errors.Is(cause, nodes.ErrDuplicateID) {
 		err = errors.Join(cause, err)
@@ -557,7 +556,7 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 	case to == lease.Released:
 		t = EventReleased
 	}
-	c.sched.leaseChanged(l, to)
+	c.sched.LeaseChanged(l, to)
 	c.cfg.Observer.LeaseEvent(t, l.Reason())
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent(Event{Type: t, Session: l.Session(), Token: l.Token(), Reason: l.Reason(), At: c.cfg.Clock.Now()})

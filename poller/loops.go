@@ -16,39 +16,6 @@ import (
 	"github.com/pollworker/pollworker/session"
 )
 
-// worker is the poll loop of one owned session, run by the scheduler.
-//
-// Stopping a worker (handoff, session paused or removed, shutdown) only
-// ends its loop: a poll already running finishes under its lease, which is
-// still renewed, and the lease is released after the loop has exited, so a
-// successor never starts while this worker's request may still be served
-// downstream. Aborting cancels the running poll too; the lease term ending
-// (uncertain, lost) always does.
-type pollLoop struct {
-	sess  *session.Session // shared with view.sessions while the same; never changed in place
-	lease *lease.Lease
-	state *State // the session's state, for a StatefulPoller; nil otherwise
-	// done is closed when the loop has exited and no poll runs; made on
-	// the first scheduler.exited call (most loops are never waited for).
-	// Guarded by scheduler.mu.
-	done   chan struct{}
-	polled *atomic.Bool // a poll began under this lease (shared by a restarted loop)
-
-	// Guarded by scheduler.mu.
-	phase         phase
-	exact         bool      // the next settling keeps w.next + interval exactly, without the spread step (paceFirst)
-	index         int       // position in the scheduler's queue while queued
-	next          time.Time // when the next (or running) poll is due
-	stopRequested bool
-	failures      int                // consecutive failed polls (backoff)
-	retryAfter    time.Duration      // set by the poll's goroutine before polled, which reads it: RetryAfterError
-	group         *pollGroup         // the group of its polls (GroupLimiter); nil when none
-	began         int64              // Unix ns when the running (or last) poll began on its runner
-	expect        int64              // Unix ns when the next poll would begin if the worker kept up; 0 unknown (the meter's lateness)
-	ctx           context.Context    // of the running poll: cancelled when the lease term ends (pollContext)
-	cancel        context.CancelFunc // cancels ctx
-}
-
 // startLoop starts the poll loop of s under l. Its first poll is now
 // (paced when many start together: scheduler.paceLocked), unless l was
 // handed over gracefully by a holder whose next poll of s was due later:
@@ -68,11 +35,11 @@ func (c *Coordinator) startLoopAt(s *session.Session, l *lease.Lease, polled *at
 	due, _ := l.NextPollWithin(FirstPollBound(s.Interval.D()))
 	if polled.Load() || (due.IsZero() && pl.state != nil) {
 		// A restart polls with the new definition at once; a stateful
-		// loop loads its state first and is paced then (scheduler.paceFirst, from prepareState).
+		// loop loads its state first and is paced then (scheduler.Pace, from prepareState).
 		due = c.cfg.Clock.Now()
 	}
 	c.held[s.ID] = &hold{loop: pl, sess: s, acquired: l.Acquired(), members: c.view.members.Version}
-	c.sched.start(pl, due)
+	c.sched.Start(pl, due)
 }
 
 // forgetLoop forgets the held session id whose loop (h) exited.
@@ -80,7 +47,7 @@ func (c *Coordinator) forgetLoop(id string, h *hold) {
 	if c.held[id] == h {
 		delete(c.held, id)
 	}
-	c.sched.forget(id, h.loop)
+	c.sched.Forget(id, h.loop)
 }
 
 // FirstPollBound is how long after an acquisition of a session polled
@@ -95,7 +62,7 @@ func FirstPollBound(interval time.Duration) time.Duration {
 // handoff is what a successor of w's lease is told: the lease to release,
 // and when w's next poll was due.
 func (c *Coordinator) handoff(w *pollLoop) lease.Handoff {
-	return lease.Handoff{Lease: w.lease, NextPoll: c.sched.nextDue(w)}
+	return lease.Handoff{Lease: w.lease, NextPoll: c.sched.Due(w)}
 }
 
 // stopLoop ends h's loop after its current poll; the main loop releases
@@ -103,57 +70,61 @@ func (c *Coordinator) handoff(w *pollLoop) lease.Handoff {
 func (c *Coordinator) stopLoop(h *hold) {
 	h.stopping = true
 	h.restartAs = nil // a pending restart gives way: the lease is released
-	c.sched.stop(h.loop)
+	c.sched.Stop(h.loop)
 }
 
-// runPoll runs one poll of w, under the context the scheduler made for it
-// (cancelled when the lease term ends: pollContext), and hands w back to
-// the scheduler.
-func (c *Coordinator) runPoll(w *pollLoop) {
-	out := pollCancelled // no poll ran
-	defer func() { c.sched.polled(w, out) }()
-	l := w.lease
+// turn is one turn of l's poll loop, which the scheduler runs once its
+// poll is due and admitted (schedConfig.Turn), top to bottom: nothing when
+// the lease term ended or the loop was asked to stop since; the state
+// loaded (a StatefulPoller's, before the first poll under the lease:
+// prepareState, which may put the poll later); the poll (pollOnce). The
+// scheduler then records the outcome and says when the next turn is due
+// (scheduler.polled, nextDue).
+func (c *Coordinator) turn(ctx context.Context, l *pollLoop, due time.Time) turnEnd {
 	now := c.cfg.Clock.Now()
-	// The term may have ended, or the deadline passed, since settleLocked
-	// made w.ctx on the scheduler's goroutine.
-	if w.ctx.Err() != nil || !now.Before(l.Deadline()) {
-		return
+	// The term may have ended, or the deadline passed, since the scheduler
+	// made ctx.
+	if ctx.Err() != nil || !now.Before(l.lease.Deadline()) {
+		return turnEnd{out: pollCancelled}
 	}
 	// Nor does a poll start once its loop was stopped (the session paused,
 	// removed or moving on), though it was due and launched before.
-	if c.sched.stopRequestedFor(w) {
-		out = pollStopped
+	if c.sched.Stopping(l) {
+		return turnEnd{out: pollStopped}
+	}
+	if l.state != nil {
+		end, pollNow := c.prepareState(ctx, l, now)
+		if !pollNow {
+			return end
+		}
+		l.state.mu.Lock()
+		l.state.polledAt = due // a successor keeps to it + the interval
+		l.state.mu.Unlock()
+		if c.sched.Stopping(l) { // stopped while the state loaded
+			return turnEnd{out: pollStopped}
+		}
+	}
+	if first := l.polled.CompareAndSwap(false, true); first {
+		c.noteHandoffGap(l, now)
+	}
+	out, retry := c.pollOnce(ctx, *l.sess, l.lease, l.state)
+	return turnEnd{out: out, retryAfter: retry}
+}
+
+// noteHandoffGap reports, at the first poll under l's lease, the time the
+// handoff left the session unpolled beyond its schedule: from the
+// release, or from the poll's due time when the previous holder passed
+// its schedule on.
+func (c *Coordinator) noteHandoffGap(l *pollLoop, now time.Time) {
+	gap, ok := l.lease.HandoffGap()
+	if !ok {
 		return
 	}
-	if w.state != nil {
-		pollNow, loadFailed := c.prepareState(w, now)
-		if !pollNow {
-			if loadFailed {
-				out = pollFailed
-			}
-			return
-		}
-		w.state.mu.Lock()
-		w.state.polledAt = c.sched.nextDue(w) // the due time: a successor keeps to it + the interval
-		w.state.mu.Unlock()
-		if c.sched.stopRequestedFor(w) { // stopped while the state loaded
-			out = pollStopped
-			return
-		}
+	from := l.lease.Acquired()
+	if due, ok := l.lease.NextPollWithin(FirstPollBound(l.sess.Interval.D())); ok && due.After(from) {
+		from, gap = due, 0
 	}
-	if first := w.polled.CompareAndSwap(false, true); first {
-		if gap, ok := l.HandoffGap(); ok {
-			// The time the handoff left the session unpolled beyond its
-			// schedule: from the release, or from the poll's due time
-			// when the previous holder passed its schedule on.
-			from := l.Acquired()
-			if due, ok := l.NextPollWithin(FirstPollBound(w.sess.Interval.D())); ok && due.After(from) {
-				from, gap = due, 0
-			}
-			c.cfg.Observer.HandoffGap(gap + now.Sub(from))
-		}
-	}
-	out, w.retryAfter = c.pollOnce(w.ctx, *w.sess, l, w.state)
+	c.cfg.Observer.HandoffGap(gap + now.Sub(from))
 }
 
 // pollOnce runs one poll under ctx, which ends when the lease term ends or
@@ -216,7 +187,7 @@ func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
 	// one stuck poll never hides the others.
 	wait := func(ctx context.Context) {
 		for id, h := range c.held {
-			done := c.sched.exited(h.loop)
+			done := c.sched.Done(h.loop)
 			select {
 			case <-done:
 			default:
@@ -235,7 +206,7 @@ func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
 		return exited
 	}
 	for _, h := range c.held {
-		c.sched.abort(h.loop)
+		c.sched.Abort(h.loop)
 	}
 	grace, cancel := context.WithTimeout(context.Background(), abortGrace)
 	defer cancel()

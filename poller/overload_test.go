@@ -27,8 +27,7 @@ import (
 // the sessions whose polls overran kept every slot and the others were
 // never polled.
 func TestSchedulerOverrunPollGivesItsSlotToTheWaiting(t *testing.T) {
-	f := newSchedFixture(t)
-	f.sched.limit = 1
+	f := newSchedFixture(t, func(c *schedConfig) { c.Limit = 1 })
 	a := f.start("a")
 	pa := f.nextPoll()
 	b := f.start("b")
@@ -48,7 +47,7 @@ func TestSchedulerOverrunPollGivesItsSlotToTheWaiting(t *testing.T) {
 	close(pb.finish)
 	f.waitPhase(a, queued)
 	f.waitPhase(b, queued)
-	st, _, _ := f.sched.snapshot()
+	st := f.sched.Stats(false)
 	require.EqualValues(t, 3, st.Deferred)
 }
 

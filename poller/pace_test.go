@@ -18,8 +18,7 @@ import (
 // by a hash of the id; a session started alone later is polled at once.
 func TestPaceSpreadsFirstPollsTakenTogether(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	s := newScheduler(clk, func(*pollLoop) {}, func() {})
-	s.pace = true
+	s := newScheduler(schedConfig{Clock: clk, Wake: func() {}, Pace: true})
 	now := clk.Now()
 	w := func(id string, iv time.Duration) *pollLoop {
 		return &pollLoop{sess: &session.Session{ID: id, Interval: session.Duration(iv)}}
@@ -61,8 +60,7 @@ func TestPaceSpreadsFirstPollsTakenTogether(t *testing.T) {
 // TestSchedulerStartPacesOnlyWithoutASchedule: start paces a zero `at`
 // (no schedule to keep), and keeps a handed-over schedule as it is.
 func TestSchedulerStartPacesOnlyWithoutASchedule(t *testing.T) {
-	f := newSchedFixture(t)
-	f.sched.pace = true
+	f := newSchedFixture(t, func(c *schedConfig) { c.Pace = true })
 	t0 := f.clock.Now()
 	a := f.start("a")
 	b := f.start("b")
@@ -83,38 +81,33 @@ func TestSchedulerStartPacesOnlyWithoutASchedule(t *testing.T) {
 // that runner (the one idle last first), not on a new goroutine; idle
 // runners exit when the scheduler closes.
 func TestRunnersAreReused(t *testing.T) {
-	ran := make(chan *pollLoop, 8)
-	release := make(chan struct{})
-	s := newScheduler(clocktesting.NewFakeClock(time.Unix(1000, 0)), func(w *pollLoop) {
-		ran <- w
-		<-release
-	}, func() {})
+	f := newSchedFixture(t)
+	s := f.sched
 	idle := func() int {
 		s.runMu.Lock()
 		defer s.runMu.Unlock()
 		return len(s.idle)
 	}
-	named := func(id string) *pollLoop { return &pollLoop{sess: &session.Session{ID: id}} }
-	a, b, c := named("a"), named("b"), named("c")
-	s.launch(a)
-	s.launch(b)
-	require.ElementsMatch(t, []*pollLoop{a, b}, []*pollLoop{<-ran, <-ran}, "each on a runner of its own")
+	a, b := f.start("a"), f.start("b")
+	pa, pb := f.nextPoll(), f.nextPoll()
+	require.ElementsMatch(t, []*pollLoop{a, b}, []*pollLoop{pa.w, pb.w}, "each on a runner of its own")
 	require.Zero(t, idle(), "both runners busy")
-	release <- struct{}{}
-	release <- struct{}{}
+	close(pa.finish)
+	close(pb.finish)
 	require.Eventually(t, func() bool { return idle() == 2 }, waitFor, time.Millisecond)
 	s.runMu.Lock()
 	last := s.idle[1]
 	s.runMu.Unlock()
-	s.launch(c)
-	require.Same(t, c, <-ran)
+	c := f.start("c")
+	pc := f.nextPoll()
+	require.Same(t, c, pc.w)
 	s.runMu.Lock()
 	require.Len(t, s.idle, 1)
 	require.NotSame(t, last, s.idle[0], "the runner idle last took the poll")
 	s.runMu.Unlock()
-	release <- struct{}{}
+	close(pc.finish)
 	require.Eventually(t, func() bool { return idle() == 2 }, waitFor, time.Millisecond)
-	s.close()
+	s.Close()
 	require.Eventually(t, func() bool { return idle() == 0 }, waitFor, time.Millisecond, "idle runners exit on close")
 }
 
@@ -135,14 +128,13 @@ func TestTimerSlack(t *testing.T) {
 		{"a shorter interval queued behind", 2 * time.Millisecond, []time.Duration{time.Second, 20 * time.Millisecond}, 200 * time.Microsecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newSchedFixture(t)
-			f.sched.slack = tc.slack
+			f := newSchedFixture(t, func(c *schedConfig) { c.Slack = tc.slack })
 			t0 := f.clock.Now()
 			for i, iv := range tc.intervals {
 				r := f.leases.Acquire(context.Background(), []string{fmt.Sprint("s", i)})
 				require.NotNil(t, r[0].Lease)
 				w := &pollLoop{sess: &session.Session{ID: fmt.Sprint("s", i), Interval: session.Duration(iv)}, lease: r[0].Lease}
-				f.sched.start(w, t0.Add(5*time.Millisecond+time.Duration(i)*time.Millisecond))
+				f.sched.Start(w, t0.Add(5*time.Millisecond+time.Duration(i)*time.Millisecond))
 			}
 			f.sched.mu.Lock()
 			armed := f.sched.armed

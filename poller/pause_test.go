@@ -33,7 +33,7 @@ func newStepped(t *testing.T, client redis.UniversalClient, id string, p Poller)
 	c.health.heartbeatAt.Store(c.cfg.Clock.Now().UnixNano())
 	t.Cleanup(func() {
 		_ = c.drain()
-		c.sched.close()
+		c.sched.Close()
 		c.stopTimers()
 	})
 	return c
@@ -231,7 +231,7 @@ func TestReaddedSessionIgnoresTheRemovedOnesBackoff(t *testing.T) {
 	h := c.held[id]
 	require.NotNil(t, h)
 	w := h.loop
-	require.Less(t, c.sched.nextDue(w).Sub(w.lease.Acquired()), 10*time.Second,
+	require.Less(t, c.sched.Due(w).Sub(w.lease.Acquired()), 10*time.Second,
 		"the first poll comes within the new definition's first interval, not on the removed one's backoff (a minute)")
 	require.Eventually(t, func() bool { return rec.polled(id) > 0 }, 10*time.Second, 10*time.Millisecond)
 }

@@ -85,7 +85,7 @@ func (c *Coordinator) apply(ctx context.Context, w *world, a actions, now time.T
 		// poll has finished.
 		h := c.held[id]
 		h.restartAs = w.sessions[id]
-		c.sched.stop(h.loop)
+		c.sched.Stop(h.loop)
 	}
 	if len(a.acquire) > 0 {
 		c.acquire(ctx, a.acquire, false)
@@ -169,7 +169,7 @@ func (c *Coordinator) touch(id string) { c.view.touched[id] = struct{}{} }
 // was lost is forgotten.
 func (c *Coordinator) reapLoops(ctx context.Context) {
 	var release []lease.Handoff
-	for _, l := range c.sched.collect() {
+	for _, l := range c.sched.Ended() {
 		id := l.sess.ID
 		h := c.held[id]
 		if h == nil || h.loop != l {

@@ -44,30 +44,36 @@ const (
 	waitFor       = 5 * time.Second
 )
 
-func newSchedFixture(t *testing.T) *schedFixture {
+// newSchedFixture returns a fixture whose scheduler is configured by
+// the options (none: no limit, no groups, no backoff, no pacing, no
+// slack).
+func newSchedFixture(t *testing.T, opts ...func(*schedConfig)) *schedFixture {
 	t.Helper()
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	f := &schedFixture{t: t, mr: mr, clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), polls: make(chan pollCall, 16)}
-	f.sched = newScheduler(f.clock, func(w *pollLoop) {
-		call := pollCall{w: w, ctx: w.ctx, at: f.clock.Now(), finish: make(chan struct{}), fail: new(atomic.Bool), skip: new(atomic.Bool)}
+	cfg := schedConfig{Clock: f.clock, Wake: func() {}, Turn: func(ctx context.Context, w *pollLoop, _ time.Time) turnEnd {
+		call := pollCall{w: w, ctx: ctx, at: f.clock.Now(), finish: make(chan struct{}), fail: new(atomic.Bool), skip: new(atomic.Bool)}
 		f.polls <- call
 		<-call.finish
-		out := pollOK
 		switch {
 		case call.fail.Load():
-			out = pollFailed
+			return turnEnd{out: pollFailed}
 		case call.skip.Load():
-			out = pollSkipped
+			return turnEnd{out: pollSkipped}
 		}
-		f.sched.polled(w, out)
-	}, func() {})
+		return turnEnd{out: pollOK}
+	}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	f.sched = newScheduler(cfg)
 	var err error
 	f.leases, err = lease.New(lease.Config{Client: rdb, Holder: "me", TTL: schedTTL, Clock: f.clock, LossQuarantine: -1,
-		OnChange: func(l *lease.Lease, _, to lease.State) { f.sched.leaseChanged(l, to) }})
+		OnChange: func(l *lease.Lease, _, to lease.State) { f.sched.LeaseChanged(l, to) }})
 	require.NoError(t, err)
-	t.Cleanup(f.sched.close)
+	t.Cleanup(f.sched.Close)
 	return f
 }
 
@@ -78,7 +84,7 @@ func (f *schedFixture) start(id string) *pollLoop {
 	require.Len(f.t, r, 1)
 	require.NotNil(f.t, r[0].Lease, "acquire %s", id)
 	w := &pollLoop{sess: &session.Session{ID: id, Interval: session.Duration(schedInterval)}, lease: r[0].Lease}
-	f.sched.start(w, time.Time{})
+	f.sched.Start(w, time.Time{})
 	return w
 }
 
@@ -136,7 +142,7 @@ func requireNoPoll(t *testing.T, f *schedFixture) {
 func requireDone(t *testing.T, s *scheduler, w *pollLoop) {
 	t.Helper()
 	select {
-	case <-s.exited(w):
+	case <-s.Done(w):
 	case <-time.After(waitFor):
 		t.Fatalf("worker %s did not exit", w.sess.ID)
 	}
@@ -246,13 +252,13 @@ func TestSchedulerLostLeaseEndsTheLoop(t *testing.T) {
 		t.Fatal("poll context not cancelled when the lease was lost")
 	}
 	select {
-	case <-f.sched.exited(busy):
+	case <-f.sched.Done(busy):
 		t.Fatal("a loop ended while its poll was still running")
 	default:
 	}
 	close(running.finish)
 	requireDone(t, f.sched, busy)
-	ended := append(f.sched.collect(), f.sched.collect()...)
+	ended := append(f.sched.Ended(), f.sched.Ended()...)
 	require.ElementsMatch(t, []*pollLoop{idle, busy}, ended)
 }
 
@@ -263,20 +269,20 @@ func TestSchedulerStopAndAbort(t *testing.T) {
 	idle := f.start("idle")
 	close(f.nextPoll().finish)
 	f.waitPhase(idle, queued)
-	f.sched.stop(idle)
+	f.sched.Stop(idle)
 	requireDone(t, f.sched, idle)
 
 	// Stopping a polling worker lets the poll finish under its lease.
 	busy := f.start("busy")
 	running := f.nextPoll()
-	f.sched.stop(busy)
+	f.sched.Stop(busy)
 	require.NoError(t, running.ctx.Err(), "stop does not cancel the running poll")
 	select {
-	case <-f.sched.exited(busy):
+	case <-f.sched.Done(busy):
 		t.Fatal("stopped loop ended before its poll returned")
 	default:
 	}
-	f.sched.abort(busy)
+	f.sched.Abort(busy)
 	require.Error(t, running.ctx.Err(), "abort cancels the running poll")
 	close(running.finish)
 	requireDone(t, f.sched, busy)
@@ -289,8 +295,7 @@ func TestSchedulerStopAndAbort(t *testing.T) {
 // waits for a slot (counted as deferred, then late) and starts the moment
 // one returns; a stopped waiting worker exits at once.
 func TestSchedulerLimitsPollsAtOnce(t *testing.T) {
-	f := newSchedFixture(t)
-	f.sched.limit = 2
+	f := newSchedFixture(t, func(c *schedConfig) { c.Limit = 2 })
 	a, b := f.start("a"), f.start("b")
 	pa, pb := f.nextPoll(), f.nextPoll()
 	c := f.start("c")
@@ -298,18 +303,20 @@ func TestSchedulerLimitsPollsAtOnce(t *testing.T) {
 	requireNoPoll(t, f)
 	d := f.start("d")
 	f.waitPhase(d, admitting)
-	st, running, waiting := f.sched.snapshot()
+	st := f.sched.Stats(false)
+	running, waiting := st.Running, st.Waiting
 	require.Equal(t, 2, running)
 	require.Equal(t, 2, waiting)
 	require.EqualValues(t, 2, st.Deferred)
 
-	f.sched.stop(d)
+	f.sched.Stop(d)
 	requireDone(t, f.sched, d)
 	f.clock.Step(200 * time.Millisecond) // c is late now
 	close(pa.finish)
 	pc := f.nextPoll()
 	require.Equal(t, c, pc.w, "the waiting poll takes the freed slot")
-	st, _, waiting = f.sched.snapshot()
+	st = f.sched.Stats(false)
+	waiting = st.Waiting
 	require.Zero(t, waiting)
 	require.EqualValues(t, 1, st.Late, "it started later than a tenth of its interval after it was due")
 	close(pb.finish)
@@ -323,8 +330,7 @@ func TestSchedulerLimitsPollsAtOnce(t *testing.T) {
 // wait before the next poll (1, 3, 7 intervals more, with a jitter of up
 // to a tenth), capped by maxBackoff; a success resets it.
 func TestSchedulerBacksOffFailingSessions(t *testing.T) {
-	f := newSchedFixture(t)
-	f.sched.maxBackoff = 5 * schedInterval
+	f := newSchedFixture(t, func(c *schedConfig) { c.MaxBackoff = 5 * schedInterval })
 	w := f.start("s")
 	fail := func(want time.Duration) {
 		t.Helper()
@@ -342,7 +348,7 @@ func TestSchedulerBacksOffFailingSessions(t *testing.T) {
 		}
 	}
 	fail(schedInterval)
-	_, backoff := f.sched.holding()
+	_, backoff := held(f.sched)
 	require.Equal(t, 1, backoff)
 	fail(3 * schedInterval)
 	fail(5 * schedInterval) // 7 intervals, capped at maxBackoff
@@ -351,7 +357,7 @@ func TestSchedulerBacksOffFailingSessions(t *testing.T) {
 	f.waitPhase(w, queued)
 	_, next := f.phaseOf(w)
 	require.Equal(t, p.at.Add(schedInterval), next, "a success resets the backoff")
-	_, backoff = f.sched.holding()
+	_, backoff = held(f.sched)
 	require.Zero(t, backoff)
 }
 
@@ -361,8 +367,7 @@ func TestSchedulerBacksOffFailingSessions(t *testing.T) {
 // a lost lease, is not counted any more (a counter kept on the side was
 // never decremented for the handoff).
 func TestSchedulerCountsOnlyRunningLoops(t *testing.T) {
-	f := newSchedFixture(t)
-	f.sched.maxBackoff = 5 * schedInterval
+	f := newSchedFixture(t, func(c *schedConfig) { c.MaxBackoff = 5 * schedInterval })
 	a, b := f.start("a"), f.start("b")
 	for range 2 { // a fails, b succeeds
 		p := f.nextPoll()
@@ -371,17 +376,59 @@ func TestSchedulerCountsOnlyRunningLoops(t *testing.T) {
 	}
 	f.waitPhase(a, queued)
 	f.waitPhase(b, queued)
-	held, backoff := f.sched.holding()
-	require.Equal(t, [2]int{2, 1}, [2]int{held, backoff}, "held, backing off")
+	h, backoff := held(f.sched)
+	require.Equal(t, [2]int{2, 1}, [2]int{h, backoff}, "held, backing off")
 
-	f.sched.stop(a) // handed off while backing off
+	f.sched.Stop(a) // handed off while backing off
 	f.waitPhase(a, exited)
-	held, backoff = f.sched.holding()
-	require.Equal(t, [2]int{1, 0}, [2]int{held, backoff}, "a's loop ended")
+	h, backoff = held(f.sched)
+	require.Equal(t, [2]int{1, 0}, [2]int{h, backoff}, "a's loop ended")
 
 	f.mr.Del(keyspace.Space{}.Lease("b")) // b's lease is lost at the next renewal
 	require.Len(t, f.leases.RenewAll(context.Background()).Lost, 1)
 	f.waitPhase(b, exited)
-	held, backoff = f.sched.holding()
-	require.Equal(t, [2]int{0, 0}, [2]int{held, backoff}, "b's lease was lost")
+	h, backoff = held(f.sched)
+	require.Equal(t, [2]int{0, 0}, [2]int{h, backoff}, "b's lease was lost")
+}
+
+// held returns the scheduler's count of loops under a Held lease and of
+// those backing off (Stats with countLoops).
+func held(s *scheduler) (held, backoff int) {
+	st := s.Stats(true)
+	return st.Held, st.Backoff
+}
+
+// TestSchedulerNextDue: when a loop's next poll is due after a turn
+// (scheduler.nextDue), for each way the turn can end.
+func TestSchedulerNextDue(t *testing.T) {
+	due := time.Unix(1000, 0)
+	const iv = time.Second
+	shift := func(string, time.Duration, time.Time) time.Duration { return 10 * time.Millisecond }
+	tests := []struct {
+		name    string
+		align   func(string, time.Duration, time.Time) time.Duration
+		end     turnEnd
+		backoff time.Duration
+		want    time.Time
+	}{
+		{"polled: one interval after it was due", nil, turnEnd{out: pollOK}, 0, due.Add(iv)},
+		{"moved toward its phase by the spread step", shift, turnEnd{out: pollOK}, 0, due.Add(iv + 10*time.Millisecond)},
+		{"failed: later by the backoff", shift, turnEnd{out: pollFailed}, 3 * iv, due.Add(4*iv + 10*time.Millisecond)},
+		{"cancelled: the next interval", nil, turnEnd{out: pollCancelled}, 0, due.Add(iv)},
+		{"stopped before it polled: the due time a successor keeps", shift, turnEnd{out: pollStopped}, 0, due},
+		{"the target asked for quiet (Retry-After): not sooner than that after the poll returned", nil,
+			turnEnd{out: pollFailed, retryAfter: 10 * iv}, iv, due.Add(iv/2 + 10*iv)},
+		{"a Retry-After shorter than the interval changes nothing", nil, turnEnd{out: pollFailed, retryAfter: iv / 10}, 0, due.Add(iv)},
+		{"a first poll paced: exactly then", shift, turnEnd{out: pollCancelled, at: due.Add(300 * time.Millisecond), exact: true}, 0,
+			due.Add(300 * time.Millisecond)},
+		{"deferred to a saved schedule: then, moved by the spread step", shift, turnEnd{out: pollCancelled, at: due.Add(700 * time.Millisecond)}, 0,
+			due.Add(710 * time.Millisecond)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newScheduler(schedConfig{Clock: clocktesting.NewFakeClock(due), Wake: func() {}, Align: tt.align})
+			l := &pollLoop{sess: &session.Session{ID: "a", Interval: session.Duration(iv)}, next: due}
+			require.Equal(t, tt.want, s.nextDue(l, tt.end, tt.backoff, due.Add(iv/2)))
+		})
+	}
 }

@@ -65,11 +65,11 @@ func (c *Coordinator) shed() {
 	if err := c.registry.SetBehind(c.PollStats().Overload()); err != nil {
 		c.log.Error("behind not published", zap.Error(err))
 	}
-	if c.cfg.KeepWeightWhenBehind || c.sched.behindSpan <= 0 {
+	if c.cfg.KeepWeightWhenBehind {
 		return
 	}
-	st, _, _ := c.sched.snapshot()
-	fraction, changed := c.shedding.step(c.cfg.Clock.Now(), st.Behind.Behind, c.sched.behindSpan)
+	st := c.sched.Stats(false)
+	fraction, changed := c.shedding.step(c.cfg.Clock.Now(), st.Behind.Behind, c.cfg.LeaseTTL)
 	if !changed {
 		return
 	}

@@ -77,74 +77,63 @@ func (c *Coordinator) stateful() StatefulPoller {
 	return sp
 }
 
-// prepareState loads w's state before its first poll under its lease, and
-// reports whether w should poll now. After a crash (no graceful handoff
-// mark, so the lease does not say when the next poll was due) a saved
-// record whose poll was due less than an interval ago puts the first poll
-// one interval after that due time, on this worker's clock, instead of
-// now: the session keeps its schedule. Then it returns false, having moved w's next
-// poll there (deferPoll). A load that fails is a failed poll (retried at
-// the next one, after the backoff); the poller never runs without its
-// state. A corrupt state is not a failure: it reads as never saved (the
-// poll goes on as for a new session) and is reported once (noteState).
-func (c *Coordinator) prepareState(w *pollLoop, now time.Time) (pollNow, failed bool) {
-	st := w.state
+// prepareState loads l's state before its first poll under its lease, and
+// reports whether l polls now; if not, end is how its turn ends. After a
+// crash (no graceful handoff mark, so the lease does not say when the next
+// poll was due) a saved record whose poll was due less than an interval
+// ago puts the first poll one interval after that due time, on this
+// worker's clock, instead of now: the session keeps its schedule (end.at,
+// deferSlack earlier, moved by the spread step as the predecessor's
+// schedule would have been). Otherwise the first poll is paced
+// (scheduler.Pace). A load that fails is a failed poll (retried at the
+// next one, after the backoff); the poller never runs without its state.
+// A corrupt state is not a failure: it reads as never saved (the poll goes
+// on as for a new session) and is reported once (noteState).
+func (c *Coordinator) prepareState(ctx context.Context, l *pollLoop, now time.Time) (end turnEnd, pollNow bool) {
+	st := l.state
 	st.mu.Lock()
 	loaded := st.loaded
 	st.mu.Unlock()
 	if loaded {
-		return true, false
+		return turnEnd{}, true
 	}
 	// The loops of sessions taken together load together: their calls
 	// are coalesced into LoadMany pipelines.
-	rctx, cancel := c.requestCtx(w.ctx)
-	rec, err := st.store.LoadBatched(rctx, w.sess.ID)
+	rctx, cancel := c.requestCtx(ctx)
+	rec, err := st.store.LoadBatched(rctx, l.sess.ID)
 	cancel()
 	if err != nil {
-		if w.ctx.Err() == nil {
-			c.cfg.Observer.RedisError("state")
-			c.log.Warn("state load failed; the poll waits for it", zap.String("session", w.sess.ID), zap.Error(err))
+		if ctx.Err() != nil {
+			return turnEnd{out: pollCancelled}, false
 		}
-		return false, w.ctx.Err() == nil
+		c.cfg.Observer.RedisError("state")
+		c.log.Warn("state load failed; the poll waits for it", zap.String("session", l.sess.ID), zap.Error(err))
+		return turnEnd{out: pollFailed}, false
 	}
-	c.noteState(w.sess.ID, rec.Corrupt) // a corrupt state reads as never saved
+	c.noteState(l.sess.ID, rec.Corrupt) // a corrupt state reads as never saved
 	st.mu.Lock()
 	st.loaded, st.last = true, rec.Compact()
 	st.mu.Unlock()
-	if _, handed := w.lease.NextPoll(); handed || w.polled.Load() {
-		return true, false // the handoff mark or the previous loop set the schedule
+	if _, handed := l.lease.NextPoll(); handed || l.polled.Load() {
+		return turnEnd{}, true // the handoff mark or the previous loop set the schedule
 	}
-	since, ok := rec.SincePolled()
-	iv := w.sess.Interval.D()
-	if !ok || since < 0 || since >= iv {
-		return c.sched.paceFirst(w), false
+	iv := l.sess.Interval.D()
+	if since, ok := rec.SincePolled(); ok && since >= 0 && since < iv {
+		// The load's reply arrived just now: the saved poll was due `since` ago.
+		if at := c.cfg.Clock.Now().Add(iv - since); at.After(now) {
+			return turnEnd{out: pollCancelled, at: at.Add(-deferSlack)}, false
+		}
 	}
-	// The load's reply arrived just now: the saved poll was due `since` ago.
-	at := c.cfg.Clock.Now().Add(iv - since)
-	if !at.After(now) {
-		return c.sched.paceFirst(w), false
+	at, paceNow := c.sched.Pace(l)
+	if paceNow {
+		return turnEnd{}, true
 	}
-	c.sched.deferPoll(w, at)
-	return false, false
-}
-
-// deferPoll makes the settling of w after its current turn (polled, with a
-// success) put its next poll at `at` rather than one interval after the
-// turn's due time: w.next is moved one interval (and deferSlack) before
-// `at`, so that the scheduler's next = w.next + interval, moved later by
-// its spread step toward the session's phase, is where the previous
-// holder's own schedule would have put it: on `at` when its due times were
-// on the phase already (`at`, carried in ms through Redis, is then within
-// a millisecond or two of the phase, and the slack keeps the step from
-// taking it one whole step past), else one step (at most min(interval/10,
-// 200ms)) later, as its next poll would have been. Called from w's poll
-// goroutine.
-func (s *scheduler) deferPoll(w *pollLoop, at time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w.next = at.Add(-w.sess.Interval.D() - deferSlack)
+	return turnEnd{out: pollCancelled, at: at, exact: true}, false
 }
 
 // deferSlack is how much earlier than the saved schedule a deferred first
-// poll is put before the spread step (see deferPoll).
+// poll is put before the spread step: `at`, carried in ms through Redis,
+// is within a millisecond or two of the session's phase when the
+// predecessor's due times were on it, and the slack keeps the step from
+// taking it one whole step past.
 const deferSlack = 5 * time.Millisecond
