@@ -148,47 +148,11 @@ func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
 	rctx, cancel := c.requestCtx(ctx)
 	defer cancel()
 	c.news.peerNews.Store(false) // news from now on asks for another round
-	m, err := c.registry.Members(rctx)
-	if err != nil {
-		c.health.redisOK.Store(false)
-		c.cfg.Observer.RedisError("members")
-		c.log.Warn("discovery failed", zap.Error(err))
+	membersChanged, ok := c.readMembers(rctx, full)
+	if !ok {
 		return false
 	}
-	c.noteJunk(c.view.members.Junk, m.Junk)
-	membersChanged := m.Version != c.view.members.Version || c.view.fleet == nil
-	c.view.membersChanged = c.view.membersChanged || membersChanged
-	c.view.members = m
-	if membersChanged {
-		c.watchOrphans()
-		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
-	}
-	// The members' weights and labels, from their heartbeats: read for each
-	// new membership (until a read succeeds), and in every full round (a
-	// worker restarted at once under the same id, with other flags, or one
-	// shedding load, changes no membership).
-	if full || m.Version != c.view.weighing.readVersion {
-		infos, err := c.registry.Get(rctx, m.Placeable()...)
-		if err != nil {
-			c.health.redisOK.Store(false)
-			c.cfg.Observer.RedisError("members")
-			c.log.Warn("discovery failed", zap.Error(err))
-			return false
-		}
-		c.view.weighing.readVersion = m.Version
-		c.view.weighing.members = fleet.WeighMembers(m.Placeable(), infos) // cordoned workers take nothing
-	}
-	ms, key := c.view.weighing.members, c.view.weighing.members.Key()
-	if fleetChanged := key != c.view.weighing.fleetKey || c.view.fleet == nil; fleetChanged {
-		f, err := c.view.weighing.planner.Fleet(ms, fleet.Selector{})
-		if err != nil { // WeighMembers makes only valid weights
-			c.log.Error("planner refused the fleet", zap.Error(err))
-			return false
-		}
-		c.view.fleet, c.view.weighing.fleetKey = f, key
-		membersChanged = true // a new fleet: plan again
-	}
-	if d, ok := m.NextExpiry(); ok {
+	if d, ok := c.view.members.NextExpiry(); ok {
 		c.scheduleExpiry(d + 2*retrySlack)
 	}
 	sizesChanged, ok := c.applyChanges(rctx)
@@ -200,6 +164,56 @@ func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
 		c.view.sweepAll = true
 	}
 	return c.loadBuckets(ctx) && c.recheckHeld(ctx)
+}
+
+// readMembers reads the membership and, for a new one or in a full round,
+// the members' weights and labels, and builds the fleet anew when they
+// changed; changed asks for a new plan.
+func (c *Coordinator) readMembers(ctx context.Context, full bool) (changed, ok bool) {
+	m, err := c.registry.Members(ctx)
+	if err != nil {
+		c.discoveryFailed(err)
+		return false, false
+	}
+	c.noteJunk(c.view.members.Junk, m.Junk)
+	changed = m.Version != c.view.members.Version || c.view.fleet == nil
+	c.view.membersChanged = c.view.membersChanged || changed
+	c.view.members = m
+	if changed {
+		c.watchOrphans()
+		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
+	}
+	// The members' weights and labels, from their heartbeats: read for each
+	// new membership (until a read succeeds), and in every full round (a
+	// worker restarted at once under the same id, with other flags, or one
+	// shedding load, changes no membership).
+	if full || m.Version != c.view.weighing.readVersion {
+		infos, err := c.registry.Get(ctx, m.Placeable()...)
+		if err != nil {
+			c.discoveryFailed(err)
+			return false, false
+		}
+		c.view.weighing.readVersion = m.Version
+		c.view.weighing.members = fleet.WeighMembers(m.Placeable(), infos) // cordoned workers take nothing
+	}
+	ms, key := c.view.weighing.members, c.view.weighing.members.Key()
+	if key != c.view.weighing.fleetKey || c.view.fleet == nil {
+		f, err := c.view.weighing.planner.Fleet(ms, fleet.Selector{})
+		if err != nil { // WeighMembers makes only valid weights
+			c.log.Error("planner refused the fleet", zap.Error(err))
+			return false, false
+		}
+		c.view.fleet, c.view.weighing.fleetKey = f, key
+		changed = true // a new fleet: plan again
+	}
+	return changed, true
+}
+
+// discoveryFailed records a membership read that failed.
+func (c *Coordinator) discoveryFailed(err error) {
+	c.health.redisOK.Store(false)
+	c.cfg.Observer.RedisError("members")
+	c.log.Warn("discovery failed", zap.Error(err))
 }
 
 // recheckHeld reads again the definitions of the sessions polled here
@@ -339,33 +353,9 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 			c.log.Info("session loads complete: planning by poll load", zap.Bool("complete", changed[0].Complete))
 		}
 		if !reset {
-			w := &c.view.weighing
-			for _, ch := range changed {
-				if st, ok := c.view.buckets[ch.Bucket]; ok {
-					st.loaded = false
-				}
-				if len(c.held) > 0 {
-					c.view.staleHeld[ch.Bucket] = struct{}{}
-				}
-				if ch.Selector != "" {
-					sp := w.space(ch.Selector)
-					if sp.Sizes[ch.Bucket] != ch.Size || sp.Loads[ch.Bucket] != ch.Load {
-						sp.Sizes[ch.Bucket], sp.Loads[ch.Bucket], sizesChanged = ch.Size, ch.Load, true
-					}
-					continue
-				}
-				if c.view.sizes[ch.Bucket] != ch.Size {
-					c.view.sizes[ch.Bucket] = ch.Size
-					sizesChanged = sizesChanged || !w.complete
-				}
-				if w.loads[ch.Bucket] != ch.Load {
-					w.loads[ch.Bucket] = ch.Load
-					sizesChanged = sizesChanged || w.complete
-				}
-			}
+			sizesChanged = c.view.applyChanged(changed, len(c.held) > 0)
 			if len(changed) > 0 {
 				c.watchOrphans()
-				clear(w.unmatched) // a selector may have changed
 			}
 			c.view.seenRev = rev
 			return sizesChanged, true
@@ -382,13 +372,54 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 	if !w.Complete && w.Rev > 0 { // an index never written has nothing to count
 		c.log.Info("session loads incomplete (an index written before loads were kept): planning by session counts; `pollworker sessions reweigh` counts them")
 	}
-	c.view.seenRev, c.view.sizes, c.view.synced = w.Rev, w.Sizes, true
-	c.view.weighing.loads, c.view.weighing.complete = w.Loads, w.Complete
-	c.view.weighing.spaces = w.Spaces
-	c.view.recheckAll = true
-	clear(c.view.weighing.unmatched)
+	c.view.resetWeights(w)
 	c.unloadAll()
 	return true, true
+}
+
+// applyChanged applies the bucket changes read from the change record:
+// the buckets changed are read again (and, when sessions are held, their
+// held sessions rechecked: staleHeld), their sizes and loads updated; it
+// reports whether what the plan weighs changed.
+func (v *view) applyChanged(changed []session.BucketSize, holding bool) (sizesChanged bool) {
+	w := &v.weighing
+	for _, ch := range changed {
+		if st, ok := v.buckets[ch.Bucket]; ok {
+			st.loaded = false
+		}
+		if holding {
+			v.staleHeld[ch.Bucket] = struct{}{}
+		}
+		if ch.Selector != "" {
+			sp := w.space(ch.Selector)
+			if sp.Sizes[ch.Bucket] != ch.Size || sp.Loads[ch.Bucket] != ch.Load {
+				sp.Sizes[ch.Bucket], sp.Loads[ch.Bucket], sizesChanged = ch.Size, ch.Load, true
+			}
+			continue
+		}
+		if v.sizes[ch.Bucket] != ch.Size {
+			v.sizes[ch.Bucket] = ch.Size
+			sizesChanged = sizesChanged || !w.complete
+		}
+		if w.loads[ch.Bucket] != ch.Load {
+			w.loads[ch.Bucket] = ch.Load
+			sizesChanged = sizesChanged || w.complete
+		}
+	}
+	if len(changed) > 0 {
+		clear(w.unmatched) // a selector may have changed
+	}
+	return sizesChanged
+}
+
+// resetWeights starts the view afresh from the sizes and loads read
+// whole (session.Store.Weights): every held session is rechecked.
+func (v *view) resetWeights(w session.Weights) {
+	v.seenRev, v.sizes, v.synced = w.Rev, w.Sizes, true
+	v.weighing.loads, v.weighing.complete = w.Loads, w.Complete
+	v.weighing.spaces = w.Spaces
+	v.recheckAll = true
+	clear(v.weighing.unmatched)
 }
 
 func (c *Coordinator) unloadAll() {

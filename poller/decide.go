@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -120,28 +121,12 @@ func decide(w *world, cl *claims, held map[string]*hold, now time.Time) actions 
 	look := w.touched // the sessions whose standing may have changed
 	if !w.full {
 		look = make(map[string]struct{}, len(w.touched)+len(cl.orphanSince))
-		for id := range w.touched {
-			look[id] = struct{}{}
-		}
+		maps.Copy(look, w.touched)
 		for id := range cl.orphanSince {
 			look[id] = struct{}{} // handed back once orphanGrace has passed
 		}
 	}
-	stillContended := make(map[string]bool, len(cl.contended))
-	for id, ct := range cl.contended {
-		_, released := w.released[ct.holder]
-		if (released && ct.holder != "") || !now.Before(ct.until) {
-			a.uncontend = append(a.uncontend, id)
-			if !w.full {
-				look[id] = struct{}{}
-			}
-			continue
-		}
-		stillContended[id] = true
-		a.retryAt = earliest(a.retryAt, ct.until)
-	}
-	slices.Sort(a.uncontend)
-
+	contended := a.decideContention(w, cl, now, look)
 	for id, h := range held {
 		if _, ok := look[id]; !w.full && !ok {
 			continue
@@ -155,37 +140,74 @@ func decide(w *world, cl *claims, held map[string]*hold, now time.Time) actions 
 	}
 	slices.Sort(a.stop)
 	slices.Sort(a.restart)
-
-	if !w.live || !w.member {
-		return a
-	}
-	candidates := w.sessions
-	if !w.full {
-		candidates = make(map[string]*session.Session, len(look))
-		for id := range look {
-			if s, ok := w.sessions[id]; ok {
-				candidates[id] = s
-			}
-		}
-	}
-	for id, s := range candidates {
-		_, running := held[id]
-		if running || w.owner(id) != w.me {
-			continue
-		}
-		if !w.cordoned && !stillContended[id] && w.matches(s) {
-			a.acquire = append(a.acquire, id)
-		}
-	}
-	slices.Sort(a.acquire)
-	if w.share {
-		for id := range w.sessions {
-			if _, running := held[id]; !running && w.owner(id) == w.me {
-				a.missing++
-			}
+	if w.live && w.member {
+		a.acquire = wanted(w, held, look, contended)
+		if w.share {
+			a.missing = missingShare(w, held)
 		}
 	}
 	return a
+}
+
+// decideContention sets uncontend (added to look in a round that is not
+// full) and retryAt, and returns the sessions still contended.
+func (a *actions) decideContention(w *world, cl *claims, now time.Time, look map[string]struct{}) map[string]bool {
+	still := make(map[string]bool, len(cl.contended))
+	for id, ct := range cl.contended {
+		_, released := w.released[ct.holder]
+		if (released && ct.holder != "") || !now.Before(ct.until) {
+			a.uncontend = append(a.uncontend, id)
+			if !w.full {
+				look[id] = struct{}{}
+			}
+			continue
+		}
+		still[id] = true
+		a.retryAt = earliest(a.retryAt, ct.until)
+	}
+	slices.Sort(a.uncontend)
+	return still
+}
+
+// wanted returns, sorted, the active sessions (all of them in a full
+// round, else those in look) placed on this worker that it matches and
+// neither holds nor finds contended; none while it is cordoned.
+func wanted(w *world, held map[string]*hold, look map[string]struct{}, contended map[string]bool) []string {
+	if w.cordoned {
+		return nil
+	}
+	want := func(id string, s *session.Session) bool {
+		_, running := held[id]
+		return !running && !contended[id] && w.owner(id) == w.me && w.matches(s)
+	}
+	var out []string
+	if w.full {
+		for id, s := range w.sessions {
+			if want(id, s) {
+				out = append(out, id)
+			}
+		}
+	} else {
+		for id := range look {
+			if s, ok := w.sessions[id]; ok && want(id, s) {
+				out = append(out, id)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// missingShare counts the active sessions placed on this worker that it
+// does not hold (readiness).
+func missingShare(w *world, held map[string]*hold) int {
+	n := 0
+	for id := range w.sessions {
+		if _, running := held[id]; !running && w.owner(id) == w.me {
+			n++
+		}
+	}
+	return n
 }
 
 // holdVerdict is what decideHold says of one held session.
