@@ -415,26 +415,6 @@ func TestPanickingPollDoesNotStopOthers(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 }
 
-func TestBoundedLoadsEvenOutFewSessions(t *testing.T) {
-	srv := redistest.Start(t)
-	client := srv.Client(t)
-	ids := addSessions(t, client, 60, 50*time.Millisecond)
-	rec := newRecorder()
-	for _, id := range []string{"w1", "w2", "w3"} {
-		start(t, fastConfig(client, id, rec.poller(id))) // default BalanceSlack
-	}
-	// Each worker holds at most ceil(60/3 × 1.1) = 22 sessions.
-	require.Eventually(t, func() bool {
-		own := owners(t, client, ids)
-		per := map[string]int{}
-		for _, w := range own {
-			per[w]++
-		}
-		return len(own) == len(ids) && per["w1"] <= 22 && per["w2"] <= 22 && per["w3"] <= 22
-	}, 10*time.Second, 20*time.Millisecond)
-	rec.check(t)
-}
-
 func TestAdoptsOrphansOfALiveButIdleWorker(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)

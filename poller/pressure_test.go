@@ -228,44 +228,6 @@ func TestMemoryPressureKeepsEveryonePolling(t *testing.T) {
 	require.Zero(t, polls.check(ids, from, time.Now()).Totals().Overlaps)
 }
 
-// TestMemoryPressureHandsNothingOff (issue 22 item 10): a worker that
-// would hand sessions to a peer (here the orphans it adopted from a live
-// worker that takes nothing, handed back after OrphanGrace) keeps them
-// while Redis is full: the peer could not acquire them, and they would go
-// unpolled until Redis had room.
-func TestMemoryPressureHandsNothingOff(t *testing.T) {
-	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
-	client := srv.Client(t)
-	ids := addSessions(t, client, 20, 20*time.Millisecond)
-
-	startGhost(t, client)
-
-	polls := &pressureLog{}
-	cfg := fastConfig(client, "w", polls.poller("w"))
-	cfg.OnEvent = polls.onEvent("w")
-	r := start(t, cfg)
-	require.Eventually(t, func() bool {
-		st := r.c.Status()
-		return len(st.Owned) == len(ids) && len(st.Members) == 2
-	}, 20*time.Second, 10*time.Millisecond, "w adopts the ghost's share")
-
-	fillRedis(t, client)
-	from, dropped := time.Now(), polls.droppedCount()
-	expiryAt := expiries(t, client, []string{"w", "ghost"})
-	// Several OrphanGraces and lease TTLs: w would have handed the
-	// ghost's share back (and adopted it again) a few times.
-	long := 3 * (cfg.OrphanGrace + cfg.LeaseTTL)
-	require.Eventually(t, func() bool {
-		return len(polls.droppedSince(dropped)) > 0 || heartbeatsOutlast(t, client, expiryAt, long)
-	}, 30*time.Second, 20*time.Millisecond, "heartbeats stopped under memory pressure")
-	to := time.Now()
-	require.Empty(t, polls.droppedSince(dropped), "nothing handed off while Redis is full")
-	for _, s := range polls.check(ids, from, to).Sessions {
-		require.False(t, s.NeverPolled, s.Session)
-		require.Less(t, s.MaxGap, 2*cfg.LeaseTTL, "%s kept being polled", s.Session)
-	}
-}
-
 // TestPollStatsFollowHandoffs (issue 22 item 12): a worker's Backoff
 // and LeasesHeld count the sessions it polls now: those it handed off
 // while they backed off after failed polls are not counted any more.
