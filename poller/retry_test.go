@@ -24,7 +24,7 @@ func TestSchedulerKeepsRetryAfter(t *testing.T) {
 	f := newSchedFixture(t)
 	w := f.start("s")
 	p := f.nextPoll()
-	p.w.retryAfter = 10 * schedInterval
+	p.retry.Store(int64(10 * schedInterval))
 	p.fail.Store(true)
 	close(p.finish)
 	f.waitPhase(w, queued)
@@ -36,7 +36,7 @@ func TestSchedulerKeepsRetryAfter(t *testing.T) {
 		f.stepTimer(min(left, time.Second))
 	}
 	p = f.nextPoll()
-	p.w.retryAfter = schedInterval / 10
+	p.retry.Store(int64(schedInterval / 10))
 	p.fail.Store(true)
 	close(p.finish)
 	f.waitPhase(w, queued)

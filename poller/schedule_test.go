@@ -34,8 +34,9 @@ type pollCall struct {
 	ctx    context.Context
 	at     time.Time
 	finish chan struct{}
-	fail   *atomic.Bool // set before finish: the poll failed
-	skip   *atomic.Bool // set before finish: the poll was not sent (ErrNoCapacity)
+	fail   *atomic.Bool  // set before finish: the poll failed
+	skip   *atomic.Bool  // set before finish: the poll was not sent (ErrNoCapacity)
+	retry  *atomic.Int64 // set before finish: the target's Retry-After (RetryAfterError), in ns
 }
 
 const (
@@ -54,12 +55,13 @@ func newSchedFixture(t *testing.T, opts ...func(*schedConfig)) *schedFixture {
 	t.Cleanup(func() { _ = rdb.Close() })
 	f := &schedFixture{t: t, mr: mr, clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), polls: make(chan pollCall, 16)}
 	cfg := schedConfig{Clock: f.clock, Wake: func() {}, Turn: func(ctx context.Context, w *pollLoop, _ time.Time) turnEnd {
-		call := pollCall{w: w, ctx: ctx, at: f.clock.Now(), finish: make(chan struct{}), fail: new(atomic.Bool), skip: new(atomic.Bool)}
+		call := pollCall{w: w, ctx: ctx, at: f.clock.Now(), finish: make(chan struct{}), fail: new(atomic.Bool), skip: new(atomic.Bool),
+			retry: new(atomic.Int64)}
 		f.polls <- call
 		<-call.finish
 		switch {
 		case call.fail.Load():
-			return turnEnd{out: pollFailed}
+			return turnEnd{out: pollFailed, retryAfter: time.Duration(call.retry.Load())}
 		case call.skip.Load():
 			return turnEnd{out: pollSkipped}
 		}
