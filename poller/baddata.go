@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/nodes"
 )
 
@@ -12,6 +13,10 @@ import (
 // each is logged and counted once, not at every read. Safe for concurrent
 // use (poll goroutines report states).
 type badData struct {
+	log  *zap.Logger
+	obs  Observer
+	keys keyspace.Space
+
 	mu     sync.Mutex
 	states map[string]string // session -> problem of its corrupt state, as reported
 
@@ -21,8 +26,7 @@ type badData struct {
 // noteState reports, once per session and problem, that session's saved
 // state was corrupt (problem) and read as never saved; a readable state
 // (problem "") lets it be reported again later.
-func (c *Coordinator) noteState(session, problem string) {
-	b := &c.bad
+func (b *badData) noteState(session, problem string) {
 	b.mu.Lock()
 	prev, seen := b.states[session]
 	switch {
@@ -39,10 +43,10 @@ func (c *Coordinator) noteState(session, problem string) {
 	if problem == "" || prev == problem {
 		return
 	}
-	c.cfg.Observer.BadData(BadDataState)
-	c.log.Error("saved state of the session is corrupt: polling it as never saved; the next save overwrites it (copy the key now to keep it)",
+	b.obs.BadData(BadDataState)
+	b.log.Error("saved state of the session is corrupt: polling it as never saved; the next save overwrites it (copy the key now to keep it)",
 		zap.String("session", session), zap.String("event", "corrupt_state"),
-		zap.String("key", c.cfg.Keys.State(session)), zap.String("problem", problem))
+		zap.String("key", b.keys.State(session)), zap.String("problem", problem))
 }
 
 // noteJunk reports, once each, the junk members of the node index (entries
@@ -51,8 +55,7 @@ func (c *Coordinator) noteState(session, problem string) {
 // deleting its heartbeat key and its index entry (leaving) is not
 // reported; a member reported again only after it was gone. Junk is ignored
 // by the planning whether reported or not. Called from the main loop.
-func (c *Coordinator) noteJunk(prev, cur []nodes.Junk) {
-	b := &c.bad
+func (b *badData) noteJunk(prev, cur []nodes.Junk) {
 	if len(cur) == 0 {
 		b.members = nil
 		return
@@ -71,8 +74,8 @@ func (c *Coordinator) noteJunk(prev, cur []nodes.Junk) {
 			continue
 		}
 		next[j.Member] = struct{}{}
-		c.cfg.Observer.BadData(BadDataMember)
-		c.log.Error("node index entry ignored: not a live worker; remove it with pollworker forget",
+		b.obs.BadData(BadDataMember)
+		b.log.Error("node index entry ignored: not a live worker; remove it with pollworker forget",
 			zap.String("event", "junk_member"), zap.String("member", truncate(j.Member, 64)),
 			zap.Int("member_bytes", len(j.Member)), zap.String("problem", j.Problem))
 	}

@@ -80,7 +80,7 @@ func TestStatefulCorruptStateIsPolledAsNeverSaved(t *testing.T) {
 func TestNoteStateOncePerSessionAndProblem(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	obs := &badDataObserver{}
-	c := &Coordinator{cfg: Config{Observer: obs}, log: zap.New(core)}
+	c := &Coordinator{bad: badData{obs: obs, log: zap.New(core)}}
 	steps := []struct {
 		session, problem string
 		wantLogs         int
@@ -95,7 +95,7 @@ func TestNoteStateOncePerSessionAndProblem(t *testing.T) {
 		{"b", "p", 4},
 	}
 	for i, s := range steps {
-		c.noteState(s.session, s.problem)
+		c.bad.noteState(s.session, s.problem)
 		require.Equal(t, s.wantLogs, logs.Len(), "step %d", i)
 		require.Equal(t, s.wantLogs, obs.count(BadDataState), "step %d", i)
 	}
@@ -138,7 +138,7 @@ func TestJunkMembersTakeNoSessions(t *testing.T) {
 func TestNoteJunkOnceSeenTwice(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	obs := &badDataObserver{}
-	c := &Coordinator{cfg: Config{Observer: obs}, log: zap.New(core)}
+	c := &Coordinator{bad: badData{obs: obs, log: zap.New(core)}}
 	j := func(ms ...string) []nodes.Junk {
 		var out []nodes.Junk
 		for _, m := range ms {
@@ -164,7 +164,7 @@ func TestNoteJunkOnceSeenTwice(t *testing.T) {
 	}
 	var prev []nodes.Junk
 	for i, r := range reads {
-		c.noteJunk(prev, r.junk)
+		c.bad.noteJunk(prev, r.junk)
 		prev = r.junk
 		require.Equal(t, r.wantLogs, logs.Len(), "read %d", i)
 		require.Equal(t, r.wantLogs, obs.count(BadDataMember), "read %d", i)

@@ -298,7 +298,7 @@ func (f *schedFixture) stopAll(ws ...*pollLoop) {
 	for _, w := range ws {
 		for done := false; !done; {
 			select {
-			case <-f.sched.Done(w):
+			case <-f.sched.Exited(w):
 				done = true
 			case p := <-f.polls:
 				close(p.finish)

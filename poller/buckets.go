@@ -3,7 +3,6 @@ package poller
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,116 +28,6 @@ import (
 // a large start makes progress round by round (each round acquires what
 // was read) and notices membership changes in between.
 const maxLoadPerRound = 20_000
-
-// bucket is what the worker knows of one index bucket.
-type bucket struct {
-	assigned  bool     // this worker is preferred: definitions are read
-	loaded    bool     // ids (and, if assigned, definitions) are current
-	ids       []string // sorted, as in the index
-	malformed int      // malformed entries among them (assigned buckets)
-}
-
-// weighing is what the plan weighs besides the membership: the bucket
-// loads and the members' weights.
-type weighing struct {
-	loads    []int  // bucket -> polls per day (session.PollsPerDay)
-	complete bool   // loads count every session: plan by loads, else by sizes
-	fleetKey string // the members, weights and labels the fleet was built for (fleet.Members.Key)
-	// readVersion is the membership version whose weights and labels were
-	// read last (a cordon or uncordon bumps the version too); a read that
-	// failed leaves it, so the next round reads again.
-	readVersion uint64
-
-	// Placement rules (package fleet): the sessions with a selector are
-	// placed by unit (selector, bucket), each selector's units among the
-	// placeable members whose labels match it.
-	members     fleet.Members             // the placeable members, with weights and labels
-	planner     *fleet.Planner            // keeps each space's fleet while the members stay
-	spaces      map[string]*session.Space // selector -> its units' sizes and loads
-	placement   fleet.Placement           // the last plans, of the selectors this worker matches
-	unplaceable atomic.Int64              // active sessions whose selector no placeable member matches
-	unmatched   map[string]struct{}       // watched sessions whose selector this worker does not match
-}
-
-// Unplaceable is the number of active sessions whose selector no live,
-// placeable worker's labels match, as of this worker's last plan: they
-// are polled by nobody until such a worker joins. Every worker computes
-// the same fleet-wide figure.
-func (c *Coordinator) Unplaceable() int { return int(c.view.weighing.unplaceable.Load()) }
-
-// matches reports whether this worker may poll s: its labels match the
-// session's selector.
-func (c *Coordinator) matches(s session.Session) bool {
-	return fleet.SelectorOf(s).Matches(c.cfg.Labels)
-}
-
-// onlyMatching returns the ids whose known definition this worker
-// matches (defence in depth: the plan never gives a worker a session it
-// does not match).
-func (c *Coordinator) onlyMatching(ids []string) []string {
-	out := ids[:0:0]
-	for _, id := range ids {
-		if s, ok := c.view.sessions[id]; ok && !c.matches(*s) {
-			c.log.Warn("not acquiring a session whose selector this worker does not match", zap.String("session", id), zap.String("selector", s.Selector))
-			continue
-		}
-		out = append(out, id)
-	}
-	return out
-}
-
-// isUnmatched reports whether id was found, in a watched bucket, to have
-// a selector this worker does not match.
-func (c *Coordinator) isUnmatched(id string) bool {
-	_, ok := c.view.weighing.unmatched[id]
-	return ok
-}
-
-// plannable is the bucket weights the plan is computed from: the loads
-// when the writers' loads are complete, else the sizes.
-func (c *Coordinator) plannable() []int {
-	if c.view.weighing.complete {
-		return c.view.weighing.loads
-	}
-	return c.view.sizes
-}
-
-// planSpaces plans the units of every selector this worker matches (each
-// among the matching members: a join or leave of a matching worker moves
-// only what it must, one of another zone nothing) and the default space,
-// and counts the active sessions of the selectors no placeable member
-// matches (fleet.Planner.Place).
-func (c *Coordinator) planSpaces() bool {
-	w := &c.view.weighing
-	mine := nodes.Labels(c.cfg.Labels)
-	pl, err := w.planner.Place(w.members, c.plannable(), w.spaces, func(sel fleet.Selector) bool { return sel.Matches(mine) })
-	if err != nil { // WeighMembers makes only valid weights
-		c.log.Error("planner refused the fleet", zap.Error(err))
-		return false
-	}
-	w.placement = pl
-	c.view.plan = pl.Default
-	unplaceable := pl.Unplaceable()
-	if old := w.unplaceable.Swap(int64(unplaceable)); old != int64(unplaceable) && unplaceable > 0 {
-		c.log.Warn("sessions with a selector that no live worker matches are polled by nobody", zap.Int("sessions", unplaceable))
-	}
-	return true
-}
-
-// ownerOf returns the preferred live worker of a session, "" with no live
-// worker (or, for a session with a selector, none that matches it or when
-// this worker does not match it: it plans only the selectors it matches).
-func (c *Coordinator) ownerOf(id string) string {
-	sel := fleet.Selector{}
-	if s, ok := c.view.sessions[id]; ok && s.Selector != "" {
-		sel = fleet.SelectorOf(*s)
-	}
-	p, ok := c.view.weighing.placement.Planned(sel)
-	if !ok || p == nil {
-		return ""
-	}
-	return p.OwnerOf(id)
-}
 
 // refresh reads membership and the session changes, and reads the buckets
 // this worker needs (at most maxLoadPerRound definitions per round; a
@@ -175,7 +64,7 @@ func (c *Coordinator) readMembers(ctx context.Context, full bool) (changed, ok b
 		c.discoveryFailed(err)
 		return false, false
 	}
-	c.noteJunk(c.view.members.Junk, m.Junk)
+	c.bad.noteJunk(c.view.members.Junk, m.Junk)
 	changed = m.Version != c.view.members.Version || c.view.fleet == nil
 	c.view.membersChanged = c.view.membersChanged || changed
 	c.view.members = m
@@ -209,72 +98,81 @@ func (c *Coordinator) readMembers(ctx context.Context, full bool) (changed, ok b
 	return changed, true
 }
 
-// discoveryFailed records a membership read that failed.
-func (c *Coordinator) discoveryFailed(err error) {
-	c.health.redisOK.Store(false)
-	c.cfg.Observer.RedisError("members")
-	c.log.Warn("discovery failed", zap.Error(err))
-}
-
-// recheckHeld reads again the definitions of the sessions polled here
-// whose bucket changed (staleHeld, recheckAll) and was not read again this
-// round: those held outside this worker's loaded buckets (adopted as
-// orphans, kept while a move settles, taken on a view that was stale by
-// then). Every held session thus sees a pause, a removal or a new
-// definition in the round that reads its change, wherever its bucket went.
-// It reports false when Redis could not be read (the buckets stay stale).
-func (c *Coordinator) recheckHeld(ctx context.Context) bool {
-	if len(c.view.staleHeld) == 0 && !c.view.recheckAll {
-		return true
-	}
-	ids := heldToRecheck(c.held, c.view.staleHeld, c.view.recheckAll, func(b int) bool {
-		st, ok := c.view.buckets[b]
-		return ok && st.loaded
-	})
-	if len(ids) > 0 {
-		rctx, cancel := c.requestCtx(ctx)
-		sessions, _, err := c.loader.Fetch(rctx, ids)
-		cancel()
+// applyChanges marks the buckets changed since the last round for reading
+// and updates the bucket sizes and loads; sizesChanged asks for a new
+// assignment (what the plan weighs changed).
+func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) {
+	if c.view.synced {
+		changed, rev, reset, err := c.store.Changes(ctx, c.view.seenRev)
 		if err != nil {
 			c.sessionReadFailed(err)
-			return false
+			return false, false
 		}
-		c.redefine(ids, sessions)
+		if len(changed) > 0 && changed[0].Complete != c.view.weighing.complete {
+			reset = true // the loads were rebuilt: read them all
+			c.log.Info("session loads complete: planning by poll load", zap.Bool("complete", changed[0].Complete))
+		}
+		if !reset {
+			sizesChanged = c.view.applyChanged(changed, len(c.held) > 0)
+			if len(changed) > 0 {
+				c.watchOrphans()
+			}
+			c.view.seenRev = rev
+			return sizesChanged, true
+		}
+		if rev < c.view.seenRev {
+			c.log.Warn("session change record lost; rereading every bucket", zap.Int64("seen", c.view.seenRev), zap.Int64("now", rev))
+		}
 	}
-	clear(c.view.staleHeld)
-	c.view.recheckAll = false
+	w, err := c.store.Weights(ctx)
+	if err != nil {
+		c.sessionReadFailed(err)
+		return false, false
+	}
+	if !w.Complete && w.Rev > 0 { // an index never written has nothing to count
+		c.log.Info("session loads incomplete (an index written before loads were kept): planning by session counts; `pollworker sessions reweigh` counts them")
+	}
+	c.view.resetWeights(w)
+	c.unloadAll()
+	return true, true
+}
+
+func (c *Coordinator) unloadAll() {
+	for _, st := range c.view.buckets {
+		st.loaded = false
+	}
+	c.watchOrphans()
+}
+
+// plannable is the bucket weights the plan is computed from: the loads
+// when the writers' loads are complete, else the sizes.
+func (c *Coordinator) plannable() []int {
+	if c.view.weighing.complete {
+		return c.view.weighing.loads
+	}
+	return c.view.sizes
+}
+
+// planSpaces plans the units of every selector this worker matches (each
+// among the matching members: a join or leave of a matching worker moves
+// only what it must, one of another zone nothing) and the default space,
+// and counts the active sessions of the selectors no placeable member
+// matches (fleet.Planner.Place).
+func (c *Coordinator) planSpaces() bool {
+	w := &c.view.weighing
+	mine := nodes.Labels(c.cfg.Labels)
+	pl, err := w.planner.Place(w.members, c.plannable(), w.spaces, func(sel fleet.Selector) bool { return sel.Matches(mine) })
+	if err != nil { // WeighMembers makes only valid weights
+		c.log.Error("planner refused the fleet", zap.Error(err))
+		return false
+	}
+	w.placement = pl
+	c.view.plan = pl.Default
+	unplaceable := pl.Unplaceable()
+	if old := w.unplaceable.Swap(int64(unplaceable)); old != int64(unplaceable) && unplaceable > 0 {
+		c.log.Warn("sessions with a selector that no live worker matches are polled by nobody", zap.Int("sessions", unplaceable))
+	}
 	return true
-}
-
-// heldToRecheck returns, sorted, the held sessions whose definitions must
-// be read again: their bucket is stale (or all are) and was not read
-// again since (loaded).
-func heldToRecheck[W any](held map[string]W, stale map[int]struct{}, all bool, loaded func(bucket int) bool) []string {
-	var ids []string
-	for id := range held {
-		b := keyspace.BucketOf(id)
-		if _, ok := stale[b]; (ok || all) && !loaded(b) {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-// redefine sets the definitions of ids as just read (sessions, the valid
-// ones among them): an active one replaces the one kept, one paused,
-// missing or malformed is dropped; each is looked at again this round
-// (decide stops, restarts or keeps its loop).
-func (c *Coordinator) redefine(ids []string, sessions []session.Session) {
-	for _, id := range ids {
-		delete(c.view.sessions, id)
-		c.touch(id)
-	}
-	for _, s := range sessions {
-		if !s.Paused {
-			c.view.sessions[s.ID] = c.definition(s)
-		}
-	}
 }
 
 // assignBuckets asks the planner (package assign) where every bucket goes
@@ -336,103 +234,6 @@ func (c *Coordinator) dropBucket(b int, st *bucket) {
 		}
 	}
 	delete(c.view.buckets, b)
-}
-
-// applyChanges marks the buckets changed since the last round for reading
-// and updates the bucket sizes and loads; sizesChanged asks for a new
-// assignment (what the plan weighs changed).
-func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) {
-	if c.view.synced {
-		changed, rev, reset, err := c.store.Changes(ctx, c.view.seenRev)
-		if err != nil {
-			c.sessionReadFailed(err)
-			return false, false
-		}
-		if len(changed) > 0 && changed[0].Complete != c.view.weighing.complete {
-			reset = true // the loads were rebuilt: read them all
-			c.log.Info("session loads complete: planning by poll load", zap.Bool("complete", changed[0].Complete))
-		}
-		if !reset {
-			sizesChanged = c.view.applyChanged(changed, len(c.held) > 0)
-			if len(changed) > 0 {
-				c.watchOrphans()
-			}
-			c.view.seenRev = rev
-			return sizesChanged, true
-		}
-		if rev < c.view.seenRev {
-			c.log.Warn("session change record lost; rereading every bucket", zap.Int64("seen", c.view.seenRev), zap.Int64("now", rev))
-		}
-	}
-	w, err := c.store.Weights(ctx)
-	if err != nil {
-		c.sessionReadFailed(err)
-		return false, false
-	}
-	if !w.Complete && w.Rev > 0 { // an index never written has nothing to count
-		c.log.Info("session loads incomplete (an index written before loads were kept): planning by session counts; `pollworker sessions reweigh` counts them")
-	}
-	c.view.resetWeights(w)
-	c.unloadAll()
-	return true, true
-}
-
-// applyChanged applies the bucket changes read from the change record:
-// the buckets changed are read again (and, when sessions are held, their
-// held sessions rechecked: staleHeld), their sizes and loads updated; it
-// reports whether what the plan weighs changed.
-func (v *view) applyChanged(changed []session.BucketSize, holding bool) (sizesChanged bool) {
-	w := &v.weighing
-	for _, ch := range changed {
-		if st, ok := v.buckets[ch.Bucket]; ok {
-			st.loaded = false
-		}
-		if holding {
-			v.staleHeld[ch.Bucket] = struct{}{}
-		}
-		if ch.Selector != "" {
-			sp := w.space(ch.Selector)
-			if sp.Sizes[ch.Bucket] != ch.Size || sp.Loads[ch.Bucket] != ch.Load {
-				sp.Sizes[ch.Bucket], sp.Loads[ch.Bucket], sizesChanged = ch.Size, ch.Load, true
-			}
-			continue
-		}
-		if v.sizes[ch.Bucket] != ch.Size {
-			v.sizes[ch.Bucket] = ch.Size
-			sizesChanged = sizesChanged || !w.complete
-		}
-		if w.loads[ch.Bucket] != ch.Load {
-			w.loads[ch.Bucket] = ch.Load
-			sizesChanged = sizesChanged || w.complete
-		}
-	}
-	if len(changed) > 0 {
-		clear(w.unmatched) // a selector may have changed
-	}
-	return sizesChanged
-}
-
-// resetWeights starts the view afresh from the sizes and loads read
-// whole (session.Store.Weights): every held session is rechecked.
-func (v *view) resetWeights(w session.Weights) {
-	v.seenRev, v.sizes, v.synced = w.Rev, w.Sizes, true
-	v.weighing.loads, v.weighing.complete = w.Loads, w.Complete
-	v.weighing.spaces = w.Spaces
-	v.recheckAll = true
-	clear(v.weighing.unmatched)
-}
-
-func (c *Coordinator) unloadAll() {
-	for _, st := range c.view.buckets {
-		st.loaded = false
-	}
-	c.watchOrphans()
-}
-
-func (c *Coordinator) sessionReadFailed(err error) {
-	c.health.redisOK.Store(false)
-	c.cfg.Observer.RedisError("sessions")
-	c.log.Warn("session read failed", zap.Error(err))
 }
 
 // loadBuckets reads the buckets marked for reading, assigned ones first
@@ -538,27 +339,6 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 	return nil
 }
 
-// definition returns s to keep in view.sessions: the definition its
-// worker polls with when that is the same, so that the two share one copy,
-// else a new one.
-func (c *Coordinator) definition(s session.Session) *session.Session {
-	if h := c.held[s.ID]; h != nil && sameSession(s, *h.sess) {
-		return h.sess
-	}
-	return &s
-}
-
-// malformed counts the malformed entries of the assigned buckets.
-func (c *Coordinator) malformed() int {
-	n := 0
-	for _, st := range c.view.buckets {
-		if st.assigned {
-			n += st.malformed
-		}
-	}
-	return n
-}
-
 // sortBuckets orders bucket numbers: assigned buckets first, then by number.
 func sortBuckets(bs []int, st map[int]*bucket) {
 	slices.SortFunc(bs, func(a, b int) int {
@@ -572,25 +352,63 @@ func sortBuckets(bs []int, st map[int]*bucket) {
 	})
 }
 
-// space returns the sizes and loads of selector sel's units, made on first
-// use.
-func (w *weighing) space(sel string) *session.Space {
-	if w.spaces == nil {
-		w.spaces = make(map[string]*session.Space)
+// recheckHeld reads again the definitions of the sessions polled here
+// whose bucket changed (staleHeld, recheckAll) and was not read again this
+// round: those held outside this worker's loaded buckets (adopted as
+// orphans, kept while a move settles, taken on a view that was stale by
+// then). Every held session thus sees a pause, a removal or a new
+// definition in the round that reads its change, wherever its bucket went.
+// It reports false when Redis could not be read (the buckets stay stale).
+func (c *Coordinator) recheckHeld(ctx context.Context) bool {
+	if len(c.view.staleHeld) == 0 && !c.view.recheckAll {
+		return true
 	}
-	sp, ok := w.spaces[sel]
-	if !ok {
-		sp = &session.Space{Sizes: make([]int, keyspace.SessionBuckets), Loads: make([]int, keyspace.SessionBuckets)}
-		w.spaces[sel] = sp
+	ids := heldToRecheck(c.held, c.view.staleHeld, c.view.recheckAll, func(b int) bool {
+		st, ok := c.view.buckets[b]
+		return ok && st.loaded
+	})
+	if len(ids) > 0 {
+		rctx, cancel := c.requestCtx(ctx)
+		sessions, _, err := c.loader.Fetch(rctx, ids)
+		cancel()
+		if err != nil {
+			c.sessionReadFailed(err)
+			return false
+		}
+		c.redefine(ids, sessions)
 	}
-	return sp
+	clear(c.view.staleHeld)
+	c.view.recheckAll = false
+	return true
 }
 
-// noteUnmatched records a watched session whose selector this worker does
-// not match, so that the orphan watch stops reading it.
-func (w *weighing) noteUnmatched(id string) {
-	if w.unmatched == nil {
-		w.unmatched = make(map[string]struct{})
+// heldToRecheck returns, sorted, the held sessions whose definitions must
+// be read again: their bucket is stale (or all are) and was not read
+// again since (loaded).
+func heldToRecheck[W any](held map[string]W, stale map[int]struct{}, all bool, loaded func(bucket int) bool) []string {
+	var ids []string
+	for id := range held {
+		b := keyspace.BucketOf(id)
+		if _, ok := stale[b]; (ok || all) && !loaded(b) {
+			ids = append(ids, id)
+		}
 	}
-	w.unmatched[id] = struct{}{}
+	slices.Sort(ids)
+	return ids
+}
+
+// redefine sets the definitions of ids as just read (sessions, the valid
+// ones among them): an active one replaces the one kept, one paused,
+// missing or malformed is dropped; each is looked at again this round
+// (decide stops, restarts or keeps its loop).
+func (c *Coordinator) redefine(ids []string, sessions []session.Session) {
+	for _, id := range ids {
+		delete(c.view.sessions, id)
+		c.touch(id)
+	}
+	for _, s := range sessions {
+		if !s.Paused {
+			c.view.sessions[s.ID] = c.definition(s)
+		}
+	}
 }

@@ -27,7 +27,7 @@ type world struct {
 	me     string
 	labels nodes.Labels // this worker's labels (selectors)
 	// live: a fresh heartbeat and Redis reachable with room
-	// (Coordinator.live); member: counted live by its peers
+	// (Coordinator.isLive); member: counted live by its peers
 	// (Membership.Contains). Only a live member takes sessions.
 	live, member bool
 	// cordoned: placed nothing (Membership.Placeable); it takes nothing
@@ -338,4 +338,10 @@ func decideExited(h *hold, state lease.State, active bool) exitVerdict {
 		return exitRelease
 	}
 	return exitHandOff
+}
+
+func sameSession(a, b session.Session) bool {
+	return a.ID == b.ID && a.URL == b.URL && a.Interval == b.Interval &&
+		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels) && a.Selector == b.Selector && a.SameRequest(b) &&
+		a.Schedule == b.Schedule && a.TZ == b.TZ && a.Jitter == b.Jitter && a.CatchUp == b.CatchUp && a.CatchUpWindow == b.CatchUpWindow
 }

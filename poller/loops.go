@@ -50,21 +50,6 @@ func (c *Coordinator) forgetLoop(id string, h *hold) {
 	c.sched.Forget(id, h.loop)
 }
 
-// FirstPollBound is how long after an acquisition of a session polled
-// every interval its first poll may wait to keep the previous holder's
-// schedule (the handoff mark): one interval and the spread step, as far
-// ahead as a holder's next poll is unless it backs off (a new holder
-// starts its backoff afresh).
-func FirstPollBound(interval time.Duration) time.Duration {
-	return interval + min(interval/10, maxSpreadStep)
-}
-
-// handoff is what a successor of w's lease is told: the lease to release,
-// and when w's next poll was due.
-func (c *Coordinator) handoff(w *pollLoop) lease.Handoff {
-	return lease.Handoff{Lease: w.lease, NextPoll: c.sched.Due(w)}
-}
-
 // stopLoop ends h's loop after its current poll; the main loop releases
 // the lease when the loop has exited (reapLoops).
 func (c *Coordinator) stopLoop(h *hold) {
@@ -73,13 +58,19 @@ func (c *Coordinator) stopLoop(h *hold) {
 	c.sched.Stop(h.loop)
 }
 
+// handoff is what a successor of w's lease is told: the lease to release,
+// and when w's next poll was due.
+func (c *Coordinator) handoff(w *pollLoop) lease.Handoff {
+	return lease.Handoff{Lease: w.lease, NextPoll: c.sched.DueOf(w)}
+}
+
 // turn is one turn of l's poll loop, which the scheduler runs once its
 // poll is due and admitted (schedConfig.Turn), top to bottom: nothing when
 // the lease term ended or the loop was asked to stop since; the state
 // loaded (a StatefulPoller's, before the first poll under the lease:
 // prepareState, which may put the poll later); the poll (pollOnce). The
 // scheduler then records the outcome and says when the next turn is due
-// (scheduler.polled, nextDue).
+// (scheduler.record, nextDue).
 func (c *Coordinator) turn(ctx context.Context, l *pollLoop, due time.Time) turnEnd {
 	now := c.cfg.Clock.Now()
 	// The term may have ended, or the deadline passed, since the scheduler
@@ -110,6 +101,73 @@ func (c *Coordinator) turn(ctx context.Context, l *pollLoop, due time.Time) turn
 	out, retry := c.pollOnce(ctx, *l.sess, l.lease, l.state)
 	return turnEnd{out: out, retryAfter: retry}
 }
+
+// stateful returns the StatefulPoller of c, nil when the Poller is not one.
+func (c *Coordinator) stateful() StatefulPoller {
+	sp, _ := c.cfg.Poller.(StatefulPoller)
+	return sp
+}
+
+// prepareState loads l's state before its first poll under its lease, and
+// reports whether l polls now; if not, end is how its turn ends. After a
+// crash (no graceful handoff mark, so the lease does not say when the next
+// poll was due) a saved record whose poll was due less than an interval
+// ago puts the first poll one interval after that due time, on this
+// worker's clock, instead of now: the session keeps its schedule (end.at,
+// deferSlack earlier, moved by the spread step as the predecessor's
+// schedule would have been). Otherwise the first poll is paced
+// (scheduler.Pace). A load that fails is a failed poll (retried at the
+// next one, after the backoff); the poller never runs without its state.
+// A corrupt state is not a failure: it reads as never saved (the poll goes
+// on as for a new session) and is reported once (noteState).
+func (c *Coordinator) prepareState(ctx context.Context, l *pollLoop, now time.Time) (end turnEnd, pollNow bool) {
+	st := l.state
+	st.mu.Lock()
+	loaded := st.loaded
+	st.mu.Unlock()
+	if loaded {
+		return turnEnd{}, true
+	}
+	// The loops of sessions taken together load together: their calls
+	// are coalesced into LoadMany pipelines.
+	rctx, cancel := c.requestCtx(ctx)
+	rec, err := st.store.LoadBatched(rctx, l.sess.ID)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return turnEnd{out: pollCancelled}, false
+		}
+		c.cfg.Observer.RedisError("state")
+		c.log.Warn("state load failed; the poll waits for it", zap.String("session", l.sess.ID), zap.Error(err))
+		return turnEnd{out: pollFailed}, false
+	}
+	c.bad.noteState(l.sess.ID, rec.Corrupt) // a corrupt state reads as never saved
+	st.mu.Lock()
+	st.loaded, st.last = true, rec.Compact()
+	st.mu.Unlock()
+	if _, handed := l.lease.NextPoll(); handed || l.polled.Load() {
+		return turnEnd{}, true // the handoff mark or the previous loop set the schedule
+	}
+	iv := l.sess.Interval.D()
+	if since, ok := rec.SincePolled(); ok && since >= 0 && since < iv {
+		// The load's reply arrived just now: the saved poll was due `since` ago.
+		if at := c.cfg.Clock.Now().Add(iv - since); at.After(now) {
+			return turnEnd{out: pollCancelled, at: at.Add(-deferSlack)}, false
+		}
+	}
+	at, paceNow := c.sched.Pace(l)
+	if paceNow {
+		return turnEnd{}, true
+	}
+	return turnEnd{out: pollCancelled, at: at, exact: true}, false
+}
+
+// deferSlack is how much earlier than the saved schedule a deferred first
+// poll is put before the spread step: `at`, carried in ms through Redis,
+// is within a millisecond or two of the session's phase when the
+// predecessor's due times were on it, and the slack keeps the step from
+// taking it one whole step past.
+const deferSlack = 5 * time.Millisecond
 
 // noteHandoffGap reports, at the first poll under l's lease, the time the
 // handoff left the session unpolled beyond its schedule: from the
@@ -187,7 +245,7 @@ func (c *Coordinator) stopAll(ctx context.Context) []lease.Handoff {
 	// one stuck poll never hides the others.
 	wait := func(ctx context.Context) {
 		for id, h := range c.held {
-			done := c.sched.Done(h.loop)
+			done := c.sched.Exited(h.loop)
 			select {
 			case <-done:
 			default:

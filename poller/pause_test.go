@@ -198,7 +198,7 @@ func TestAcquiredSessionPausedMeanwhileIsNotPolled(t *testing.T) {
 	// ... and the round acquires what it wants.
 	want := decide(c.world(true), &c.claims, c.held, c.cfg.Clock.Now()).acquire
 	require.Contains(t, want, paused)
-	c.acquire(ctx, want, false)
+	c.takeLeases(ctx, want, false)
 
 	require.NotContains(t, c.held, paused, "a session paused before it was acquired is not polled")
 	require.Empty(t, owners(t, client, []string{paused}), "its lease is given back at once")
@@ -231,7 +231,7 @@ func TestReaddedSessionIgnoresTheRemovedOnesBackoff(t *testing.T) {
 	h := c.held[id]
 	require.NotNil(t, h)
 	w := h.loop
-	require.Less(t, c.sched.Due(w).Sub(w.lease.Acquired()), 10*time.Second,
+	require.Less(t, c.sched.DueOf(w).Sub(w.lease.Acquired()), 10*time.Second,
 		"the first poll comes within the new definition's first interval, not on the removed one's backoff (a minute)")
 	require.Eventually(t, func() bool { return rec.polled(id) > 0 }, 10*time.Second, 10*time.Millisecond)
 }

@@ -2,7 +2,6 @@ package poller
 
 import (
 	"context"
-	"maps"
 	"time"
 
 	"go.uber.org/zap"
@@ -11,9 +10,6 @@ import (
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/session"
 )
-
-// retrySlack is added to a competing lease's remaining TTL before retrying.
-const retrySlack = 5 * time.Millisecond
 
 // round reads, decides and acts (decide.go): it collects the poll loops
 // that ended, refreshes the world from Redis (refresh), decides what to
@@ -48,7 +44,7 @@ func (c *Coordinator) world(full bool) *world {
 	c.news.releasedBy = make(map[string]struct{})
 	c.news.releasedMu.Unlock()
 	// Only a live worker that its peers count as live takes sessions.
-	live, member := c.live(), c.view.members.Contains(c.cfg.ID)
+	live, member := c.isLive(), c.view.members.Contains(c.cfg.ID)
 	full = full || c.view.sweepAll || (live && member) != c.view.wasMember
 	c.view.sweepAll, c.view.wasMember = false, live && member
 	touched := c.view.touched
@@ -88,7 +84,7 @@ func (c *Coordinator) apply(ctx context.Context, w *world, a actions, now time.T
 		c.sched.Stop(h.loop)
 	}
 	if len(a.acquire) > 0 {
-		c.acquire(ctx, a.acquire, false)
+		c.takeLeases(ctx, a.acquire, false)
 	}
 	if w.share {
 		missing := a.missing
@@ -99,45 +95,6 @@ func (c *Coordinator) apply(ctx context.Context, w *world, a actions, now time.T
 		}
 		c.checkShare(missing, now)
 	}
-}
-
-// checkBehind logs when the worker starts and stops being behind
-// (PollStats.Behind), or its reason changes, once each time (the
-// scheduler wakes the main loop on a change).
-func (c *Coordinator) checkBehind() {
-	ps := c.pollStats(false) // every round: without counting the loops
-	if was := c.view.behind; ps.Behind == was.Behind && ps.BehindReason == was.BehindReason && ps.BehindHost == was.BehindHost {
-		return
-	}
-	c.view.behind = ps
-	logBehind(c.log, ps, c.cfg.MaxPolls)
-}
-
-// checkShare makes the worker ready (Ready) once it holds every session
-// the plan gives it (missing is none), those other workers still hand over
-// included, or once readyBound has passed since its first round as a
-// member, so that a rolling update that waits for readiness replaces the
-// next worker only after this one took its share. Readiness stays once
-// reached.
-func (c *Coordinator) checkShare(missing int, now time.Time) {
-	if c.view.memberSince.IsZero() {
-		c.view.memberSince = now
-	}
-	if missing == 0 {
-		c.health.shareTaken.Store(true)
-		return
-	}
-	if bound := c.readyBound(); now.Sub(c.view.memberSince) >= bound {
-		c.log.Warn("ready without its whole share", zap.Int("missing", missing), zap.Duration("after", bound))
-		c.health.shareTaken.Store(true)
-	}
-}
-
-// readyBound is how long a worker may stay unready waiting for its share:
-// one lease TTL (a holder that does not hand off loses its lease by then)
-// plus two discovery intervals.
-func (c *Coordinator) readyBound() time.Duration {
-	return c.cfg.LeaseTTL + 2*c.cfg.DiscoveryInterval
 }
 
 // startRound sets the times a round starts from: the orphan watch begins
@@ -152,15 +109,6 @@ func (c *Coordinator) startRound() {
 		c.claims.settleAt, c.view.sweepAll = time.Time{}, true
 	}
 }
-
-// contention is what an acquire learned of a session another worker held.
-type contention struct {
-	holder string    // its holder id
-	until  time.Time // when its lease expires unless renewed (local clock)
-}
-
-// touch marks a session for the next round to look at.
-func (c *Coordinator) touch(id string) { c.view.touched[id] = struct{}{} }
 
 // reapLoops handles the poll loops that have exited (decideExited): a
 // loop restarted for a new session definition starts again under the same
@@ -215,7 +163,7 @@ const acquireChunk = 1000
 // or leaves meanwhile. A lease held by another worker is asked for again
 // when it would expire (a retry timer), or sooner if its holder announces
 // a release.
-func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
+func (c *Coordinator) takeLeases(ctx context.Context, ids []string, orphan bool) {
 	ids = c.onlyMatching(ids)
 	var out acquireOutcome
 	out.retry = -1
@@ -239,7 +187,7 @@ func (c *Coordinator) acquire(ctx context.Context, ids []string, orphan bool) {
 		c.confirmDefinitions(ctx, results)
 		now := c.cfg.Clock.Now()
 		for _, r := range results {
-			c.acquired(r, orphan, now, &out)
+			c.applyResult(r, orphan, now, &out)
 		}
 	}
 	if out.failed {
@@ -328,10 +276,10 @@ func inChangedBuckets(ids []string, changed []session.BucketSize) []string {
 	return out
 }
 
-// acquired applies one acquire result, received at now (decideAcquired):
+// applyResult applies one acquire result, received at now (decideAcquired):
 // starts the poll loop of a new lease, or records the contention (or
 // quarantine) to try again when it ends.
-func (c *Coordinator) acquired(r lease.Result, orphan bool, now time.Time, out *acquireOutcome) {
+func (c *Coordinator) applyResult(r lease.Result, orphan bool, now time.Time, out *acquireOutcome) {
 	if r.Lease != nil {
 		delete(c.claims.contended, r.Session)
 	}
@@ -414,7 +362,7 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	}
 	if len(take) > 0 {
 		c.log.Info("adopting orphans", zap.Int("sessions", len(take)))
-		c.acquire(ctx, take, true)
+		c.takeLeases(ctx, take, true)
 	}
 }
 
@@ -447,52 +395,52 @@ func (c *Coordinator) watchList() []string {
 	return watch
 }
 
-// orphanFallback × OrphanGrace is the orphan scan period of a steady fleet.
-const orphanFallback = 10
-
-// watchOrphans makes the orphan scan run at full rate for a while: after a
-// change, orphans are possible.
-func (c *Coordinator) watchOrphans() {
-	c.claims.orphanWatchUntil = c.cfg.Clock.Now().Add(3 * c.cfg.OrphanGrace)
-}
-
-func sameSession(a, b session.Session) bool {
-	return a.ID == b.ID && a.URL == b.URL && a.Interval == b.Interval &&
-		a.Paused == b.Paused && maps.Equal(a.Labels, b.Labels) && a.Selector == b.Selector && a.SameRequest(b) &&
-		a.Schedule == b.Schedule && a.TZ == b.TZ && a.Jitter == b.Jitter && a.CatchUp == b.CatchUp && a.CatchUpWindow == b.CatchUpWindow
-}
-
-// scheduleRetry asks for a round in d, unless one is due sooner already
-// (the round it starts schedules the next retry).
-func (c *Coordinator) scheduleRetry(d time.Duration) {
-	now := c.cfg.Clock.Now()
-	at := now.Add(d)
-	if c.claims.retryTimer != nil && c.claims.retryAt.After(now) && !at.Before(c.claims.retryAt) {
+// checkBehind logs when the worker starts and stops being behind
+// (PollStats.Behind), or its reason changes, once each time (the
+// scheduler wakes the main loop on a change).
+func (c *Coordinator) checkBehind() {
+	ps := c.pollStats(false) // every round: without counting the loops
+	if was := c.view.behind; ps.Behind == was.Behind && ps.BehindReason == was.BehindReason && ps.BehindHost == was.BehindHost {
 		return
 	}
-	c.claims.retryAt = at
-	if c.claims.retryTimer == nil {
-		c.claims.retryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
-		return
-	}
-	c.claims.retryTimer.Reset(d)
+	c.view.behind = ps
+	logBehind(c.log, ps, c.cfg.MaxPolls)
 }
 
-func (c *Coordinator) scheduleExpiry(d time.Duration) {
-	if c.claims.expiryTimer == nil {
-		c.claims.expiryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
+// checkShare makes the worker ready (Ready) once it holds every session
+// the plan gives it (missing is none), those other workers still hand over
+// included, or once readyBound has passed since its first round as a
+// member, so that a rolling update that waits for readiness replaces the
+// next worker only after this one took its share. Readiness stays once
+// reached.
+func (c *Coordinator) checkShare(missing int, now time.Time) {
+	if c.view.memberSince.IsZero() {
+		c.view.memberSince = now
+	}
+	if missing == 0 {
+		c.health.shareTaken.Store(true)
 		return
 	}
-	c.claims.expiryTimer.Reset(d)
+	if bound := c.readyBound(); now.Sub(c.view.memberSince) >= bound {
+		c.log.Warn("ready without its whole share", zap.Int("missing", missing), zap.Duration("after", bound))
+		c.health.shareTaken.Store(true)
+	}
+}
+
+// readyBound is how long a worker may stay unready waiting for its share:
+// one lease TTL (a holder that does not hand off loses its lease by then)
+// plus two discovery intervals.
+func (c *Coordinator) readyBound() time.Duration {
+	return c.cfg.LeaseTTL + 2*c.cfg.DiscoveryInterval
 }
 
 func (c *Coordinator) publishStatus() {
-	malformed := c.malformed()
-	c.statusMu.Lock()
-	c.status.Members = c.view.members.Nodes
-	c.status.Sessions = len(c.view.sessions)
-	c.status.Malformed = malformed
-	c.statusMu.Unlock()
+	malformed := c.malformedCount()
+	c.status.mu.Lock()
+	c.status.last.Members = c.view.members.Nodes
+	c.status.last.Sessions = len(c.view.sessions)
+	c.status.last.Malformed = malformed
+	c.status.mu.Unlock()
 	c.cfg.Observer.Round(len(c.view.members.Nodes), len(c.view.sessions), len(c.held), malformed, c.view.membersChanged)
 	c.view.membersChanged = false
 }

@@ -3,12 +3,14 @@ package poller
 import (
 	"container/heap"
 	"context"
+	"fmt"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
 
+	"github.com/pollworker/pollworker/hrw"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/session"
 )
@@ -23,11 +25,12 @@ import (
 // It is a unit of its own: a schedConfig fixed at construction, one lock
 // (mu) over its state and every scheduling field of every pollLoop, and
 // an API for its owner: Start, Stop, Abort, LeaseChanged, Ended and
-// Forget, Done, Due, Stopping, Stats, Close. One turn of a loop reads top
-// to bottom in schedule_turn.go: due (the timer, fire) → admitted
-// (settleLocked, takeSlotsLocked: the lease Held, a slot free) → the Turn
-// hook (the owner loads the state and polls) → recorded (polled) → next
-// due (nextDue).
+// Forget, Exited, DueOf, Stopping, Pace, Stats, Close. Its records are in
+// pollloop.go, its pure timing rules in spread.go, its meter in behind.go.
+// One turn of a loop reads top to bottom: due (the timer, fire) →
+// admitted (settleLocked, takeSlotsLocked: the lease Held, a slot free) →
+// run (launch, run, turn: the owner's Turn hook loads the state and
+// polls) → recorded (record) → next due (nextDue).
 //
 // Each loop is in one phase: queued (in the heap), waiting (its lease is
 // Uncertain; a lease change wakes it), groupWaiting or admitting (due,
@@ -106,72 +109,6 @@ type schedConfig struct {
 	Slack time.Duration
 }
 
-// pollLoop is the scheduler's record of the poll loop of one held
-// session. sess, lease, state and polled are set before Start and never
-// change; every other field is guarded by scheduler.mu.
-//
-// Stopping a loop (handoff, session paused or removed, shutdown) only
-// ends its loop: a poll already running finishes under its lease, which is
-// still renewed, and the lease is released after the loop has exited, so a
-// successor never starts while this loop's request may still be served
-// downstream. Aborting cancels the running poll too; the lease term ending
-// (uncertain, lost) always does.
-type pollLoop struct {
-	sess   *session.Session // shared with view.sessions while the same; never changed in place
-	lease  *lease.Lease
-	state  *State       // the session's state, for a StatefulPoller; nil otherwise
-	polled *atomic.Bool // a poll began under this lease (shared by a restarted loop)
-
-	// Guarded by scheduler.mu.
-	done          chan struct{} // closed when the loop has exited and no poll runs; made by the first Done (most loops are never waited for)
-	phase         phase
-	index         int       // position in the scheduler's queue while queued
-	next          time.Time // when the next (or running) poll is due
-	stopRequested bool
-	failures      int                // consecutive failed polls (backoff)
-	group         *pollGroup         // the group of its polls (GroupLimiter); nil when none
-	expect        int64              // Unix ns when the next poll would begin if the worker kept up; 0 unknown (the meter's lateness)
-	ctx           context.Context    // of the running poll: cancelled when the lease term ends (pollContext)
-	cancel        context.CancelFunc // cancels ctx
-}
-
-// phase is where a loop stands in the scheduler.
-type phase uint8
-
-const (
-	queued       phase = iota // in the heap, waiting for its next poll time
-	waiting                   // lease Uncertain (or Held past its deadline): a lease change wakes it
-	admitting                 // due, holding its group's slot, waiting for one of the limit's slots
-	polling                   // a poll runs
-	exited                    // done is closed
-	groupWaiting              // due, waiting for a slot of its group (GroupLimiter)
-)
-
-// outcome is how a poll ended, for the scheduler.
-type outcome uint8
-
-const (
-	pollOK        outcome = iota // the target answered (or the poll returned nil)
-	pollFailed                   // an error or a panic: counts toward backoff
-	pollCancelled                // cut short by the lease term's end or an abort
-	pollSkipped                  // not sent for want of a local resource (ErrNoCapacity): no failure, no backoff
-	pollStopped                  // not started: its loop was asked to stop since it was launched
-)
-
-// turnEnd is how a turn ended, as the Turn hook reports it.
-type turnEnd struct {
-	out outcome
-	// at, if set, is when the loop's next poll is due instead of one
-	// interval after this turn's due time: a first poll paced (Pace) or
-	// deferred to the schedule a saved state gives. With exact, the spread
-	// step does not move it.
-	at    time.Time
-	exact bool
-	// retryAfter is how long after the poll returned the target asked to
-	// be left alone (RetryAfterError): the next poll is not sooner.
-	retryAfter time.Duration
-}
-
 // schedStats counts what the scheduler did since start.
 type schedStats struct {
 	Deferred int64        // polls that waited for a slot (of the limit or of their group)
@@ -190,18 +127,6 @@ func newScheduler(cfg schedConfig) *scheduler {
 	return &scheduler{cfg: cfg, loops: make(map[string]*pollLoop), ownGoroutine: real,
 		quit: make(chan struct{}), groups: make(map[string]*pollGroup), crowded: make(map[*pollGroup]struct{})}
 }
-
-// TimerSlack is how late a Coordinator may start a poll after it is due
-// (scheduler.slack): up to 2 ms (a hundredth of the shortest interval the
-// worker has polled, when that is less), and every poll due by then starts
-// with it. Measured with one worker polling 1,000 sessions at 1 s, where
-// polls come ~1 ms apart, firing once per poll cost about a third more CPU
-// per poll than firing once per 2 ms: each firing wakes the process from
-// idle (a timer, a thread, the runtime's sysmon). As Linux's timer slack
-// and systemd's AccuracySec do, it trades a little punctuality for fewer
-// wake-ups; polls still keep to their grid (the next is due one interval
-// after this one was due, not after it started).
-const TimerSlack = 2 * time.Millisecond
 
 // Start schedules w's first poll at `at`, or now if that has passed. A
 // zero `at` means there is no schedule to keep (the session was not handed
@@ -262,9 +187,9 @@ func (s *scheduler) Abort(w *pollLoop) {
 	}
 }
 
-// Done returns a channel closed when w's loop has exited and no poll of
+// Exited returns a channel closed when w's loop has exited and no poll of
 // it runs (closed already if it has).
-func (s *scheduler) Done(w *pollLoop) <-chan struct{} {
+func (s *scheduler) Exited(w *pollLoop) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w.done == nil {
@@ -320,7 +245,7 @@ func (s *scheduler) LeaseChanged(l *lease.Lease, to lease.State) {
 	case lease.Held:
 		if w.phase == waiting {
 			// The wait for the lease was no lack of capacity: the meter
-			// does not count it as lateness (polled).
+			// does not count it as lateness (record).
 			w.expect = 0
 			if s.settleLocked(w, now, now) {
 				launch = append(launch, w)
@@ -331,13 +256,25 @@ func (s *scheduler) LeaseChanged(l *lease.Lease, to lease.State) {
 	s.launchAll(launch)
 }
 
-// Due returns when the exited loop w's next poll was due: the time
+// DueOf returns when the exited loop w's next poll was due: the time
 // its successor keeps to (its last poll's start + interval, or the time it
 // was queued for).
-func (s *scheduler) Due(w *pollLoop) time.Time {
+func (s *scheduler) DueOf(w *pollLoop) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return w.next
+}
+
+// Pace returns when l's first poll, due now and with no schedule to
+// keep, may start (paceLocked), and whether that is now; a turn that may
+// not poll yet ends with turnEnd{at: at, exact: true}. Called from l's
+// turn.
+func (s *scheduler) Pace(l *pollLoop) (at time.Time, now bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.cfg.Clock.Now()
+	at = s.paceLocked(l, t)
+	return at, !at.After(t)
 }
 
 // Close stops the timer and ends the idle runners; loops still queued stay queued.
@@ -392,4 +329,509 @@ func (s *scheduler) holdingLocked() (held, backoff int) {
 		}
 	}
 	return held, backoff
+}
+
+// launch runs w's turn on a runner: the one that went idle last, if any
+// waits, else a new one. Called without s.mu held.
+func (s *scheduler) launch(w *pollLoop) {
+	s.runMu.Lock()
+	if n := len(s.idle); n > 0 {
+		r := s.idle[n-1]
+		s.idle[n-1] = nil
+		s.idle = s.idle[:n-1]
+		s.runMu.Unlock()
+		r.work <- w
+		return
+	}
+	s.runMu.Unlock()
+	go s.run(w)
+}
+
+// run is a runner: it runs w's poll, then each poll handed to it while it
+// is idle, and exits after runnerIdle without one, or once the scheduler
+// is closed. A poll needs a deep stack (HTTP, JSON): a runner grows its
+// stack once and keeps it for the polls that follow, where a goroutine
+// per poll grows a fresh one every time. The runner idle last is given the
+// next poll, so that the runners a burst started and steady polling no
+// longer needs stay idle and exit.
+func (s *scheduler) run(w *pollLoop) {
+	r := &runner{work: make(chan *pollLoop, 1)}
+	idle := time.NewTimer(runnerIdle)
+	defer idle.Stop()
+	for {
+		s.turn(w)
+		s.runMu.Lock()
+		s.idle = append(s.idle, r)
+		s.runMu.Unlock()
+		idle.Reset(runnerIdle)
+		select {
+		case w = <-r.work:
+			continue
+		case <-idle.C:
+		case <-s.quit:
+		}
+		s.runMu.Lock()
+		i := slices.Index(s.idle, r) // 0 mostly: runners time out in the order they went idle
+		switch {
+		case i == 0:
+			s.idle[0] = nil
+			s.idle = s.idle[1:]
+		case i > 0:
+			s.idle = slices.Delete(s.idle, i, i+1)
+		}
+		s.runMu.Unlock()
+		if i >= 0 {
+			return
+		}
+		w = <-r.work // a launch took this runner off idle just as it stopped waiting
+	}
+}
+
+// launchAll launches each of ws (s.launch); called without s.mu held.
+func (s *scheduler) launchAll(ws []*pollLoop) {
+	for _, w := range ws {
+		s.launch(w)
+	}
+}
+
+// turn runs one turn of l, which is due and admitted (its lease Held, its
+// slots taken, its poll context made): the Turn hook loads its state and
+// polls, then record records the outcome and queues the next turn.
+func (s *scheduler) turn(l *pollLoop) {
+	s.mu.Lock()
+	ctx, due := l.ctx, l.next
+	s.mu.Unlock()
+	began := s.cfg.Clock.Now() // when the poll really starts, for the meter
+	end := s.cfg.Turn(ctx, l, due)
+	s.record(l, end, began)
+}
+
+// record records how l's turn, begun at began, ended, and settles l at
+// its next due time (nextDue), or at once if the poll overran it. A
+// failure counts toward backoff; a poll skipped for want of a local
+// resource (ErrNoCapacity) or cancelled neither counts nor resets it. The
+// slots freed by the poll go to the polls due earliest among those
+// waiting for them, before l.
+func (s *scheduler) record(l *pollLoop, end turnEnd, began time.Time) {
+	s.mu.Lock()
+	now := s.cfg.Clock.Now()
+	l.cancel()
+	l.ctx, l.cancel = nil, nil
+	s.active--
+	s.freeGroupSlotLocked(l.group)
+	var backoff time.Duration
+	switch end.out {
+	case pollOK, pollFailed:
+		backoff = s.backoffLocked(l, end.out == pollFailed)
+	case pollSkipped:
+		s.stats.Skipped++
+	}
+	next := s.nextDue(l, end, backoff, now)
+	if end.out == pollOK || end.out == pollFailed {
+		s.meterPolledLocked(l, now, began, next.Sub(l.next))
+	}
+	if next.Before(now) {
+		next = now
+	}
+	// The freed slot goes to the polls already waiting first: l, due again
+	// at once after a poll that overran its interval, queues behind them
+	// rather than keep the slot (which starved the waiting sessions).
+	launch := s.admitLocked(now)
+	if s.settleLocked(l, now, next) {
+		launch = append(launch, l)
+	}
+	changed := s.judgeLocked(now, false)
+	s.mu.Unlock()
+	s.launchAll(launch)
+	if changed {
+		s.cfg.Wake() // the owner logs the change (Coordinator.checkBehind)
+	}
+}
+
+// nextDue returns when l's next poll is due after a turn that was due at
+// l.next, ended with end and returned at now: one interval later, moved
+// later by the spread step toward the session's phase (Align) and by
+// backoff, and no sooner than the target's Retry-After (end.retryAfter
+// after now); or end.at when the turn set it (a paced or deferred first
+// poll; exact: not aligned); or l.next again when the turn did not poll
+// because the loop was stopped (the due time a successor keeps). This is
+// the one place that says when a session is polled next.
+func (s *scheduler) nextDue(l *pollLoop, end turnEnd, backoff time.Duration, now time.Time) time.Time {
+	if end.out == pollStopped {
+		return l.next
+	}
+	iv := l.sess.Interval.D()
+	next := l.next.Add(iv)
+	if !end.at.IsZero() {
+		next = end.at
+	}
+	if s.cfg.Align != nil && !end.exact {
+		next = next.Add(s.cfg.Align(l.sess.ID, iv, next))
+	}
+	next = next.Add(backoff)
+	if at := now.Add(end.retryAfter); end.retryAfter > 0 && at.After(next) {
+		next = at // the target's Retry-After (RetryAfterError)
+	}
+	return next
+}
+
+// backoffLocked records the outcome of w's poll and returns how much
+// longer than its interval w waits before its next poll: after k
+// consecutive failures, (2^min(k,5) - 1) × interval, at most maxBackoff,
+// with a jitter of up to a tenth of it (a hash of the session and k, so
+// sessions failing together do not retry together); 0 after a success.
+func (s *scheduler) backoffLocked(w *pollLoop, failed bool) time.Duration {
+	if s.cfg.MaxBackoff <= 0 {
+		return 0
+	}
+	if !failed {
+		w.failures = 0
+		return 0
+	}
+	w.failures++
+	extra := ErrorBackoff(w.failures, w.sess.Interval.D(), s.cfg.MaxBackoff)
+	if extra <= 0 {
+		return 0
+	}
+	jitter := time.Duration(hrw.Bucket(fmt.Sprintf("%s#%d", w.sess.ID, w.failures), 1000)) * extra / 10000
+	return extra - extra/10 + 2*jitter
+}
+
+// paceLocked returns when w's first poll, which has no schedule to keep,
+// starts: the first such poll at once, each next one firstPollGap after
+// the one before, so that a worker taking many sessions at once (a cold
+// start, a crash takeover) does not send them all in the same instant
+// and open a connection per poll to a target; a single session added or
+// taken over is polled at once. No first poll is paced later than
+// min(interval/2, maxFirstPollDelay): past that, a burst larger than the
+// window holds at the pace is spread over the window by a hash of each
+// session's id.
+func (s *scheduler) paceLocked(w *pollLoop, now time.Time) time.Time {
+	window := min(w.sess.Interval.D()/2, maxFirstPollDelay)
+	if window <= 0 {
+		return now
+	}
+	if s.paceAt.Before(now) {
+		s.paceAt = now
+	}
+	at := s.paceAt
+	if at.Sub(now) >= window {
+		return now.Add(time.Duration(hrw.Bucket(w.sess.ID, int(window))))
+	}
+	s.paceAt = at.Add(firstPollGap)
+	return at
+}
+
+// fire launches the polls that are due and re-arms the timer.
+func (s *scheduler) fire() {
+	s.mu.Lock()
+	now := s.cfg.Clock.Now()
+	s.armed = time.Time{}
+	var launch []*pollLoop
+	for s.queue.Len() > 0 && !s.queue[0].next.After(now) {
+		w := heap.Pop(&s.queue).(*pollLoop)
+		if s.settleLocked(w, now, w.next) {
+			launch = append(launch, w)
+		}
+	}
+	s.armLocked(now) // the head may be a loop not pushed above
+	s.mu.Unlock()
+	for _, w := range launch {
+		s.launch(w)
+	}
+}
+
+// settleLocked decides what w, which is neither queued nor polling (nor
+// in a heap of waiting polls: the caller took it out), does next, given
+// that its next poll is due at `at`: exit (stopped, or its lease lost or
+// released), wait (lease uncertain or past its deadline), queue (not due
+// yet), wait for a slot (takeSlotsLocked) or poll now, which it reports;
+// the caller then runs its turn on a runner (launch).
+func (s *scheduler) settleLocked(w *pollLoop, now, at time.Time) bool {
+	from := w.phase
+	if from == admitting {
+		// It gives back its group's slot and takes it again below if it
+		// polls now.
+		s.freeGroupSlotLocked(w.group)
+	}
+	if w.stopRequested {
+		w.next = at // what a successor keeps (nextDue)
+		s.exitLocked(w)
+		return false
+	}
+	switch w.lease.State() {
+	case lease.Lost, lease.Released:
+		s.exitLocked(w)
+		return false
+	case lease.Uncertain:
+		w.phase = waiting
+		return false
+	}
+	if at.After(now) {
+		w.next = at
+		w.phase = queued
+		heap.Push(&s.queue, w)
+		s.armLocked(now)
+		return false
+	}
+	if !now.Before(w.lease.Deadline()) {
+		// Its expiry is under way and will report the lease Lost.
+		w.phase = waiting
+		return false
+	}
+	w.next = at
+	return s.takeSlotsLocked(w, now, from)
+}
+
+// takeSlotsLocked starts w's due poll if a slot of its group (if any) and
+// one of the limit's are free, and reports it; else w waits, in a heap by
+// due time, for a slot of its group, or, holding that, for one of the
+// limit's. from is the phase w comes from: a poll leaving one wait for the
+// next is counted once (Deferred).
+func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool {
+	waited := from == admitting || from == groupWaiting
+	if g := w.group; g != nil {
+		if g.active >= g.max {
+			w.phase = groupWaiting
+			heap.Push(&g.waiting, w)
+			s.crowded[g] = struct{}{}
+			s.waitedLocked(now, waited, waitGroup)
+			return false
+		}
+		g.active++
+	}
+	if s.cfg.Limit > 0 && s.active >= s.cfg.Limit {
+		// Every slot is taken: wait for one rather than start a poll the
+		// worker cannot sustain.
+		w.phase = admitting
+		heap.Push(&s.admit, w)
+		s.waitedLocked(now, waited, waitSlot)
+		return false
+	}
+	ctx, cancel, ok := pollContext(w.lease)
+	if !ok {
+		// The term ended since State said Held: the change is being
+		// reported (leaseChanged), and finds w waiting.
+		w.phase = waiting
+		s.freeGroupSlotLocked(w.group)
+		return false
+	}
+	if late := now.Sub(w.next); late > max(w.sess.Interval.D()/10, 10*time.Millisecond) {
+		s.stats.Late++
+	}
+	s.active++
+	w.phase = polling
+	w.ctx, w.cancel = ctx, cancel
+	return true
+}
+
+// waitedLocked counts a poll that starts waiting for a slot of the given
+// kind (once per poll: not again when it already waited).
+func (s *scheduler) waitedLocked(now time.Time, already bool, kind waitKind) {
+	s.waiting++
+	if !already {
+		s.stats.Deferred++
+		s.meter.waited(now, kind)
+	}
+}
+
+// admitLocked gives the free slots to the due polls waiting for them,
+// earliest due first, and returns those to launch: a group's free slot to
+// the group's earliest waiting poll (which then waits for one of the
+// limit's slots if none is free), a free slot of the limit to the
+// earliest poll waiting for one.
+func (s *scheduler) admitLocked(now time.Time) []*pollLoop {
+	var launch []*pollLoop
+	for {
+		for len(s.freed) > 0 {
+			g := s.freed[len(s.freed)-1]
+			s.freed[len(s.freed)-1] = nil
+			s.freed = s.freed[:len(s.freed)-1]
+			for g.active < g.max && g.waiting.Len() > 0 {
+				w := heap.Pop(&g.waiting).(*pollLoop)
+				s.waiting--
+				if g.waiting.Len() == 0 {
+					delete(s.crowded, g)
+				}
+				if s.settleLocked(w, now, w.next) {
+					launch = append(launch, w)
+				}
+			}
+		}
+		for s.admit.Len() > 0 && (s.cfg.Limit <= 0 || s.active < s.cfg.Limit) {
+			w := heap.Pop(&s.admit).(*pollLoop)
+			s.waiting--
+			if s.settleLocked(w, now, w.next) {
+				launch = append(launch, w)
+			}
+		}
+		if len(s.freed) == 0 {
+			return launch
+		}
+	}
+}
+
+// unwaitLocked takes w, waiting for a slot, out of the heap it waits in,
+// giving back the group slot it holds while admitting.
+func (s *scheduler) unwaitLocked(w *pollLoop) {
+	s.waiting--
+	switch w.phase {
+	case admitting:
+		heap.Remove(&s.admit, w.index)
+		s.freeGroupSlotLocked(w.group)
+	case groupWaiting:
+		g := w.group
+		heap.Remove(&g.waiting, w.index)
+		if g.waiting.Len() == 0 {
+			delete(s.crowded, g)
+		}
+	}
+}
+
+// freeGroupSlotLocked gives back a slot of g (nil: none), to be taken by
+// its earliest waiting poll (admitLocked).
+func (s *scheduler) freeGroupSlotLocked(g *pollGroup) {
+	if g == nil {
+		return
+	}
+	g.active--
+	if g.waiting.Len() > 0 {
+		s.freed = append(s.freed, g)
+	}
+}
+
+// joinGroupLocked returns the group of sess's polls (groupOf), nil when
+// they have none, counting one more member in it.
+func (s *scheduler) joinGroupLocked(sess *session.Session) *pollGroup {
+	name, max := s.cfg.GroupOf(sess)
+	if name == "" || max < 1 {
+		return nil
+	}
+	g := s.groups[name]
+	if g == nil {
+		g = &pollGroup{name: name, max: max}
+		s.groups[name] = g
+	}
+	g.members++
+	return g
+}
+
+// exitLocked ends w's loop and tells the main loop.
+func (s *scheduler) exitLocked(w *pollLoop) {
+	w.phase = exited
+	if g := w.group; g != nil {
+		if g.members--; g.members == 0 {
+			delete(s.groups, g.name)
+		}
+		w.group = nil
+	}
+	if w.done != nil {
+		close(w.done)
+	}
+	s.ended = append(s.ended, w)
+	s.cfg.Wake()
+}
+
+// armLocked points the timer at the earliest queued poll, plus the slack.
+func (s *scheduler) armLocked(now time.Time) {
+	if s.queue.Len() == 0 || s.done {
+		return
+	}
+	at := s.queue[0].next.Add(min(s.cfg.Slack, s.shortest/100))
+	if !s.armed.IsZero() && !at.Before(s.armed) {
+		return // armed early enough; an early firing re-arms
+	}
+	s.armed = at
+	d := at.Sub(now)
+	if s.timer == nil {
+		// fire runs in a goroutine of its own: the real clock's AfterFunc
+		// gives it one; fake clocks call the callback with their lock held,
+		// and fire uses the clock.
+		if s.ownGoroutine {
+			s.timer = s.cfg.Clock.AfterFunc(d, s.fire)
+		} else {
+			s.timer = s.cfg.Clock.AfterFunc(d, func() { go s.fire() })
+		}
+		return
+	}
+	s.timer.Reset(d)
+}
+
+// judgeLocked judges whether the worker is behind now, at most once per
+// half meterBucket unless always, and reports whether the judgement
+// changed (behind or not, its reason or group).
+func (s *scheduler) judgeLocked(now time.Time, always bool) bool {
+	if !always && now.Before(s.meter.judgeAt) {
+		return false
+	}
+	s.meter.judgeAt = now.Add(meterBucket / 2)
+	c, span := s.meter.window(now)
+	stuck, stuckKind := s.oldestWaitLocked(now)
+	r := behindReport{Behind: judgeBehind(c, s.judged.Behind, stuck)}
+	if span > 0 {
+		r.Due, r.Done = c.due/span.Seconds(), float64(c.done)/span.Seconds()
+	}
+	if r.Behind {
+		r.Reason = behindReason(c)
+		if stuck && c.done < behindEvidence {
+			r.Reason = BehindMaxPolls
+			if stuckKind == waitGroup {
+				r.Reason = BehindHostLimit
+			}
+		}
+		if r.Reason == BehindHostLimit {
+			r.Group = s.mostCrowdedLocked(s.judged.Group)
+		}
+	}
+	was := s.judged
+	s.judged = r
+	return r.Behind != was.Behind || r.Reason != was.Reason || r.Group != was.Group
+}
+
+// oldestWaitLocked reports whether a poll has waited for a slot longer
+// than oldestWaitBound, and for which kind of slot.
+func (s *scheduler) oldestWaitLocked(now time.Time) (bool, waitKind) {
+	tooLong := func(w *pollLoop) bool { return now.Sub(w.next) > oldestWaitBound(w.sess.Interval.D()) }
+	if s.admit.Len() > 0 && tooLong(s.admit[0]) {
+		return true, waitSlot
+	}
+	for g := range s.crowded {
+		if tooLong(g.waiting[0]) {
+			return true, waitGroup
+		}
+	}
+	return false, waitSlot
+}
+
+// mostCrowdedLocked returns the name of the group with the most polls
+// waiting for a slot, keeping prev while it has as many as any ("" when
+// none waits).
+func (s *scheduler) mostCrowdedLocked(prev string) string {
+	best, most := "", 0
+	if g := s.groups[prev]; g != nil {
+		best, most = prev, g.waiting.Len()
+	}
+	for g := range s.crowded {
+		if n := g.waiting.Len(); n > most {
+			best, most = g.name, n
+		}
+	}
+	return best
+}
+
+// meterPolledLocked counts w's poll, which has just returned, in the
+// meter (late against when it would have begun if the worker kept up, or,
+// for the first poll of the loop or after a lease in doubt, against its
+// due time), and sets when w's next poll would begin if the worker kept up:
+// gap after this one began (its interval with the spread step and
+// backoff), or now if the poll overran that.
+func (s *scheduler) meterPolledLocked(w *pollLoop, now, began time.Time, gap time.Duration) {
+	from := w.expect
+	if from == 0 {
+		from = w.next.UnixNano() // a first poll: late against its due time
+	}
+	lag := time.Duration(began.UnixNano() - from)
+	due, judged := owed(lag, w.sess.Interval.D())
+	s.meter.polled(now, due, judged)
+	w.expect = max(now.UnixNano(), began.UnixNano()+int64(gap))
 }

@@ -144,7 +144,7 @@ func requireNoPoll(t *testing.T, f *schedFixture) {
 func requireDone(t *testing.T, s *scheduler, w *pollLoop) {
 	t.Helper()
 	select {
-	case <-s.Done(w):
+	case <-s.Exited(w):
 	case <-time.After(waitFor):
 		t.Fatalf("worker %s did not exit", w.sess.ID)
 	}
@@ -254,7 +254,7 @@ func TestSchedulerLostLeaseEndsTheLoop(t *testing.T) {
 		t.Fatal("poll context not cancelled when the lease was lost")
 	}
 	select {
-	case <-f.sched.Done(busy):
+	case <-f.sched.Exited(busy):
 		t.Fatal("a loop ended while its poll was still running")
 	default:
 	}
@@ -280,7 +280,7 @@ func TestSchedulerStopAndAbort(t *testing.T) {
 	f.sched.Stop(busy)
 	require.NoError(t, running.ctx.Err(), "stop does not cancel the running poll")
 	select {
-	case <-f.sched.Done(busy):
+	case <-f.sched.Exited(busy):
 		t.Fatal("stopped loop ended before its poll returned")
 	default:
 	}

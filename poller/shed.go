@@ -2,10 +2,6 @@ package poller
 
 import (
 	"time"
-
-	"go.uber.org/zap"
-
-	"github.com/pollworker/pollworker/nodes"
 )
 
 // Shedding: a worker that stays behind lowers the weight its heartbeat
@@ -55,34 +51,4 @@ func (s *shedding) step(now time.Time, behind bool, span time.Duration) (fractio
 		return s.fraction, true
 	}
 	return s.fraction, false
-}
-
-// shed sets why the worker is behind in its next heartbeat (nodes.Info.Behind,
-// which status shows), steps c's shedding with whether it is behind now
-// and, on a change, sets the weight its next heartbeat carries. Called
-// from the heartbeat loop, before each heartbeat.
-func (c *Coordinator) shed() {
-	if err := c.registry.SetBehind(c.PollStats().Overload()); err != nil {
-		c.log.Error("behind not published", zap.Error(err))
-	}
-	if c.cfg.KeepWeightWhenBehind {
-		return
-	}
-	st := c.sched.Stats(false)
-	fraction, changed := c.shedding.step(c.cfg.Clock.Now(), st.Behind.Behind, c.cfg.LeaseTTL)
-	if !changed {
-		return
-	}
-	base := nodes.Info{Weight: c.cfg.Weight}.PlanWeight() // 0 means 1
-	w := max(base*fraction, 0.001)                        // the least weight nodes.ValidateWeight takes
-	if err := c.registry.SetWeight(w); err != nil {
-		c.log.Error("planned weight not changed", zap.Float64("weight", w), zap.Error(err))
-		return
-	}
-	if st.Behind.Behind {
-		c.log.Warn("behind: shedding load to the other workers", zap.Float64("planned_weight", w), zap.Float64("weight", base),
-			zap.String("reason", st.Behind.Reason))
-		return
-	}
-	c.log.Info("keeping up: taking load back", zap.Float64("planned_weight", w), zap.Float64("weight", base))
 }

@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/session"
 	"github.com/pollworker/pollworker/state"
@@ -70,70 +68,3 @@ func (st *State) Save(ctx context.Context, data []byte) error {
 	st.mu.Unlock()
 	return nil
 }
-
-// stateful returns the StatefulPoller of c, nil when the Poller is not one.
-func (c *Coordinator) stateful() StatefulPoller {
-	sp, _ := c.cfg.Poller.(StatefulPoller)
-	return sp
-}
-
-// prepareState loads l's state before its first poll under its lease, and
-// reports whether l polls now; if not, end is how its turn ends. After a
-// crash (no graceful handoff mark, so the lease does not say when the next
-// poll was due) a saved record whose poll was due less than an interval
-// ago puts the first poll one interval after that due time, on this
-// worker's clock, instead of now: the session keeps its schedule (end.at,
-// deferSlack earlier, moved by the spread step as the predecessor's
-// schedule would have been). Otherwise the first poll is paced
-// (scheduler.Pace). A load that fails is a failed poll (retried at the
-// next one, after the backoff); the poller never runs without its state.
-// A corrupt state is not a failure: it reads as never saved (the poll goes
-// on as for a new session) and is reported once (noteState).
-func (c *Coordinator) prepareState(ctx context.Context, l *pollLoop, now time.Time) (end turnEnd, pollNow bool) {
-	st := l.state
-	st.mu.Lock()
-	loaded := st.loaded
-	st.mu.Unlock()
-	if loaded {
-		return turnEnd{}, true
-	}
-	// The loops of sessions taken together load together: their calls
-	// are coalesced into LoadMany pipelines.
-	rctx, cancel := c.requestCtx(ctx)
-	rec, err := st.store.LoadBatched(rctx, l.sess.ID)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return turnEnd{out: pollCancelled}, false
-		}
-		c.cfg.Observer.RedisError("state")
-		c.log.Warn("state load failed; the poll waits for it", zap.String("session", l.sess.ID), zap.Error(err))
-		return turnEnd{out: pollFailed}, false
-	}
-	c.noteState(l.sess.ID, rec.Corrupt) // a corrupt state reads as never saved
-	st.mu.Lock()
-	st.loaded, st.last = true, rec.Compact()
-	st.mu.Unlock()
-	if _, handed := l.lease.NextPoll(); handed || l.polled.Load() {
-		return turnEnd{}, true // the handoff mark or the previous loop set the schedule
-	}
-	iv := l.sess.Interval.D()
-	if since, ok := rec.SincePolled(); ok && since >= 0 && since < iv {
-		// The load's reply arrived just now: the saved poll was due `since` ago.
-		if at := c.cfg.Clock.Now().Add(iv - since); at.After(now) {
-			return turnEnd{out: pollCancelled, at: at.Add(-deferSlack)}, false
-		}
-	}
-	at, paceNow := c.sched.Pace(l)
-	if paceNow {
-		return turnEnd{}, true
-	}
-	return turnEnd{out: pollCancelled, at: at, exact: true}, false
-}
-
-// deferSlack is how much earlier than the saved schedule a deferred first
-// poll is put before the spread step: `at`, carried in ms through Redis,
-// is within a millisecond or two of the session's phase when the
-// predecessor's due times were on it, and the slack keeps the step from
-// taking it one whole step past.
-const deferSlack = 5 * time.Millisecond

@@ -1,0 +1,148 @@
+package poller
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/session"
+)
+
+// The scheduler's records (schedule.go): a held session's poll loop,
+// how a turn ends, the groups of GroupLimiter and the heaps by due time.
+
+// pollLoop is the scheduler's record of the poll loop of one held
+// session. sess, lease, state and polled are set before Start and never
+// change; every other field is guarded by scheduler.mu.
+//
+// Stopping a loop (handoff, session paused or removed, shutdown) only
+// ends its loop: a poll already running finishes under its lease, which is
+// still renewed, and the lease is released after the loop has exited, so a
+// successor never starts while this loop's request may still be served
+// downstream. Aborting cancels the running poll too; the lease term ending
+// (uncertain, lost) always does.
+type pollLoop struct {
+	sess   *session.Session // shared with view.sessions while the same; never changed in place
+	lease  *lease.Lease
+	state  *State       // the session's state, for a StatefulPoller; nil otherwise
+	polled *atomic.Bool // a poll began under this lease (shared by a restarted loop)
+
+	// Guarded by scheduler.mu.
+	done          chan struct{} // closed when the loop has exited and no poll runs; made by the first Exited (most loops are never waited for)
+	phase         phase
+	index         int       // position in the scheduler's queue while queued
+	next          time.Time // when the next (or running) poll is due
+	stopRequested bool
+	failures      int                // consecutive failed polls (backoff)
+	group         *pollGroup         // the group of its polls (GroupLimiter); nil when none
+	expect        int64              // Unix ns when the next poll would begin if the worker kept up; 0 unknown (the meter's lateness)
+	ctx           context.Context    // of the running poll: cancelled when the lease term ends (pollContext)
+	cancel        context.CancelFunc // cancels ctx
+}
+
+// phase is where a loop stands in the scheduler.
+type phase uint8
+
+const (
+	queued       phase = iota // in the heap, waiting for its next poll time
+	waiting                   // lease Uncertain (or Held past its deadline): a lease change wakes it
+	admitting                 // due, holding its group's slot, waiting for one of the limit's slots
+	polling                   // a poll runs
+	exited                    // done is closed
+	groupWaiting              // due, waiting for a slot of its group (GroupLimiter)
+)
+
+// outcome is how a poll ended, for the scheduler.
+type outcome uint8
+
+const (
+	pollOK        outcome = iota // the target answered (or the poll returned nil)
+	pollFailed                   // an error or a panic: counts toward backoff
+	pollCancelled                // cut short by the lease term's end or an abort
+	pollSkipped                  // not sent for want of a local resource (ErrNoCapacity): no failure, no backoff
+	pollStopped                  // not started: its loop was asked to stop since it was launched
+)
+
+// turnEnd is how a turn ended, as the Turn hook reports it.
+type turnEnd struct {
+	out outcome
+	// at, if set, is when the loop's next poll is due instead of one
+	// interval after this turn's due time: a first poll paced (Pace) or
+	// deferred to the schedule a saved state gives. With exact, the spread
+	// step does not move it.
+	at    time.Time
+	exact bool
+	// retryAfter is how long after the poll returned the target asked to
+	// be left alone (RetryAfterError): the next poll is not sooner.
+	retryAfter time.Duration
+}
+
+// Admission: when a loop's poll is due (fire), whether it may run now
+// (settleLocked: the lease Held, the deadline not passed; takeSlotsLocked:
+// a slot of its group and of the limit free), and the heaps it waits in
+// by due time until it may (earliest deadline first), all under
+// scheduler.mu.
+
+// pollGroup is a group of sessions whose polls share a bound of their own
+// (GroupLimiter: an HTTP poller's hosts).
+type pollGroup struct {
+	name    string
+	max     int      // polls of the group at once
+	active  int      // polls of the group running, or admitting with the group's slot
+	waiting dueQueue // due polls waiting for a slot of the group, earliest due first
+	members int      // loops of the group not exited
+}
+
+// runner is a goroutine that runs polls one after another (scheduler.run).
+type runner struct {
+	work chan *pollLoop // the next poll; buffered 1, sent only by the launch that took the runner off idle
+}
+
+// dueQueue is a min-heap of queued loops by next poll time.
+type dueQueue []*pollLoop
+
+func (q dueQueue) Len() int { return len(q) }
+
+func (q dueQueue) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
+
+func (q dueQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+
+func (q *dueQueue) Push(x any) {
+	w := x.(*pollLoop)
+	w.index = len(*q)
+	*q = append(*q, w)
+}
+
+func (q *dueQueue) Pop() any {
+	old := *q
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	w.index = -1
+	return w
+}
+
+// pollContext returns the context of one poll under l's current Held
+// term, cancelled the moment the term ends (Lease.AfterTerm), or ok false
+// when the lease is not Held. It is not a child of Lease.Context, which
+// would keep a context per held lease for as long as it is held.
+func pollContext(l *lease.Lease) (ctx context.Context, cancel context.CancelFunc, ok bool) {
+	ctx, cancelCtx := context.WithCancel(context.Background())
+	stop, ok := l.AfterTerm(cancelCtx)
+	if !ok {
+		cancelCtx()
+		return ctx, cancelCtx, false
+	}
+	return ctx, func() { stop(); cancelCtx() }, true
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

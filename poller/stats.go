@@ -1,0 +1,94 @@
+package poller
+
+import (
+	"fmt"
+	"math"
+
+	"go.uber.org/zap"
+)
+
+// PollStats is what the poll scheduler reports: cheap to read (no lease
+// list), for metrics.
+type PollStats struct {
+	// Running and Waiting are the polls running now and those due but
+	// waiting for a slot (Config.MaxPolls).
+	Running, Waiting int
+	// Deferred and Late count, since start, the polls that waited for a
+	// slot and those that started later than a tenth of their interval
+	// after they were due.
+	Deferred, Late int64
+	// Backoff is the number of sessions backing off after failed polls,
+	// counted now among the poll loops running here.
+	Backoff int
+	// LeasesHeld is the number of leases this worker holds (lease.Held)
+	// with a running poll loop, counted now.
+	LeasesHeld int
+	// PlannedWeight is the weight this worker's heartbeat carries, which
+	// its peers plan with: Config.Weight (1 when 0), lower while the
+	// worker sheds load after staying behind (Config.KeepWeightWhenBehind).
+	PlannedWeight float64
+	// Behind reports a worker that cannot keep up with its share: over
+	// the last 4 s it ran fewer than 90 % of the polls its sessions were
+	// due (DueRate, AchievedRate; it clears at 95 %), or a poll has waited
+	// for a slot longer than max(1s, its interval). Polls wait for slots
+	// in order of due time, so every session slows alike, to about
+	// interval × DueRate/AchievedRate. A worker behind needs more room
+	// (BehindReason says which) or fewer sessions; it sheds load to its
+	// peers (Config.KeepWeightWhenBehind). Ready does not include it (see
+	// Ready).
+	Behind bool
+	// BehindReason says what holds the polls back while Behind:
+	// BehindHostLimit, BehindMaxPolls or BehindCPU.
+	BehindReason string
+	// BehindHost is, with BehindHostLimit, the host (GroupLimiter's group)
+	// with the most polls waiting for a slot.
+	BehindHost string
+	// DueRate and AchievedRate are the polls per second the held sessions
+	// were due and those run, over the last 4 s (see Behind).
+	DueRate, AchievedRate float64
+	// Skipped counts the polls the Poller did not send for want of a
+	// local resource (ErrNoCapacity), since start: not failures.
+	Skipped int64
+}
+
+// Overload describes in one line why the worker is behind ("" when it
+// keeps up): the reason, with the host for BehindHostLimit, and the polls
+// it runs of those due, e.g. "host-limit (host 127.0.0.1:8080): runs
+// 2950 of 6000 polls/s due; each session polled about every 2.0 ×
+// its interval".
+func (s PollStats) Overload() string {
+	if !s.Behind {
+		return ""
+	}
+	why := s.BehindReason
+	if s.BehindReason == BehindHostLimit && s.BehindHost != "" {
+		why += " (host " + s.BehindHost + ")"
+	}
+	if s.AchievedRate <= 0 {
+		return why + ": polls wait for a slot longer than their interval"
+	}
+	return fmt.Sprintf("%s: runs %.0f of %.0f polls/s due; each session polled about every %.1f × its interval",
+		why, s.AchievedRate, s.DueRate, max(1, s.DueRate/s.AchievedRate))
+}
+
+// logBehind logs a change of ps.Behind or of its reason.
+func logBehind(log *zap.Logger, ps PollStats, maxPolls int) {
+	fields := []zap.Field{zap.Float64("due_per_second", round1(ps.DueRate)), zap.Float64("achieved_per_second", round1(ps.AchievedRate)),
+		zap.Int("running", ps.Running), zap.Int("waiting", ps.Waiting), zap.Int64("deferred", ps.Deferred), zap.Int64("late", ps.Late)}
+	if !ps.Behind {
+		log.Info("caught up: this worker runs the polls its sessions are due again", fields...)
+		return
+	}
+	fields = append(fields, zap.String("reason", ps.BehindReason))
+	switch ps.BehindReason {
+	case BehindHostLimit:
+		fields = append(fields, zap.String("host", ps.BehindHost))
+	case BehindMaxPolls:
+		fields = append(fields, zap.Int("max_polls", maxPolls))
+	}
+	log.Warn("behind: this worker cannot keep up with its share; every session is polled less often alike, "+
+		"at about interval × due/achieved; it sheds load to its peers", fields...)
+}
+
+// round1 rounds x to one decimal, for logs.
+func round1(x float64) float64 { return math.Round(x*10) / 10 }

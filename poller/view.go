@@ -1,0 +1,189 @@
+package poller
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/pollworker/pollworker/assign"
+	"github.com/pollworker/pollworker/fleet"
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
+	"github.com/pollworker/pollworker/session"
+)
+
+// The Coordinator's state, by owner: what other goroutines tell the main
+// loop (news), what the worker reports about itself (health), and what the
+// main loop alone reads and writes (view, claims).
+
+// news is what the heartbeat, subscription and lease goroutines tell the
+// main loop; each field is safe for concurrent use.
+type news struct {
+	kick       chan struct{} // asks the main loop for a round; capacity 1
+	peerNews   atomic.Bool   // a peer joined or left since membership was last read
+	releasedMu sync.Mutex
+	releasedBy map[string]struct{} // peers that announced a release or leave since the last round
+}
+
+// health is what the worker reports about itself; atomics, read by Ready,
+// Status and the metrics from any goroutine.
+type health struct {
+	redisOK         atomic.Bool
+	heartbeatAt     atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
+	redisFull       atomic.Bool  // the last heartbeat found Redis over maxmemory (nodes.Registry.OverMaxmemory)
+	evictionWarning atomic.Bool  // Redis runs an evicting maxmemory-policy
+	shareTaken      atomic.Bool  // held its planned share once since start (or readyBound passed)
+	pollPanics      atomic.Int64
+	pollErrors      atomic.Int64
+	polls           atomic.Int64
+}
+
+// view is the worker's picture of the fleet and the sessions, refreshed
+// from Redis each round (refresh) and read by the rest of the round. Owned
+// by the main loop.
+type view struct {
+	members        nodes.Membership
+	fleet          *assign.Fleet               // the live members, ranked per bucket
+	plan           *assign.Plan                // where every bucket goes
+	sizes          []int                       // bucket -> number of sessions in it
+	weighing       weighing                    // the loads and weights the plan weighs (buckets.go)
+	buckets        map[int]*bucket             // buckets assigned here, or watched for orphans
+	sessions       map[string]*session.Session // active sessions of assigned buckets, and those polled here; never changed in place (a worker shares its definition)
+	seenRev        int64                       // session revision whose changes are applied
+	synced         bool                        // seenRev is meaningful
+	membersChanged bool                        // since the last Round report
+	touched        map[string]struct{}         // sessions whose standing may have changed since the last round
+	sweepAll       bool                        // the next round looks at every session (assignment changed)
+	wasMember      bool                        // member at the last round
+	memberSince    time.Time                   // first round as a member (readiness bound)
+	behind         PollStats                   // PollStats at the last change of Behind or its reason (logged)
+	// staleHeld are the buckets changed since the sessions polled here
+	// in them were last read, and recheckAll says every bucket may have
+	// (the change record was lost): recheckHeld reads those sessions
+	// again when no bucket read of the round covered them.
+	staleHeld  map[int]struct{}
+	recheckAll bool
+}
+
+// claims is the main loop's bookkeeping of sessions it could not simply
+// acquire or keep: those another worker held (contended), orphans and the
+// watch for them, sessions held back from a handoff, and the timers that
+// ask for a round when one of these is due. Owned by the main loop.
+type claims struct {
+	contended        map[string]contention // sessions another worker held at the last try
+	orphanSince      map[string]time.Time  // owned sessions taken as orphans
+	pendingOrphans   map[string]time.Time  // watched sessions first seen without a lease
+	lastOrphan       time.Time
+	watchFrom        time.Time // no orphan watch before then (set at the first round)
+	orphanWatchUntil time.Time // scan at full rate until then
+	settleAt         time.Time // a session held back from a handoff may move then (settled)
+	retryTimer       clock.Timer
+	retryAt          time.Time // when retryTimer fires
+	expiryTimer      clock.Timer
+}
+
+// contention is what an acquire learned of a session another worker held.
+type contention struct {
+	holder string    // its holder id
+	until  time.Time // when its lease expires unless renewed (local clock)
+}
+
+// bucket is what the worker knows of one index bucket.
+type bucket struct {
+	assigned  bool     // this worker is preferred: definitions are read
+	loaded    bool     // ids (and, if assigned, definitions) are current
+	ids       []string // sorted, as in the index
+	malformed int      // malformed entries among them (assigned buckets)
+}
+
+// weighing is what the plan weighs besides the membership: the bucket
+// loads and the members' weights.
+type weighing struct {
+	loads    []int  // bucket -> polls per day (session.PollsPerDay)
+	complete bool   // loads count every session: plan by loads, else by sizes
+	fleetKey string // the members, weights and labels the fleet was built for (fleet.Members.Key)
+	// readVersion is the membership version whose weights and labels were
+	// read last (a cordon or uncordon bumps the version too); a read that
+	// failed leaves it, so the next round reads again.
+	readVersion uint64
+
+	// Placement rules (package fleet): the sessions with a selector are
+	// placed by unit (selector, bucket), each selector's units among the
+	// placeable members whose labels match it.
+	members     fleet.Members             // the placeable members, with weights and labels
+	planner     *fleet.Planner            // keeps each space's fleet while the members stay
+	spaces      map[string]*session.Space // selector -> its units' sizes and loads
+	placement   fleet.Placement           // the last plans, of the selectors this worker matches
+	unplaceable atomic.Int64              // active sessions whose selector no placeable member matches
+	unmatched   map[string]struct{}       // watched sessions whose selector this worker does not match
+}
+
+// applyChanged applies the bucket changes read from the change record:
+// the buckets changed are read again (and, when sessions are held, their
+// held sessions rechecked: staleHeld), their sizes and loads updated; it
+// reports whether what the plan weighs changed.
+func (v *view) applyChanged(changed []session.BucketSize, holding bool) (sizesChanged bool) {
+	w := &v.weighing
+	for _, ch := range changed {
+		if st, ok := v.buckets[ch.Bucket]; ok {
+			st.loaded = false
+		}
+		if holding {
+			v.staleHeld[ch.Bucket] = struct{}{}
+		}
+		if ch.Selector != "" {
+			sp := w.space(ch.Selector)
+			if sp.Sizes[ch.Bucket] != ch.Size || sp.Loads[ch.Bucket] != ch.Load {
+				sp.Sizes[ch.Bucket], sp.Loads[ch.Bucket], sizesChanged = ch.Size, ch.Load, true
+			}
+			continue
+		}
+		if v.sizes[ch.Bucket] != ch.Size {
+			v.sizes[ch.Bucket] = ch.Size
+			sizesChanged = sizesChanged || !w.complete
+		}
+		if w.loads[ch.Bucket] != ch.Load {
+			w.loads[ch.Bucket] = ch.Load
+			sizesChanged = sizesChanged || w.complete
+		}
+	}
+	if len(changed) > 0 {
+		clear(w.unmatched) // a selector may have changed
+	}
+	return sizesChanged
+}
+
+// resetWeights starts the view afresh from the sizes and loads read
+// whole (session.Store.Weights): every held session is rechecked.
+func (v *view) resetWeights(w session.Weights) {
+	v.seenRev, v.sizes, v.synced = w.Rev, w.Sizes, true
+	v.weighing.loads, v.weighing.complete = w.Loads, w.Complete
+	v.weighing.spaces = w.Spaces
+	v.recheckAll = true
+	clear(v.weighing.unmatched)
+}
+
+// space returns the sizes and loads of selector sel's units, made on first
+// use.
+func (w *weighing) space(sel string) *session.Space {
+	if w.spaces == nil {
+		w.spaces = make(map[string]*session.Space)
+	}
+	sp, ok := w.spaces[sel]
+	if !ok {
+		sp = &session.Space{Sizes: make([]int, keyspace.SessionBuckets), Loads: make([]int, keyspace.SessionBuckets)}
+		w.spaces[sel] = sp
+	}
+	return sp
+}
+
+// noteUnmatched records a watched session whose selector this worker does
+// not match, so that the orphan watch stops reading it.
+func (w *weighing) noteUnmatched(id string) {
+	if w.unmatched == nil {
+		w.unmatched = make(map[string]struct{})
+	}
+	w.unmatched[id] = struct{}{}
+}
