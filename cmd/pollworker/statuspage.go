@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/internal/ring"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/poller"
@@ -87,29 +88,63 @@ Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}} of leases, {{p
 // the whole keyspace.
 const pageScanEvery = time.Minute
 
-// pageReader reads the status page's status: everything on every load, but
-// the SCAN for leases of unknown sessions at most once per pageScanEvery.
+// pageCensusEvery is how long the status page reuses one census of the
+// sessions and their leases (fleet.Reader.ReadAll: every session, every
+// lease): the page reloads every 5 s, and each worker serves one, so
+// concurrent and repeated loads within it cost the bounded read of the
+// members alone (fleet.Reader.ReadFleet: three round trips, whatever the
+// number of sessions).
+const pageCensusEvery = 5 * time.Second
+
+// pageReader reads the status page's status: the live workers on every
+// load, the sessions and leases at most once per pageCensusEvery, and the
+// SCAN for leases of unknown sessions at most once per pageScanEvery.
 type pageReader struct {
 	client redis.UniversalClient
 	keys   keyspace.Space
 
-	mu      sync.Mutex
-	scanned unknownLeases // the last SCAN's result
+	mu       sync.Mutex
+	reader   *fleet.Reader
+	census   clusterStatus // the last census
+	censusAt time.Time     // when it was read; zero: never
+	scanned  unknownLeases // the last SCAN's result
+	// now is the clock the reuse is timed by; nil: time.Now.
+	now func() time.Time
 }
 
 func (p *pageReader) read(ctx context.Context) (clusterStatus, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	scan := !p.scanned.Scanned || time.Since(p.scanned.At) >= pageScanEvery
-	st, err := computeStatus(ctx, p.client, p.keys, scan)
+	now := time.Now
+	if p.now != nil {
+		now = p.now
+	}
+	if p.reader == nil {
+		r, err := fleet.NewReader(p.client, p.keys, fleetOptions(poller.DefaultLeaseTTL))
+		if err != nil {
+			return clusterStatus{}, err
+		}
+		p.reader = r
+	}
+	if !p.censusAt.IsZero() && now().Sub(p.censusAt) < pageCensusEvery {
+		snap, err := p.reader.ReadFleet(ctx)
+		if err != nil {
+			return clusterStatus{}, err
+		}
+		return withNodes(p.census, snap), nil
+	}
+	snap, err := p.reader.ReadAll(ctx)
 	if err != nil {
-		return st, err
+		return clusterStatus{}, err
 	}
-	if scan {
-		p.scanned = st.UnknownLeases
-	} else {
-		st.UnknownLeases = p.scanned
+	st := buildStatus(snap)
+	if !p.scanned.Scanned || now().Sub(p.scanned.At) >= pageScanEvery {
+		if p.scanned, err = findUnknownLeases(ctx, p.reader, snap); err != nil {
+			return clusterStatus{}, err
+		}
 	}
+	st.UnknownLeases = p.scanned
+	p.census, p.censusAt = st, now()
 	return st, nil
 }
 
