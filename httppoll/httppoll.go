@@ -179,12 +179,13 @@ type Config struct {
 // HTTP transport keeps idle connections, see CloseIdleConnections) and is
 // safe for concurrent use.
 type Poller struct {
-	cfg      Config
-	log      *zap.Logger
-	changes  *changes   // RecordChanges only
-	hosts    *hostLimit // nil without a per-host bound
-	profiles *profiles
-	stats    stats
+	cfg         Config
+	log         *zap.Logger
+	changes     *changes   // RecordChanges only
+	hosts       *hostLimit // nil without a per-host bound
+	profiles    *profiles
+	transitions transitionLog
+	stats       stats
 
 	recordLog failurelog.Log // synchronous XADDs (no Recorder)
 	saveLog   failurelog.Log // Saves failing with a Redis error
@@ -304,7 +305,8 @@ func New(cfg Config) (*Poller, error) {
 		return nil, err
 	}
 	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker)), profiles: profiles,
-		recordLog: failurelog.Log{What: "recording poll results"}, saveLog: failurelog.Log{What: "saving session state"}}
+		transitions: transitionLog{every: DefaultTransitionLogEvery, last: map[string]time.Time{}, open: map[string]bool{}},
+		recordLog:   failurelog.Log{What: "recording poll results"}, saveLog: failurelog.Log{What: "saving session state"}}
 	if cfg.Record == results.RecordChanges {
 		p.changes = newChanges(cfg.ChangesMemory)
 	}
@@ -393,9 +395,13 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 	p.record(ctx, res, class)
 	if class != classCanceled {
 		next, outcomeChanged := p.next(prev, hadPrev, s, resp, class, start, latency)
+		if err != nil {
+			next.Message = cutMessage(err.Error())
+		}
 		if hadPrev && outcomeChanged { // hadPrev: a saved state, so st is set
 			p.stats.changes.Add(1)
 		}
+		p.transitions.log(p.log, s.ID, prev, next, p.cfg.Clock.Now())
 		if p.cfg.Failures != nil {
 			p.cfg.Failures.Update(s.ID, l, next)
 		}
@@ -457,7 +463,7 @@ func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response
 	if !hadPrev { // else previous checked that prev.URLHash is s.URL's
 		next.URLHash = urlHash(s.URL)
 	}
-	next.Status, next.Error = resp.status, class.String()
+	next.Status, next.Error, next.Message = resp.status, class.String(), ""
 	next.LatencyMS = float64(latency.Microseconds()) / 1000
 	if resp.status >= 200 && resp.status < 300 || resp.status == http.StatusNotModified {
 		// Only successful answers carry validators worth keeping; a 304

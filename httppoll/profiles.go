@@ -173,6 +173,15 @@ func validateProfile(name string, p Profile) error {
 	return nil
 }
 
+// ProfileLabelValue is the value of a worker's ProfileLabel.
+const ProfileLabelValue = "yes"
+
+// ProfileLabel is the label key by which a worker announces it has profile
+// name (pollworker run adds "profile/<name>=yes" to its --labels): a
+// session whose --selector includes it is placed only on such workers,
+// and sessions add/apply warn when no live worker has it.
+func ProfileLabel(name string) string { return "profile/" + name }
+
 // ProfileError is returned (wrapped) by a poll whose profile cannot be
 // applied: unknown on this worker, or a file or variable it needs cannot
 // be read. The request is not sent. It never holds a secret.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -120,6 +121,9 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 				return configError(err)
 			}
 			if rc.HTTP, err = parseHTTPOptions(cmd); err != nil {
+				return configError(err)
+			}
+			if cfg.Poller.Labels, err = withProfileLabels(cfg.Poller.Labels, rc.HTTP.Profiles); err != nil {
 				return configError(err)
 			}
 			if cmd.Bool("dry-run") {
@@ -604,6 +608,10 @@ func httpFlags() []cli.Flag {
 			Usage: "bound on one poll (the wait for a slot of its host, the request and reading the body), and never more than the session's interval; from 10ms to 5m"},
 		&cli.DurationFlag{Name: "idle-conn-timeout", Value: httppoll.DefaultIdleConnTimeout, Sources: fromEnv("idle-conn-timeout"),
 			Usage: "close a keep-alive connection to a target after it has been unused this long (the connections a burst opened close; those in use stay open); below common servers' 5s, so the worker closes first; from 100ms to 1h, 0 = never"},
+		&cli.StringFlag{Name: "profiles", Sources: fromEnv("profiles"),
+			Usage: "YAML file of worker-side profiles (credentials from files or the environment, TLS settings) that sessions name with --profile; secrets stay on the worker, never in Redis. Files are read again when they change. The worker announces each profile as the label profile/<name>=yes. See docs/http-poller.md"},
+		&cli.DurationFlag{Name: "max-retry-after", Value: httppoll.DefaultMaxRetryAfter, Sources: fromEnv("max-retry-after"),
+			Usage: "a 429 or 503 with Retry-After (seconds or a date) moves the session's next poll to that time, at most this far ahead (counted in pollworker_http_throttled_total); 0 ignores Retry-After"},
 	}
 }
 
@@ -612,6 +620,10 @@ type httpOptions struct {
 	MaxPerHost      int // 0: no bound
 	PollTimeout     time.Duration
 	IdleConnTimeout time.Duration // 0: no limit
+	MaxRetryAfter   time.Duration // 0: Retry-After ignored
+	// Profiles are read from --profiles (ProfilesFile); nil without it.
+	Profiles     map[string]httppoll.Profile
+	ProfilesFile string
 }
 
 // parseHTTPOptions validates the httpFlags of cmd.
@@ -626,7 +638,39 @@ func parseHTTPOptions(cmd *cli.Command) (httpOptions, error) {
 	case o.PollTimeout < minPollTimeout || o.PollTimeout > maxPollTimeout:
 		return httpOptions{}, fmt.Errorf("%w: --poll-timeout (%v) must be from %v to %v", errInvalidConfig, o.PollTimeout, minPollTimeout, maxPollTimeout)
 	}
+	switch o.MaxRetryAfter = cmd.Duration("max-retry-after"); {
+	case o.MaxRetryAfter < 0:
+		return httpOptions{}, fmt.Errorf("%w: --max-retry-after (%v) must not be negative (0 ignores Retry-After)", errInvalidConfig, o.MaxRetryAfter)
+	case o.MaxRetryAfter == 0:
+		o.MaxRetryAfter = -1 // httppoll: negative ignores it
+	}
+	if o.ProfilesFile = cmd.String("profiles"); o.ProfilesFile != "" {
+		ps, err := httppoll.LoadProfiles(o.ProfilesFile)
+		if err != nil {
+			return httpOptions{}, fmt.Errorf("%w: --profiles: %w", errInvalidConfig, err)
+		}
+		o.Profiles = ps
+	}
 	return o, nil
+}
+
+// withProfileLabels adds the label profile/<name>=yes of each profile to
+// labels, by which the worker announces its profiles in its heartbeat.
+func withProfileLabels(labels nodes.Labels, profiles map[string]httppoll.Profile) (nodes.Labels, error) {
+	if len(profiles) == 0 {
+		return labels, nil
+	}
+	out := maps.Clone(labels)
+	if out == nil {
+		out = nodes.Labels{}
+	}
+	for name := range profiles {
+		out[httppoll.ProfileLabel(name)] = httppoll.ProfileLabelValue
+	}
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: --profiles: each profile is announced as a label profile/<name>=yes, and with --labels: %w", errInvalidConfig, err)
+	}
+	return out, nil
 }
 
 // parseRecording validates the recording flags of cmd. Each error names
@@ -670,6 +714,8 @@ func newHTTPPoller(cfg workerConfig, rc recording, failures httppoll.FailureTrac
 		IdleConnTimeout: time.Duration(zeroMeansOff(int64(rc.HTTP.IdleConnTimeout))),
 		ErrorBackoff:    cfg.Poller.MaxErrorBackoff,
 		Failures:        failures,
+		Profiles:        rc.HTTP.Profiles,
+		MaxRetryAfter:   rc.HTTP.MaxRetryAfter,
 	}
 	if rc.Mode == results.RecordNone {
 		hp, err := httppoll.New(hc)
@@ -763,7 +809,9 @@ func httpPollMetrics(hp *httppoll.Poller) []prometheus.Collector {
 		counter("pollworker_http_changes_total", "HTTP polls whose status, error class or 2xx body differed from the session's saved state.",
 			nil, func(s httppoll.Stats) uint64 { return s.Changes }),
 		counter("pollworker_http_host_waits_total", "HTTP polls that waited for a slot of their host (--max-per-host).",
-			nil, func(s httppoll.Stats) uint64 { return s.HostWaits }))
+			nil, func(s httppoll.Stats) uint64 { return s.HostWaits }),
+		counter("pollworker_http_throttled_total", "HTTP polls answered 429 or 503 with a Retry-After that moved the session's next poll (--max-retry-after).",
+			nil, func(s httppoll.Stats) uint64 { return s.Throttled }))
 }
 
 // pollMetrics exports the poll scheduler's figures: a worker whose late

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/pollworker/pollworker/fleet"
+	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/poller"
@@ -175,13 +176,17 @@ func sessionsAddCommand() *cli.Command {
 // the worker may be about to start. A failed read of the workers is
 // warned about too.
 func warnUnmatchedSelectors(ctx context.Context, a admin, w io.Writer, cmdName string, sessions []session.Session) {
-	count := make(map[string]int)
+	count := make(map[string]int)    // selector -> sessions
+	profiles := make(map[string]int) // profile -> sessions
 	for _, s := range sessions {
 		if sel := s.SelectorKey(); sel != "" {
 			count[sel]++
 		}
+		if s.Profile != "" {
+			profiles[s.Profile]++
+		}
 	}
-	if len(count) == 0 {
+	if len(count) == 0 && len(profiles) == 0 {
 		return
 	}
 	p, err := bounded(ctx, a, func(ctx context.Context) (*fleet.Snapshot, error) {
@@ -192,7 +197,7 @@ func warnUnmatchedSelectors(ctx context.Context, a admin, w io.Writer, cmdName s
 		return r.ReadFleet(ctx)
 	})
 	if err != nil {
-		fmt.Fprintf(w, "pollworker: %s: warning: could not check the selectors against the live workers: %v\n", cmdName, err)
+		fmt.Fprintf(w, "pollworker: %s: warning: could not check the selectors and profiles against the live workers: %v\n", cmdName, err)
 		return
 	}
 	for _, sel := range slices.Sorted(maps.Keys(count)) {
@@ -200,6 +205,15 @@ func warnUnmatchedSelectors(ctx context.Context, a admin, w io.Writer, cmdName s
 			fmt.Fprintf(w, "pollworker: %s: warning: no live worker's --labels match selector %s (%s; %s): "+
 				"polled by nobody until a worker with these labels joins\n",
 				cmdName, sel, plural(count[sel], "session"), plural(len(p.Members.Placeable()), "placeable live worker"))
+		}
+	}
+	// A worker announces each of its profiles as the label
+	// profile/<name>=yes (pollworker run --profiles).
+	for _, name := range slices.Sorted(maps.Keys(profiles)) {
+		if s, err := fleet.ParseSelector(httppoll.ProfileLabel(name) + "=" + httppoll.ProfileLabelValue); err != nil || !p.Placement.Placeable(s) {
+			fmt.Fprintf(w, "pollworker: %s: warning: no live worker has profile %s (pollworker run --profiles) (%s; %s): "+
+				"a worker without it does not poll them and reports \"profile %s: not configured\"\n",
+				cmdName, name, plural(profiles[name], "session"), plural(len(p.Members.Placeable()), "placeable live worker"), name)
 		}
 	}
 }
@@ -418,12 +432,20 @@ func sessionsListCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 			&cli.BoolFlag{Name: "wide", Usage: "add the HTTP poller's saved state of each session (last status, latency, last success, failures in a row, last change, saved by; see sessions get)"},
+			&cli.BoolFlag{Name: "failing", Usage: "only the sessions of the whole fleet whose last poll failed, from their saved state in Redis: last status, failures in a row, since when, last error message"},
 		},
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
 				sessions, problems, err := a.store.List(ctx)
 				if err != nil {
 					return err
+				}
+				if cmd.Bool("failing") {
+					states, err := loadStates(ctx, a, sessions)
+					if err != nil {
+						return err
+					}
+					return printFailing(cmd.Root().Writer, cmd.Bool("json"), failingOf(sessions, states))
 				}
 				var states map[string]*stateView // nil without --wide
 				if cmd.Bool("wide") {

@@ -256,6 +256,7 @@ func printSessionView(w io.Writer, v sessionView) {
 		row("last success", "%s", stamp(h.LastSuccess, st.now))
 		if h.Failures > 0 {
 			row("failures", "%d in a row, since %s", h.Failures, stamp(h.FailingSince, st.now))
+			row("last error", "%s", dash(h.Message))
 		} else {
 			row("failures", "0")
 		}

@@ -153,13 +153,20 @@ func TestSessionsGetAndListWide(t *testing.T) {
 	r = cli("list")
 	require.NotContains(t, r.stdout, "STATUS", "the state columns only with --wide")
 
+	// --failing lists the fleet's failing sessions from their saved state.
+	r = cli("list", "--failing")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^s-bad\s+503\s+[1-9]\d*\s+\d{4}-.*httppoll: server error: 503 Service Unavailable \(expect 200-399\)$`, r.stdout)
+	require.NotContains(t, r.stdout, "s-ok")
+	require.Contains(t, r.stdout, "1 failing sessions\n")
+
 	// The status page lists the failing session, with its zone; the
 	// metrics count the outcomes.
 	addr := httpAddrIn(stderr.String())
 	require.NotEmpty(t, addr)
 	code, body := get("http://" + addr + "/")
 	require.Equal(t, http.StatusOK, code)
-	require.Regexp(t, `<tr class="failing"><td>s-bad</td><td>[1-9]\d*</td><td>503</td><td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>`, body)
+	require.Regexp(t, `<tr class="failing"><td>s-bad</td><td>[1-9]\d*</td><td>503</td><td class="message">httppoll: server error: 503 Service Unavailable \(expect 200-399\)</td><td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>`, body)
 	require.NotContains(t, body, `<tr class="failing"><td>s-ok`)
 	require.Eventually(t, func() bool {
 		_, body := get("http://" + addr + "/metrics")

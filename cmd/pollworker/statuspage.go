@@ -73,8 +73,8 @@ Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}} of leases, {{p
 {{with .Status.UnknownLeases}}{{if .Scanned}}<p>Leases of sessions not in the store (SCAN at {{clock .At}}): <b id="unknown-leases">{{.Count}}</b>{{range .Lease}} {{.Session}} by {{.Holder}}{{end}}.</p>{{end}}{{end}}
 {{end}}
 {{if .FailingShown}}<h2>Failing sessions polled by this worker ({{.FailingCount}})</h2>
-{{if .Failing}}<table id="failing"><tr><th>session</th><th>failures in a row</th><th>last status</th><th>failing since</th><th>last poll</th><th>token</th></tr>
-{{range .Failing}}<tr class="failing"><td>{{.Session}}</td><td>{{.Failures}}</td><td>{{if .Status}}{{.Status}}{{else}}{{.Error}}{{end}}</td><td>{{stamp .Since}}</td><td>{{stamp .LastPoll}}</td><td>{{.Token}}</td></tr>
+{{if .Failing}}<table id="failing"><tr><th>session</th><th>failures in a row</th><th>last status</th><th>message</th><th>failing since</th><th>last poll</th><th>token</th></tr>
+{{range .Failing}}<tr class="failing"><td>{{.Session}}</td><td>{{.Failures}}</td><td>{{if .Status}}{{.Status}}{{else}}{{.Error}}{{end}}</td><td class="message">{{.Message}}</td><td>{{stamp .Since}}</td><td>{{stamp .LastPoll}}</td><td>{{.Token}}</td></tr>
 {{end}}</table>{{if gt .FailingMore 0}}<p>… and {{.FailingMore}} more (<code>pollworker sessions list --wide</code>).</p>{{end}}{{else}}<p id="failing-none">None: every session's last poll succeeded.</p>{{end}}{{end}}
 <h2>Recent lease events of this worker</h2>
 <table id="events"><tr><th>time</th><th>event</th><th>session</th><th>token</th><th>reason</th></tr>
