@@ -116,7 +116,7 @@ func strs(t *testing.T, v any) []string {
 // points, and autoscalers on metrics the worker exports.
 func TestHelmChart(t *testing.T) {
 	tool := chartTool{buildTool(t, "chartcheck")}
-	pw := buildPollworker(t, "")
+	pw := buildPollworker(t)
 	runCLI := surfaceOf(t, pw, "run")
 	applyCLI := surfaceOf(t, pw, "sessions", "apply")
 	metricNames := exportedMetricNames(t)
@@ -240,7 +240,9 @@ func TestHelmChart(t *testing.T) {
 			"terminationGracePeriodSeconds (17) must be at least worker.preStopSeconds + worker.drainTimeoutSeconds + 5 (18)"},
 		{"drain raised, grace not", "worker: {drainTimeoutSeconds: 60}\n", "must be at least"},
 		{"no Redis", "redis: {existingSecret: \"\"}\n", "set redis.existingSecret"},
-		{"unknown autoscaler", "autoscaling: {enabled: true, kind: vpa}\n", `autoscaling.kind "vpa": keda or hpa`},
+		{"unknown autoscaler (values.schema.json)", "autoscaling: {enabled: true, kind: vpa}\n", "at '/autoscaling/kind': value must be one of 'keda', 'hpa'"},
+		{"misspelt key (values.schema.json)", "replicas: 3\n", "additional properties 'replicas' not allowed"},
+		{"weight out of range (values.schema.json)", "worker: {weight: 0}\n", "at '/worker/weight'"},
 		{"ServiceMonitor without Service", "serviceMonitor: {enabled: true}\nservice: {enabled: false}\n", "serviceMonitor.enabled needs service.enabled"},
 	} {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
