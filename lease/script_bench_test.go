@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -199,6 +200,46 @@ func benchAcquire(b *testing.B, n int) {
 	b.Run("handoff", func(b *testing.B) {
 		s.run(b, lua.Acquire, args, func() { s.free(b, false); s.mark(b) }, replyLen(4*n))
 	})
+}
+
+// BenchmarkScriptAcquireLayouts1000 compares, in one run, the acquire.lua
+// of the layout before the fencing records (testdata, as of issue 27:
+// lease, fencing counter and handoff mark keys; five to six commands per
+// session) with today's (lease and fencing record; three), both over 1000
+// free leases with the loss marker, on a keyspace that has been used (the
+// counters or records exist; no handoff marks): the before and after of
+// BENCHMARKS.md's "Acquisition cost" table.
+func BenchmarkScriptAcquireLayouts1000(b *testing.B) {
+	const n = 1000
+	s := newScriptBench(b, n)
+	before, err := os.ReadFile("testdata/acquire_before_issue27.lua")
+	if err != nil {
+		b.Fatal(err)
+	}
+	oldArgs := []any{3*n + 1}
+	newArgs := []any{2*n + 1}
+	for _, id := range s.ids {
+		oldArgs = append(oldArgs, realKeys.Lease(id), realKeys.Fence(id), realKeys.Released(id))
+		newArgs = append(newArgs, realKeys.Lease(id), realKeys.Fencing(id))
+	}
+	oldArgs = append(oldArgs, realKeys.Epoch(0), int64(30000))
+	newArgs = append(newArgs, realKeys.Epoch(0), int64(30000), int64(0), "")
+	for _, o := range s.owners {
+		oldArgs = append(oldArgs, o)
+		newArgs = append(newArgs, o)
+	}
+	oldArgs = append(oldArgs, int64(0))
+	for _, layout := range []struct {
+		name string
+		src  string
+		args []any
+	}{{"before", string(before), oldArgs}, {"records", lua.Acquire, newArgs}} {
+		b.Run(layout.name, func(b *testing.B) {
+			s.free(b, true)
+			s.rdb.Do(context.Background(), append([]any{"eval", layout.src}, layout.args...)...) // the keyspace is used
+			s.run(b, layout.src, layout.args, func() { s.free(b, false) }, replyLen(4*n))
+		})
+	}
 }
 
 // BenchmarkScriptRenew500 times renew.lua extending 500 leases this owner

@@ -265,8 +265,10 @@ for i = 1, n do
     put(0, 0, '<bad:' .. role .. '>', problem)
   elseif quarantine > 0 then
     cur, problem = get(lease)
-  elseif type(redis.pcall('SET', lease, me, 'NX', 'PX', ttl)) == 'table' then
-    cur = false -- taken now
+  elseif redis.call('SET', lease, me, 'NX', 'PX', ttl) then
+    -- taken now. call, not pcall: NX never meets a wrong type (a key of
+    -- any type is there), and any other error ends the script
+    cur = false
   else
     cur, problem = get(lease)
   end
