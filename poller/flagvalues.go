@@ -86,13 +86,16 @@ func (v *floatValue) String() string {
 func (v *floatValue) Get() any { return *v.p }
 
 // stringValue is a string field; "" is the default.
-type stringValue struct{ p *string }
+type stringValue struct {
+	p    *string
+	zero string // the default, shown for ""
+}
 
 func (v *stringValue) Set(s string) error { *v.p = s; return nil }
 
 func (v *stringValue) String() string {
-	if v.p == nil {
-		return ""
+	if v.p == nil || *v.p == "" {
+		return v.zero
 	}
 	return *v.p
 }

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,38 +36,15 @@ const httpShutdownTimeout = 5 * time.Second
 
 // runCommand is the worker; see run for setRedisLogger.
 func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
-	dur := func(name string, def time.Duration, usage string) cli.Flag {
-		return &cli.DurationFlag{Name: name, Value: def, Usage: usage, Sources: fromEnv(name)}
-	}
-	derived := func(name, def, usage string) cli.Flag { // 0 means def, worked out by poller.Config.WithDefaults
-		return &cli.DurationFlag{Name: name, DefaultText: def, Usage: usage, Sources: fromEnv(name)}
-	}
+	// The worker's settings are poller.Config's: its flags set them, with
+	// the library's defaults and zero rule, and its Validate checks them.
+	var settings poller.Config
 	str := func(name, def, usage string) cli.Flag {
 		return &cli.StringFlag{Name: name, Value: def, Usage: usage, Sources: fromEnv(name)}
 	}
-	flags := append(connFlags(),
-		&cli.StringFlag{Name: "id", Usage: "this worker's id, unique among live workers", DefaultText: "<hostname>", Sources: fromEnv("id")},
-		dur("lease-ttl", poller.DefaultLeaseTTL, "lease time to live; at least 3 × --renew-interval. The three intervals below follow it unless set, "+
-			"so that it alone sets how long a crashed worker's sessions wait for a new poller: until its leases and its heartbeat (3 heartbeat intervals) "+
-			"have expired, at most --lease-ttl + --discovery-interval with those defaults (40s; 4s with --lease-ttl 3s)"),
-		derived("renew-interval", "--lease-ttl / 3", "time between lease renewals"),
-		derived("heartbeat-interval", "--lease-ttl / 3", "time between heartbeats; a worker is live for 3 heartbeat intervals"),
-		derived("discovery-interval", "--lease-ttl / 3, at most 10s", "time between full rounds (membership, sessions, ownership) when no event arrives"),
-		dur("drain-timeout", poller.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long to wait for polls to stop and leases to be released"),
-		&cli.IntFlag{Name: "wait-replicas", Sources: fromEnv("wait-replicas"),
-			Usage: "count an acquisition or renewal only once WAIT confirms this many replicas have it (a Sentinel failover to a caught-up replica then loses no lease; a WAIT that falls short stops the polls of those leases); 0 = no WAIT"},
-		&cli.IntFlag{Name: "max-polls", Value: poller.DefaultMaxPolls, Sources: fromEnv("max-polls"),
-			Usage: "polls run at once at most; a poll due while all run waits for one to end (counted as deferred, and late when it starts later than a tenth of its interval); the leases and heartbeats never wait; 0 = no bound"},
-		&cli.FloatFlag{Name: "weight", Value: 1, Sources: fromEnv("weight"),
-			Usage: "this worker's capacity relative to its peers: a worker of weight 2 is planned twice the poll load of one of weight 1 (carried in its heartbeat; from 0.001 to 1000)"},
-		&cli.BoolFlag{Name: "shed-when-behind", Value: true, Sources: fromEnv("shed-when-behind"),
-			Usage: "while this worker stays behind (pollworker_behind), lower the weight its heartbeat carries to 3/4 each --lease-ttl (to a quarter of --weight at least), so that its peers take load off it; it takes a tenth back after each 10 × --lease-ttl it keeps up; --shed-when-behind=false keeps --weight"},
-		&cli.StringFlag{Name: "labels", Sources: fromEnv("labels"),
-			Usage: "this worker's labels, key=value,…: a session with a --selector is polled only by workers whose labels include it (carried in the heartbeat; fixed for the process)"},
-		&cli.DurationFlag{Name: "error-backoff", Value: poller.DefaultMaxErrorBackoff, Sources: fromEnv("error-backoff"),
-			Usage: "a session whose polls keep failing waits longer between polls: (2^min(k,5) - 1) × its interval more after k failures in a row, at most this, with jitter; a success resets it; 0 = off"},
-		&cli.DurationFlag{Name: "loss-quarantine", Value: -1, DefaultText: "the lease TTL", Sources: fromEnv("loss-quarantine"),
-			Usage: "after Redis lost data (restart without persistence, FLUSHALL, failover, eviction), take no free lease for this long, so that every earlier lease has ended at its holder first; 0 turns it off. A brand-new keyspace looks the same and waits once"},
+	flags := connFlags()
+	settings.RegisterFlags((*cliFlags)(&flags))
+	flags = append(flags,
 		str("http-addr", ":9090", "address of the HTTP server (/healthz, /readyz, /metrics, status page at /); empty disables it"),
 		&cli.BoolFlag{Name: "pprof", Sources: fromEnv("pprof"),
 			Usage: "serve Go's runtime profiles at /debug/pprof/ on --http-addr (CPU, heap, goroutines; off by default: a profile shows the process's internals to whoever reaches the port)"},
@@ -94,24 +71,12 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		Flags: flags,
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			cfg, err := parseConfig(workerOptions{
-				connOptions:       connOptionsFrom(cmd),
-				ID:                cmd.String("id"),
-				LeaseTTL:          cmd.Duration("lease-ttl"),
-				RenewInterval:     cmd.Duration("renew-interval"),
-				HeartbeatInterval: cmd.Duration("heartbeat-interval"),
-				DiscoveryInterval: cmd.Duration("discovery-interval"),
-				DrainTimeout:      cmd.Duration("drain-timeout"),
-				LossQuarantine:    cmd.Duration("loss-quarantine"),
-				MaxPolls:          int(cmd.Int("max-polls")),
-				ErrorBackoff:      cmd.Duration("error-backoff"),
-				Weight:            cmd.Float("weight"),
-				KeepWeight:        !cmd.Bool("shed-when-behind"),
-				Labels:            cmd.String("labels"),
-				WaitReplicas:      int(cmd.Int("wait-replicas")),
-				HTTPAddr:          cmd.String("http-addr"),
-				Profiles:          cmd.Bool("pprof"),
-				LogLevel:          cmd.String("log-level"),
-				LogFormat:         cmd.String("log-format"),
+				connOptions: connOptionsFrom(cmd),
+				Poller:      settings,
+				HTTPAddr:    cmd.String("http-addr"),
+				Profiles:    cmd.Bool("pprof"),
+				LogLevel:    cmd.String("log-level"),
+				LogFormat:   cmd.String("log-format"),
 			})
 			if err != nil {
 				return configError(err)
@@ -135,33 +100,12 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 	}
 }
 
-// printConfig writes the effective configuration, password redacted.
+// printConfig writes the effective configuration, password redacted:
+// the connection, the poller's settings (poller.Config.Settings) and the
+// process's own.
 func printConfig(w io.Writer, cfg workerConfig) {
-	httpAddr := cfg.HTTPAddr
-	if httpAddr == "" {
-		httpAddr = "(disabled)"
-	}
-	for _, kv := range [][2]string{
-		{"redis-url", cfg.RedisURL},
-		{"key-prefix", cfg.Keys.Prefix},
-		{"session-prefix", cfg.Keys.SessionPrefix},
-		{"id", cfg.Poller.ID},
-		{"lease-ttl", cfg.Poller.LeaseTTL.String()},
-		{"renew-interval", cfg.Poller.RenewInterval.String()},
-		{"heartbeat-interval", cfg.Poller.HeartbeatInterval.String()},
-		{"discovery-interval", cfg.Poller.DiscoveryInterval.String()},
-		{"drain-timeout", cfg.Poller.DrainTimeout.String()},
-		{"loss-quarantine", quarantineText(cfg.Poller)},
-		{"wait-replicas", strconv.Itoa(cfg.Poller.WaitReplicas)},
-		{"weight", strconv.FormatFloat(cfg.Poller.Weight, 'g', -1, 64)},
-		{"shed-when-behind", strconv.FormatBool(!cfg.Poller.KeepWeightWhenBehind)},
-		{"labels", nodes.Labels(cfg.Poller.Labels).String()},
-		{"http-addr", httpAddr},
-		{"pprof", strconv.FormatBool(cfg.Profiles)},
-		{"log-level", cfg.LogLevel.String()},
-		{"log-format", cfg.LogFormat},
-	} {
-		fmt.Fprintf(w, "%-19s %s\n", kv[0]+":", kv[1])
+	for _, kv := range cfg.settings() {
+		fmt.Fprintf(w, "%-19s %s\n", kv.Name+":", kv.Value)
 	}
 }
 
@@ -305,17 +249,11 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		return err
 	}
 
-	log.Info("worker starting",
-		zap.String("version", built.Version),
-		zap.String("redis_url", cfg.RedisURL),
-		zap.String("key_prefix", cfg.Keys.Prefix),
-		zap.String("session_prefix", cfg.Keys.SessionPrefix),
-		zap.Duration("lease_ttl", pc.LeaseTTL),
-		zap.Duration("renew_interval", pc.RenewInterval),
-		zap.Duration("heartbeat_interval", pc.HeartbeatInterval),
-		zap.Duration("discovery_interval", pc.DiscoveryInterval),
-		zap.Duration("drain_timeout", pc.DrainTimeout),
-		zap.Int("gogc", gcPercent))
+	start := []zap.Field{zap.String("version", built.Version)}
+	for _, kv := range cfg.settings() {
+		start = append(start, zap.String(strings.ReplaceAll(kv.Name, "-", "_"), kv.Value))
+	}
+	log.Info("worker starting", append(start, zap.Int("gogc", gcPercent))...)
 	// The timeline the status pages chart (internal/timeline): best
 	// effort, one small append per worker every 10 s.
 	tlCtx, stopTimeline := context.WithCancel(ctx)
@@ -539,17 +477,6 @@ func speaksTLS(ctx context.Context, addr string) bool {
 // worker holds.
 func duplicateIDError(dup *nodes.DuplicateIDError) error {
 	return configError(fmt.Errorf("--id: %w; every worker needs its own --id", dup))
-}
-
-// quarantineText describes the effective loss quarantine.
-func quarantineText(c poller.Config) string {
-	switch {
-	case c.LossQuarantine < 0:
-		return "off"
-	case c.LossQuarantine == 0:
-		return c.LeaseTTL.String() + " (the lease TTL)"
-	}
-	return c.LossQuarantine.String()
 }
 
 // Defaults and bounds of the recording flags.

@@ -52,7 +52,7 @@ func TestSessionsGetAndListWide(t *testing.T) {
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
-	args := append([]string{"pollworker", "run", "--redis-url", srv.URL(), "--id", "w1", "--loss-quarantine", "0"}, fastTimings...)
+	args := append([]string{"pollworker", "run", "--redis-url", srv.URL(), "--id", "w1", "--loss-quarantine", "off"}, fastTimings...)
 	go func() { done <- run(ctx, args, &stdout, &stderr, nil) }()
 	t.Cleanup(func() {
 		cancel()
