@@ -55,6 +55,8 @@ const (
 	DefaultIdleConnTimeout = 4 * time.Second
 	// SaveTimeout bounds saving one session's State.
 	SaveTimeout = 2 * time.Second
+	// DefaultProfileRecheck is the default of Config.ProfileRecheck.
+	DefaultProfileRecheck = 100 * time.Millisecond
 	// DefaultMaxRetryAfter is the default of Config.MaxRetryAfter.
 	DefaultMaxRetryAfter = 10 * time.Minute
 )
@@ -162,6 +164,11 @@ type Config struct {
 	// ParseProfiles). A session whose profile is not here is not polled:
 	// its polls fail with a *ProfileError without sending anything.
 	Profiles map[string]Profile
+	// ProfileRecheck is how often at most a profile's file is checked for
+	// a change (one stat): a rotated file is used by the polls that start
+	// this long after it changed. Default DefaultProfileRecheck (100ms);
+	// negative checks at every poll.
+	ProfileRecheck time.Duration
 	// MaxRetryAfter bounds how long a target answering 429 or 503 with
 	// Retry-After (seconds or an HTTP date) is left alone: the poll fails
 	// with a poller.RetryAfterError and the session's next poll is not
@@ -300,7 +307,10 @@ func New(cfg Config) (*Poller, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	profiles, err := newProfiles(cfg.Worker, cfg.Profiles, base, cfg.HTTP.CheckRedirect)
+	if cfg.ProfileRecheck == 0 {
+		cfg.ProfileRecheck = DefaultProfileRecheck
+	}
+	profiles, err := newProfiles(cfg.Worker, cfg.Profiles, cfg.ProfileRecheck, base, cfg.HTTP.CheckRedirect)
 	if err != nil {
 		return nil, err
 	}
