@@ -122,14 +122,6 @@ func TestHelmChart(t *testing.T) {
 	metricNames := exportedMetricNames(t)
 	raw := load(t)
 
-	// The chart passes these flags ahead of the binary: tolerated, and
-	// logged, only while the binary does not have them yet.
-	for flag, why := range map[string]string{"--profiles": "issue 24 (http-request) adds pollworker run --profiles FILE"} {
-		if !runCLI.flags[flag] {
-			t.Logf("pollworker run does not accept %s yet: %s; the chart passes it only with profiles.existingSecret", flag, why)
-			runCLI.flags[flag] = true
-		}
-	}
 	workerOf := func(t *testing.T, docs map[string]map[string]any) map[string]any {
 		c := checkWorkers(t, docs)
 		requireAccepts(t, runCLI, "the worker", strs(t, c["args"]), keys(envOf(t, c)))
