@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,4 +148,52 @@ func TestReasonsOnRealRedis(t *testing.T) {
 			}
 		})
 	}
+}
+
+// roundTrips counts the commands and pipelines a client sends.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
+}
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
+}
+
+// TestReadIsBounded: a Snapshot of 300 sessions costs the round
+// trips of one (a script's first call may add a SCRIPT LOAD, so each read
+// is made twice and the second counted).
+func TestReadIsBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	rt := &roundTrips{}
+	client.AddHook(rt)
+	f := redisFleet{t: t, ctx: context.Background(), client: client, keys: keyspace.Space{}}
+	_, err := lease.MarkFresh(f.ctx, client, f.keys)
+	require.NoError(t, err)
+	f.join("w1", "i1", nil)
+	f.join("w2", "i2", nil)
+	var ids []string
+	for i := range 300 {
+		id := fmt.Sprintf("s%04d", i)
+		f.put(session.Session{ID: id})
+		ids = append(ids, id)
+	}
+	r, err := NewReader(client, f.keys, Options{BalanceSlack: 0.05, LeaseTTL: time.Minute, Backoff: decodeBackoff})
+	require.NoError(t, err)
+	cost := func(read func() error) int64 {
+		require.NoError(t, read())
+		before := rt.n.Load()
+		require.NoError(t, read())
+		return rt.n.Load() - before
+	}
+	one := cost(func() error { _, err := r.Read(f.ctx, ids[0]); return err })
+	many := cost(func() error { _, err := r.Read(f.ctx, ids...); return err })
+	all := cost(func() error { _, err := r.ReadAll(f.ctx); return err })
+	fleetOnly := cost(func() error { _, err := r.ReadFleet(f.ctx); return err })
+	t.Logf("round trips: ReadFleet %d, Read(1) %d, Read(300) %d, ReadAll(300) %d", fleetOnly, one, many, all)
+	require.Equal(t, one, many, "reading 300 sessions costs what reading one does")
+	require.LessOrEqual(t, one, int64(12))
+	require.LessOrEqual(t, fleetOnly, int64(4))
 }
