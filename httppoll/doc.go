@@ -3,12 +3,14 @@
 // default, Headers, Body) to its URL and records the results in capped
 // Redis streams (package results, whose Reader reads them back merged).
 //
-// Each request carries three headers, so that the target can tell who polls
+// Each request carries three headers (four for a scheduled session), so
+// that the target can tell who polls
 // and reject stale pollers; a session's headers never override them:
 //
 //	X-Poll-Session  the session id
 //	X-Poll-Worker   the worker id (Config.Worker)
 //	X-Poll-Token    the lease's fencing token, in decimal
+//	X-Poll-Slot     for a scheduled session, the slot's time (RFC 3339, UTC)
 //
 // # Guarantees
 //

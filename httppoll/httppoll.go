@@ -37,6 +37,9 @@ const (
 	HeaderSession = "X-Poll-Session"
 	HeaderWorker  = "X-Poll-Worker"
 	HeaderToken   = "X-Poll-Token"
+	// HeaderSlot carries, for a scheduled session, the slot the poll runs
+	// for (RFC 3339, UTC): with the token, what a target dedupes on.
+	HeaderSlot = "X-Poll-Slot"
 )
 
 // Defaults and limits of Config.
@@ -605,6 +608,9 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	req.Header.Set(HeaderWorker, p.cfg.Worker)
 	if l != nil {
 		req.Header.Set(HeaderToken, strconv.FormatInt(l.Token(), 10))
+	}
+	if slot, ok := poller.SlotOf(ctx); ok {
+		req.Header.Set(HeaderSlot, slot.UTC().Format(time.RFC3339))
 	}
 	// A traced poll (poller.Config.TracerProvider) sends its span as the
 	// W3C traceparent, so the target's own spans join the poll.

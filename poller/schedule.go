@@ -226,7 +226,7 @@ func (s *scheduler) start(w *worker, at time.Time) {
 	if s.groupOf != nil && w.group == nil {
 		w.group = s.joinGroupLocked(w.sess)
 	}
-	if iv := w.sess.Interval.D(); s.shortest == 0 || iv < s.shortest {
+	if iv := w.sess.Interval.D(); iv > 0 && (s.shortest == 0 || iv < s.shortest) {
 		s.shortest = iv
 	}
 	if at.IsZero() && s.pace {
@@ -399,6 +399,9 @@ func (s *scheduler) polled(w *worker, out outcome) {
 		s.meterPolledLocked(w, now, next.Sub(w.next))
 	case pollSkipped:
 		s.stats.Skipped++
+	}
+	if w.slots != nil && out != pollStopped {
+		next = w.slots.next(now, out == pollCancelled) // the next slot's start (slots.go)
 	}
 	if next.Before(now) {
 		next = now

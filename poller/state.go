@@ -111,8 +111,8 @@ func (c *Coordinator) prepareState(w *worker, now time.Time) (pollNow, failed bo
 	st.mu.Lock()
 	st.loaded, st.last = true, rec.Compact()
 	st.mu.Unlock()
-	if _, handed := w.lease.NextPoll(); handed || w.polled.Load() {
-		return true, false // the handoff mark or the previous loop set the schedule
+	if _, handed := w.lease.NextPoll(); handed || w.polled.Load() || w.slots != nil {
+		return true, false // the handoff mark, the previous loop or the slots set the schedule
 	}
 	since, ok := rec.SincePolled()
 	iv := w.sess.Interval.D()

@@ -27,7 +27,8 @@ import (
 type worker struct {
 	sess  *session.Session // shared with view.sessions while the same; never changed in place
 	lease *lease.Lease
-	state *State // the session's state, for a StatefulPoller; nil otherwise
+	state *State    // the session's state, for a StatefulPoller; nil otherwise
+	slots *slotLoop // the slots of a scheduled session; nil for one polled on an interval
 	// done is closed when the loop has exited and no poll runs; made on
 	// the first scheduler.exited call (most loops are never waited for).
 	// Guarded by scheduler.mu.
@@ -68,8 +69,12 @@ func (c *Coordinator) startWorkerAt(s *session.Session, l *lease.Lease, polled *
 	if c.stateful() != nil {
 		w.state = &State{store: c.cfg.StateStore, lease: l}
 	}
+	bound := FirstPollBound(s.Interval.D())
+	if s.Scheduled() {
+		w.slots, bound = c.newSlotLoop(s, l)
+	}
 	// Zero without a handoff: the first poll is paced (scheduler.paceLocked).
-	due, _ := l.NextPollWithin(FirstPollBound(s.Interval.D()))
+	due, _ := l.NextPollWithin(bound)
 	if polled.Load() || (due.IsZero() && w.state != nil) {
 		// A restart polls with the new definition at once; a stateful
 		// loop loads its state first and is paced then (scheduler.paceFirst, from prepareState).
@@ -136,6 +141,15 @@ func (c *Coordinator) runPoll(w *worker) {
 			return
 		}
 	}
+	ctx := w.ctx
+	if w.slots != nil {
+		slot, ok := c.slotTurn(w, now)
+		if !ok {
+			return // no slot due: the scheduler settles w at the next one
+		}
+		ctx = context.WithValue(ctx, slotKey{}, slot)
+		defer func() { c.slotFinished(w, slot, out) }() // before polled, which runs last
+	}
 	if first := w.polled.CompareAndSwap(false, true); first {
 		if gap, ok := l.HandoffGap(); ok {
 			// The time the handoff left the session unpolled beyond its
@@ -148,7 +162,7 @@ func (c *Coordinator) runPoll(w *worker) {
 			c.cfg.Observer.HandoffGap(gap + now.Sub(from))
 		}
 	}
-	out, w.retryAfter = c.pollOnce(w.ctx, *w.sess, l, w.state)
+	out, w.retryAfter = c.pollOnce(ctx, *w.sess, l, w.state)
 }
 
 // pollOnce runs one poll under ctx, which ends when the lease term ends or

@@ -448,15 +448,19 @@ func sessionsListCommand() *cli.Command {
 					return printFailing(cmd.Root().Writer, cmd.Bool("json"), failingOf(sessions, states))
 				}
 				var states map[string]*stateView // nil without --wide
+				var slots map[string]*slotsView
 				if cmd.Bool("wide") {
 					if states, err = loadStates(ctx, a, sessions); err != nil {
 						return err
 					}
+					if slots, err = loadSlotViews(ctx, a, sessions, time.Now()); err != nil {
+						return err
+					}
 				}
 				if cmd.Bool("json") {
-					return printSessionsJSON(cmd.Root().Writer, sessions, problems, states)
+					return printSessionsJSON(cmd.Root().Writer, sessions, problems, states, slots)
 				}
-				printSessions(cmd.Root().Writer, sessions, problems, states)
+				printSessions(cmd.Root().Writer, sessions, problems, states, slots)
 				return nil
 			})
 		}),
@@ -481,6 +485,9 @@ type listedSession struct {
 	Profile string            `json:"profile,omitempty"`
 	// The schedule of a scheduled session (with its defaults filled in).
 	scheduleView
+	// Slots are a scheduled session's next and last slots, with --wide
+	// only.
+	Slots *slotsView `json:"slots,omitempty"`
 	// State is the saved state, with --wide only (null when none).
 	State *stateView `json:"state,omitempty"`
 }
@@ -502,7 +509,7 @@ func malformedEntries(problems []session.Problem) []malformedEntry {
 
 // printSessionsJSON prints the sessions, with their states when states is
 // not nil (--wide).
-func printSessionsJSON(w io.Writer, sessions []session.Session, problems []session.Problem, states map[string]*stateView) error {
+func printSessionsJSON(w io.Writer, sessions []session.Session, problems []session.Problem, states map[string]*stateView, slots map[string]*slotsView) error {
 	out := struct {
 		Sessions  []listedSession  `json:"sessions"`
 		Malformed []malformedEntry `json:"malformed"`
@@ -510,6 +517,7 @@ func printSessionsJSON(w io.Writer, sessions []session.Session, problems []sessi
 	for i, s := range sessions {
 		out.Sessions[i] = listedOf(s)
 		out.Sessions[i].State = states[s.ID]
+		out.Sessions[i].Slots = slots[s.ID]
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -518,13 +526,17 @@ func printSessionsJSON(w io.Writer, sessions []session.Session, problems []sessi
 
 // printSessions prints the sessions as a table, with the columns of their
 // states when states is not nil (--wide).
-func printSessions(w io.Writer, sessions []session.Session, problems []session.Problem, states map[string]*stateView) {
+func printSessions(w io.Writer, sessions []session.Session, problems []session.Problem, states map[string]*stateView, slots map[string]*slotsView) {
+	now := time.Now()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	paused := 0
 	if len(sessions) > 0 {
 		fmt.Fprint(tw, "ID\tURL\tINTERVAL\tPAUSED\tLABELS\tSELECTOR")
 		if states != nil {
 			fmt.Fprint(tw, wideColumns)
+			if len(slots) > 0 { // a column for scheduled sessions, when there are some
+				fmt.Fprint(tw, "\tSLOTS")
+			}
 		}
 		fmt.Fprintln(tw)
 	}
@@ -537,6 +549,9 @@ func printSessions(w io.Writer, sessions []session.Session, problems []session.P
 		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s", s.ID, redactURL(s.URL), timingText(s), p, formatLabels(s.Labels), dash(s.Selector))
 		if states != nil {
 			fmt.Fprint(tw, wideRow(states[s.ID]))
+			if len(slots) > 0 {
+				fmt.Fprint(tw, slotsCell(slots[s.ID], now))
+			}
 		}
 		fmt.Fprintln(tw)
 	}

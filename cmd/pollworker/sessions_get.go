@@ -69,6 +69,10 @@ type sessionView struct {
 	BadKey *lease.BadKey `json:"bad_key,omitempty"`
 	// State is the saved state; nil when none was saved.
 	State *stateView `json:"state"`
+	// Slots are a scheduled session's next and last slots; nil for one
+	// polled on an interval.
+	Slots *slotsView `json:"slots,omitempty"`
+	now   time.Time
 }
 
 // leaseView is who holds a lease now.
@@ -166,6 +170,15 @@ func readSessionView(ctx context.Context, a admin, id string) (sessionView, erro
 		return sessionView{}, err
 	}
 	v.State = newStateView(rec)
+	v.now = rec.Read
+	if v.now.IsZero() {
+		v.now = time.Now()
+	}
+	slots, err := loadSlotViews(ctx, a, []session.Session{s}, v.now)
+	if err != nil {
+		return sessionView{}, err
+	}
+	v.Slots = slots[id]
 	return v, nil
 }
 
@@ -231,6 +244,7 @@ func printSessionView(w io.Writer, v sessionView) {
 	}
 	row("expect", "%s", s.Expect)
 	row("profile", "%s", dash(s.Profile))
+	printSlots(row, v.Slots, v.now)
 	if l := v.Lease; l != nil {
 		row("lease", "held by %s (incarnation %s), expires in %v", l.Holder, l.Incarnation, time.Duration(l.ExpiresInMs)*time.Millisecond)
 	} else {
