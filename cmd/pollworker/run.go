@@ -57,7 +57,8 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 	return &cli.Command{
 		Name:  "run",
 		Usage: "run a worker until SIGTERM or SIGINT",
-		Description: "Joins the workers sharing --redis-url and polls its share of the sessions with HTTP GET,\n" +
+		Description: "Joins the workers sharing --redis-url and polls its share of the sessions over HTTP (each\n" +
+			"session's method, headers, body and expected statuses; credentials and TLS from --profiles),\n" +
 			"recording the results (--record) in the stream <key-prefix>:results, or in 16 streams\n" +
 			"under --redis-cluster, written in batches on a connection of their own (see\n" +
 			"\"pollworker results\"). Redis may be down at start:\n" +
