@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/session"
 	"github.com/pollworker/pollworker/state"
 )
@@ -181,4 +182,39 @@ func printSlots(row func(k, f string, a ...any), v *slotsView, now time.Time) {
 	}
 	row("next slot", "%s", next)
 	row("last slot", "%s", lastSlotText(v, now))
+}
+
+// scheduledView is what explain adds for a scheduled session: its
+// schedule, and its next and last slots.
+type scheduledView struct {
+	scheduleView
+	Slots *slotsView `json:"slots"`
+	now   time.Time
+}
+
+// explainedJSON is explain's JSON: the fleet's explanation and, for a
+// scheduled session, its schedule and slots.
+type explainedJSON struct {
+	fleet.Explanation
+	Scheduled *scheduledView `json:"scheduled,omitempty"`
+}
+
+// explainSchedule reads, for a scheduled session, its schedule and slots;
+// nil for any other. The interval-based next poll time the fleet computes
+// does not apply to it and is dropped from e: the next slot says when.
+func explainSchedule(ctx context.Context, a admin, e *fleet.Explanation) (*scheduledView, error) {
+	if !e.Found || e.Malformed != "" {
+		return nil, nil
+	}
+	s, err := a.store.Get(ctx, e.Session)
+	if err != nil || !s.Scheduled() {
+		return nil, nil // gone meanwhile, or not scheduled: the fleet's view stands
+	}
+	now := time.Now()
+	slots, err := loadSlotViews(ctx, a, []session.Session{s}, now)
+	if err != nil {
+		return nil, err
+	}
+	e.NextPoll = nil
+	return &scheduledView{scheduleView: scheduleViewOf(s), Slots: slots[s.ID], now: now}, nil
 }

@@ -69,6 +69,27 @@ tick    https://example.com/t  cron */2 * * * * *                no      -      
 	require.Regexp(t, `(?m)^tick .* next \S+Z, last 2026-05-01T09:00:02Z ok \(`, r.stdout)
 	require.Regexp(t, `(?m)^report .* next \S+T0[78]:0[01]:\d\dZ, last none$`, r.stdout)
 
+	// explain says the schedule and the slots, not an interval.
+	r = runApp(t, "explain", "--redis-url", url, "tick")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^definition:\s+schedule \*/2 \* \* \* \* \* \(tz UTC, catchup latest within 1h0m0s\), active$`, r.stdout)
+	require.Regexp(t, `(?m)^last slot:\s+2026-05-01T09:00:02Z ok \(`, r.stdout)
+	require.Regexp(t, `(?m)^next slot:\s+\S+Z$`, r.stdout)
+	require.NotContains(t, r.stdout, "next poll:")
+	r = runApp(t, "explain", "--redis-url", url, "--json", "tick")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var ex struct {
+		Session   string `json:"session"`
+		Scheduled struct {
+			Schedule string    `json:"schedule"`
+			Slots    slotsView `json:"slots"`
+		} `json:"scheduled"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &ex))
+	require.Equal(t, "tick", ex.Session)
+	require.Equal(t, "*/2 * * * * *", ex.Scheduled.Schedule)
+	require.Equal(t, "ok", ex.Scheduled.Slots.Outcome)
+
 	// export | apply round-trips; a changed schedule shows in the diff.
 	r = cli("export")
 	require.Equal(t, exitOK, r.code, r.stderr)
