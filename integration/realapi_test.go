@@ -219,6 +219,10 @@ func TestRealAPIPoller(t *testing.T) {
 	out, err := pollworker(t, "sessions", "--redis-url", rds.URL(), "get", "unknown")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "profile nope: not configured on worker w1 (its profiles: apikey, bearer, private-ca)")
+	out, err = pollworker(t, "explain", "--redis-url", rds.URL(), "unknown")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "last poll:  failed (profile)")
+	require.Contains(t, out, "profile nope: not configured on worker w1")
 
 	// The redirect loop: one request per poll, every poll a failure.
 	loopResults := 0

@@ -71,6 +71,9 @@ func explainCommand() *cli.Command {
 					}
 				} else {
 					printExplanation(w, e, sched)
+					if e.Found {
+						printLastPoll(ctx, a, w, id)
+					}
 				}
 				if !e.Found {
 					// Explained (a lease may be left), but exit 1 as sessions get does.

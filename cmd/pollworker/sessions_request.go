@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/pollworker/pollworker/session"
+	"github.com/pollworker/pollworker/state"
 )
 
 // maxBodyFileBytes bounds --body-file: a session's encoded value is at
@@ -174,4 +176,23 @@ func printFailing(w io.Writer, asJSON bool, rows []failingRow) error {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "%d failing sessions\n", len(rows))
 	return nil
+}
+
+// printLastPoll adds to explain what the session's saved state says of
+// its last poll when it failed: a session not polled for want of its
+// profile, a target answering 401, ... (nothing when it succeeded or no
+// state was saved; a failed read is said).
+func printLastPoll(ctx context.Context, a admin, w io.Writer, id string) {
+	rec, err := state.NewStore(a.client, a.keys).Load(ctx, id)
+	if err != nil {
+		fmt.Fprintf(w, "last poll:  could not read the saved state: %v\n", err)
+		return
+	}
+	v := newStateView(rec)
+	if v == nil || v.HTTP == nil || v.HTTP.Failures == 0 {
+		return
+	}
+	h := v.HTTP
+	fmt.Fprintf(w, "last poll:  failed (%s), %d in a row since %s, by %s: %s\n",
+		outcomeText(h), h.Failures, stamp(h.FailingSince, v.now), h.Worker, dash(h.Message))
 }
