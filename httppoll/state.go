@@ -101,9 +101,9 @@ type State struct {
 	// FailingSince ("failing_since") is when the first of those failures
 	// started; zero while Failures is 0.
 	FailingSince time.Time `json:"failing_since,omitzero"`
-	// Changed ("changed") is when the status, the error class or the body
-	// hash last changed (the first poll of a session sets it); 200 and
-	// 304 count as the same status.
+	// Changed ("changed") is when the status, the error class, the ETag
+	// or the body hash last changed (the first poll of a session sets
+	// it); 200 and 304 count as the same status.
 	Changed time.Time `json:"changed"`
 	// BackoffMS ("backoff_ms") is how much longer than its interval the
 	// coordinator waits after this many failures (Config.ErrorBackoff:

@@ -498,7 +498,9 @@ const (
 func recordFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "record", Value: "all", Sources: fromEnv("record"),
-			Usage: "which poll results to record: all, changes (only when a session's status, error class or lease changes) or none"},
+			Usage: "which poll results to record: all, changes (only a result whose response changed: another status, error class, ETag or body than the session's previous poll, whichever worker made it) or none"},
+		&cli.IntFlag{Name: "record-body", Value: 0, Sources: fromEnv("record-body"),
+			Usage: fmt.Sprintf("record the first N bytes of each response body with its result (0 to %d; each result then takes up to N more bytes of Redis memory)", httppoll.MaxBodyBytes)},
 		&cli.IntFlag{Name: "record-maxlen", Value: results.DefaultStreamMaxLen, Sources: fromEnv("record-maxlen"),
 			Usage: "about how many results the streams keep in all (XADD MAXLEN ~; in Cluster split over 16 streams): retention = this / results per second"},
 		&cli.DurationFlag{Name: "record-flush", Value: results.DefaultFlushInterval, Sources: fromEnv("record-flush"),
@@ -515,6 +517,7 @@ type recording struct {
 	MaxLen int64
 	Flush  time.Duration
 	Queue  int
+	Body   int
 	HTTP   httpOptions
 }
 
@@ -608,7 +611,8 @@ func parseRecording(cmd *cli.Command) (recording, error) {
 	if err != nil {
 		return recording{}, fmt.Errorf("%w: --record %q must be all, changes or none", errInvalidConfig, cmd.String("record"))
 	}
-	rc := recording{Mode: mode, MaxLen: int64(cmd.Int("record-maxlen")), Flush: cmd.Duration("record-flush"), Queue: int(cmd.Int("record-queue"))}
+	rc := recording{Mode: mode, MaxLen: int64(cmd.Int("record-maxlen")), Flush: cmd.Duration("record-flush"),
+		Queue: int(cmd.Int("record-queue")), Body: int(cmd.Int("record-body"))}
 	switch {
 	case rc.MaxLen < 1 || rc.MaxLen > maxRecordLen:
 		return recording{}, fmt.Errorf("%w: --record-maxlen (%d) must be from 1 to %d", errInvalidConfig, rc.MaxLen, maxRecordLen)
@@ -616,6 +620,8 @@ func parseRecording(cmd *cli.Command) (recording, error) {
 		return recording{}, fmt.Errorf("%w: --record-flush (%v) must be from %v to %v", errInvalidConfig, rc.Flush, minRecordFlush, maxRecordFlush)
 	case rc.Queue < 1 || rc.Queue > maxRecordQueue:
 		return recording{}, fmt.Errorf("%w: --record-queue (%d) must be from 1 to %d", errInvalidConfig, rc.Queue, maxRecordQueue)
+	case rc.Body < 0 || rc.Body > httppoll.MaxBodyBytes:
+		return recording{}, fmt.Errorf("%w: --record-body (%d) must be from 0 to %d", errInvalidConfig, rc.Body, httppoll.MaxBodyBytes)
 	}
 	return rc, nil
 }
@@ -637,6 +643,7 @@ func newHTTPPoller(cfg workerConfig, rc recording, failures httppoll.FailureTrac
 		UserAgent:       "pollworker/" + currentBuild().Version,
 		Logger:          log,
 		Record:          rc.Mode,
+		RecordBody:      rc.Body,
 		MaxPerHost:      zeroMeansOff(rc.HTTP.MaxPerHost),
 		Timeout:         rc.HTTP.PollTimeout,
 		IdleConnTimeout: time.Duration(zeroMeansOff(int64(rc.HTTP.IdleConnTimeout))),

@@ -431,7 +431,7 @@ func sessionsListCommand() *cli.Command {
 		Usage: "list the sessions and the malformed entries",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-			&cli.BoolFlag{Name: "wide", Usage: "add the HTTP poller's saved state of each session (last status, latency, last success, failures in a row, last change, saved by; see sessions get)"},
+			&cli.BoolFlag{Name: "wide", Usage: "add the HTTP poller's saved state of each session (last status, latency, last success, failures in a row, last change, saved by; see sessions get); last success reads current while no failure was saved since a state refreshed within a minute and an interval: every poll since succeeded"},
 			&cli.BoolFlag{Name: "failing", Usage: "only the sessions of the whole fleet whose last poll failed, from their saved state in Redis: last status, failures in a row, since when, last error message"},
 		},
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
@@ -548,7 +548,7 @@ func printSessions(w io.Writer, sessions []session.Session, problems []session.P
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s", s.ID, redactURL(s.URL), timingText(s), p, formatLabels(s.Labels), dash(s.Selector))
 		if states != nil {
-			fmt.Fprint(tw, wideRow(states[s.ID]))
+			fmt.Fprint(tw, wideRow(states[s.ID], s))
 			if len(slots) > 0 {
 				fmt.Fprint(tw, slotsCell(slots[s.ID], now))
 			}

@@ -138,7 +138,7 @@ func TestSessionsGetAndListWide(t *testing.T) {
 	require.Regexp(t, `(?m)^ID\s+URL\s+INTERVAL\s+PAUSED\s+LABELS\s+SELECTOR\s+STATUS\s+LATENCY\s+LAST SUCCESS\s+FAILURES\s+LAST CHANGE\s+SAVED BY$`, r.stdout)
 	require.Regexp(t, `(?m)^s-bad\s+\S+/bad\s+100ms\s+no\s+-\s+-\s+503\s+\S+\s+-\s+[1-9]\d*\s+(\d+s ago|just now)\s+w1$`, r.stdout)
 	require.Regexp(t, `(?m)^s-idle\s+\S+/idle\s+1s\s+yes\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-$`, r.stdout)
-	require.Regexp(t, `(?m)^s-ok\s+\S+/ok\s+100ms\s+no\s+-\s+-\s+304\s+\S+\s+(\d+s ago|just now)\s+0\s+(\d+s ago|just now)\s+w1$`, r.stdout)
+	require.Regexp(t, `(?m)^s-ok\s+\S+/ok\s+100ms\s+no\s+-\s+-\s+304\s+\S+\s+current\s+0\s+(\d+s ago|just now)\s+w1$`, r.stdout)
 	r = cli("list", "--wide", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var listed struct {
@@ -244,4 +244,40 @@ func TestSessionsListWideChunks(t *testing.T) {
 		}
 	}
 	require.Equal(t, n, rows)
+}
+
+// TestLastSuccessText: a healthy session's state, refreshed only every
+// minute, reads as current while it is at most a refresh, an interval and
+// stateSlack old; a failing, paused or unpolled one shows the saved age
+// (issue 24: a healthy 2 s session showed "last success 52s ago").
+func TestLastSuccessText(t *testing.T) {
+	now := time.Date(2026, 11, 26, 2, 0, 0, 0, time.UTC)
+	view := func(savedAgo time.Duration, failures int) *stateView {
+		return &stateView{Saved: now.Add(-savedAgo), now: now,
+			HTTP: &httppoll.State{LastSuccess: now.Add(-savedAgo), Failures: failures}}
+	}
+	every := func(iv time.Duration) session.Session {
+		return session.Session{ID: "s", Interval: session.Duration(iv)}
+	}
+	paused := every(2 * time.Second)
+	paused.Paused = true
+	for _, tt := range []struct {
+		name string
+		v    *stateView
+		s    session.Session
+		want string
+	}{
+		{name: "healthy, saved 52s ago", v: view(52*time.Second, 0), s: every(2 * time.Second), want: "current"},
+		{name: "healthy, at the bound", v: view(72*time.Second, 0), s: every(2 * time.Second), want: "current"},
+		{name: "past the bound", v: view(73*time.Second, 0), s: every(2 * time.Second), want: "1m0s ago"},
+		{name: "long interval", v: view(5*time.Minute, 0), s: every(10 * time.Minute), want: "current"},
+		{name: "failing", v: view(10*time.Second, 3), s: every(2 * time.Second), want: "10s ago"},
+		{name: "paused", v: view(10*time.Second, 0), s: paused, want: "10s ago"},
+		{name: "no interval (a schedule)", v: view(10*time.Second, 0), s: every(0), want: "10s ago"},
+		{name: "never succeeded", v: &stateView{Saved: now, now: now, HTTP: &httppoll.State{Failures: 0}}, s: every(time.Second), want: "-"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, lastSuccessText(tt.v, tt.s))
+		})
+	}
 }
