@@ -116,20 +116,12 @@ func strs(t *testing.T, v any) []string {
 // points, and autoscalers on metrics the worker exports.
 func TestHelmChart(t *testing.T) {
 	tool := chartTool{buildTool(t, "chartcheck")}
-	pw := buildPollworker(t, "")
+	pw := buildPollworker(t)
 	runCLI := surfaceOf(t, pw, "run")
 	applyCLI := surfaceOf(t, pw, "sessions", "apply")
 	metricNames := exportedMetricNames(t)
 	raw := load(t)
 
-	// The chart passes these flags ahead of the binary: tolerated, and
-	// logged, only while the binary does not have them yet.
-	for flag, why := range map[string]string{"--profiles": "issue 24 (http-request) adds pollworker run --profiles FILE"} {
-		if !runCLI.flags[flag] {
-			t.Logf("pollworker run does not accept %s yet: %s; the chart passes it only with profiles.existingSecret", flag, why)
-			runCLI.flags[flag] = true
-		}
-	}
 	workerOf := func(t *testing.T, docs map[string]map[string]any) map[string]any {
 		c := checkWorkers(t, docs)
 		requireAccepts(t, runCLI, "the worker", strs(t, c["args"]), keys(envOf(t, c)))
@@ -180,7 +172,7 @@ func TestHelmChart(t *testing.T) {
 		vol := at(t, dep, "spec", "template", "spec", "volumes", 0)
 		require.Equal(t, at(t, mount, "name"), at(t, vol, "name"))
 		require.Equal(t, "pollworker-profiles", at(t, vol, "secret", "secretName"))
-		require.Equal(t, "profiles.yaml", at(t, vol, "secret", "items", 0, "path"))
+		require.NotContains(t, at(t, vol, "secret"), "items", "the credential files the profiles name are keys of the same Secret")
 
 		// The sessions: a hook Job after install and upgrade, and a CronJob.
 		job := docs["Job"]
@@ -240,7 +232,9 @@ func TestHelmChart(t *testing.T) {
 			"terminationGracePeriodSeconds (17) must be at least worker.preStopSeconds + worker.drainTimeoutSeconds + 5 (18)"},
 		{"drain raised, grace not", "worker: {drainTimeoutSeconds: 60}\n", "must be at least"},
 		{"no Redis", "redis: {existingSecret: \"\"}\n", "set redis.existingSecret"},
-		{"unknown autoscaler", "autoscaling: {enabled: true, kind: vpa}\n", `autoscaling.kind "vpa": keda or hpa`},
+		{"unknown autoscaler (values.schema.json)", "autoscaling: {enabled: true, kind: vpa}\n", "at '/autoscaling/kind': value must be one of 'keda', 'hpa'"},
+		{"misspelt key (values.schema.json)", "replicas: 3\n", "additional properties 'replicas' not allowed"},
+		{"weight out of range (values.schema.json)", "worker: {weight: 0}\n", "at '/worker/weight'"},
 		{"ServiceMonitor without Service", "serviceMonitor: {enabled: true}\nservice: {enabled: false}\n", "serviceMonitor.enabled needs service.enabled"},
 	} {
 		t.Run("refused: "+tc.name, func(t *testing.T) {

@@ -33,12 +33,15 @@ func buildTool(t *testing.T, name string) string {
 	return bin
 }
 
-// buildPollworker builds cmd/pollworker with ldflags and returns its path.
-func buildPollworker(t *testing.T, ldflags string) string {
+// buildPollworker builds cmd/pollworker and returns its path: static and
+// -trimpath, as the image and GoReleaser build it, so that the packages
+// compiled for one of these tests serve the others from the build cache.
+func buildPollworker(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "pollworker")
-	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, "./cmd/pollworker")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/pollworker")
 	build.Dir = ".."
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return bin

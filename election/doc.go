@@ -2,8 +2,8 @@
 // candidates, on the lease machinery of package lease.
 //
 // A role is the lease of the session "election:<role>": its key is
-// <prefix>:lease:{election:<role>} and its fencing counter
-// <prefix>:fence:{election:<role>}. The candidate that acquires the lease
+// <prefix>:lease:{election:<role>} and its fencing record
+// <prefix>:fencing:{election:<role>}. The candidate that acquires the lease
 // leads until it loses the lease, resigns or stops; every term gets a
 // fencing token strictly greater than that of every earlier term. Candidates
 // also record themselves (id and priority, with a TTL) next to the lease, so

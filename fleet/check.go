@@ -93,101 +93,121 @@ func Check(first, last *Snapshot, maxNotPlanned int) Checked {
 // checkLeases verifies the leases of the active placeable sessions of
 // last; it returns their number and the problems, and adds to notes.
 func checkLeases(first, last *Snapshot, elapsed time.Duration, maxNotPlanned int, notes *[]string) (int, []Problem) {
-	var probs []Problem
-	lines := map[string]int{}
-	add := func(check, detail string) {
-		lines[check]++
-		if lines[check] <= MaxProblemLines {
-			probs = append(probs, Problem{Check: check, Detail: detail, Count: 1})
+	c := &leaseChecker{first: first, last: last, elapsed: elapsed, lines: map[string]int{}, waiting: map[string]bool{},
+		quarantined: last.Quarantined(), live: last.Members.Len() > 0}
+	for _, id := range c.quarantined.Sessions {
+		c.waiting[id] = true
+	}
+	for _, id := range last.Placed() {
+		c.session(id)
+	}
+	return c.leases, c.finish(maxNotPlanned, notes)
+}
+
+// leaseChecker is checkLeases' state.
+type leaseChecker struct {
+	first, last *Snapshot
+	elapsed     time.Duration
+	quarantined Quarantined
+	waiting     map[string]bool // the sessions that wait out the quarantine
+	live        bool            // some worker is live
+	probs       []Problem
+	lines       map[string]int // check -> problems found (lines or not)
+
+	leases, notPlanned, unowned int
+	notPlannedIDs               []string
+}
+
+// add reports a problem, up to MaxProblemLines lines per check.
+func (c *leaseChecker) add(check, detail string) {
+	c.lines[check]++
+	if c.lines[check] <= MaxProblemLines {
+		c.probs = append(c.probs, Problem{Check: check, Detail: detail, Count: 1})
+	}
+}
+
+// holding is session id's lease as s read it.
+func holding(s *Snapshot, id string) lease.Holding {
+	if f, ok := s.Sessions[id]; ok {
+		return f.Lease
+	}
+	return lease.Holding{}
+}
+
+// session checks one active placeable session.
+func (c *leaseChecker) session(id string) {
+	h := holding(c.last, id)
+	if h.Bad != nil {
+		c.add(CheckBadKey, fmt.Sprintf("session %s: its %s key %s: %s; nobody acquires it until the key is repaired or deleted by hand", id, h.Bad.Role, h.Bad.Key, h.Bad.Problem))
+	}
+	switch {
+	case h.Owner != "":
+		c.leases++
+		c.held(id, h)
+	case h.Bad != nil:
+	case c.waiting[id] && c.live: // waits, and says so in a note
+	case holding(c.first, id).Owner != "": // not at both reads
+	case !c.live:
+		c.unowned++
+	default:
+		c.add(CheckNoLease, fmt.Sprintf("session %s has no lease%s; planned owner %s", id, sinceText(c.elapsed), OrNobody(c.last.OwnerOf(id))))
+	}
+}
+
+// renewed reports whether the same acquisition held the lease at both
+// reads and its TTL was set again in between.
+func (c *leaseChecker) renewed(id string, h lease.Holding) bool {
+	h0 := holding(c.first, id)
+	return c.elapsed > 0 && h0.Owner == h.Owner && h.Remaining > h0.Remaining-c.elapsed+RenewSlack
+}
+
+// held checks the holder of a session's lease.
+func (c *leaseChecker) held(id string, h lease.Holding) {
+	o := c.last.HolderOf(h.Owner)
+	switch {
+	case !o.Live && c.renewed(id, h):
+		c.add(CheckHolderNotLive, fmt.Sprintf("session %s: lease held by %s, which is not live, yet renewed it during the check (it renews without heartbeating)",
+			id, HolderText(o.ID, o.Incarnation)))
+	case !o.Live:
+		c.add(CheckHolderNotLive, fmt.Sprintf("session %s: lease held by %s, which is not live (nobody polls it until it expires in %s)",
+			id, HolderText(o.ID, o.Incarnation), MsDuration(h.Remaining.Milliseconds())))
+	case !o.Current && c.renewed(id, h):
+		c.add(CheckDuplicateID, fmt.Sprintf("id %s: its heartbeat is incarnation %s, but incarnation %s renewed the lease of session %s during the check: two processes run with this id",
+			o.ID, c.last.Infos[o.ID].Incarnation, o.Incarnation, id))
+	case !o.Current:
+		c.add(CheckPrevious, fmt.Sprintf("session %s: lease held by a previous incarnation %s of %s (nobody polls it until it expires in %s)",
+			id, o.Incarnation, o.ID, MsDuration(h.Remaining.Milliseconds())))
+	case c.last.OwnerOf(id) != o.ID && holding(c.first, id).Owner == h.Owner && c.first.OwnerOf(id) != o.ID:
+		c.notPlanned++
+		if len(c.notPlannedIDs) < MaxProblemLines {
+			c.notPlannedIDs = append(c.notPlannedIDs, id)
 		}
 	}
-	holdingAt := func(s *Snapshot, id string) lease.Holding {
-		if f, ok := s.Sessions[id]; ok {
-			return f.Lease
-		}
-		return lease.Holding{}
+}
+
+// finish adds the lines that sum up, and the notes.
+func (c *leaseChecker) finish(maxNotPlanned int, notes *[]string) []Problem {
+	if len(c.quarantined.Sessions) > 0 && c.live {
+		*notes = append(*notes, CheckNoLease+": not counted: "+c.quarantined.Text())
 	}
-	// renewed: the same acquisition held the lease at both reads and its
-	// TTL was set again in between.
-	renewed := func(id string, h lease.Holding) bool {
-		h0 := holdingAt(first, id)
-		return elapsed > 0 && h0.Owner == h.Owner && h.Remaining > h0.Remaining-elapsed+RenewSlack
+	if c.unowned > 0 {
+		c.probs = append(c.probs, Problem{Check: CheckNoLease, Detail: fmt.Sprintf("no live worker: %d active sessions have no lease%s", c.unowned, sinceText(c.elapsed)), Count: c.unowned})
 	}
-	quarantined := last.Quarantined()
-	waiting := make(map[string]bool, len(quarantined.Sessions))
-	for _, id := range quarantined.Sessions {
-		waiting[id] = true
-	}
-	live := last.Members.Len() > 0
-	leases, notPlanned, unowned := 0, 0, 0
-	var notPlannedIDs []string
-	for _, id := range last.Active() {
-		if !last.Placeable(id) {
-			continue // unplaceable: reported as such
-		}
-		h := holdingAt(last, id)
-		if h.Bad != nil {
-			add(CheckBadKey, fmt.Sprintf("session %s: its %s key %s: %s; nobody acquires it until the key is repaired or deleted by hand", id, h.Bad.Role, h.Bad.Key, h.Bad.Problem))
-			if h.Owner == "" {
-				continue
-			}
-		}
-		if h.Owner == "" {
-			switch {
-			case waiting[id] && live: // waits, and says so in a note
-			case !live:
-				if holdingAt(first, id).Owner == "" {
-					unowned++
-				}
-			case holdingAt(first, id).Owner == "":
-				add(CheckNoLease, fmt.Sprintf("session %s has no lease%s; planned owner %s", id, sinceText(elapsed), OrNobody(last.OwnerOf(id))))
-			}
-			continue
-		}
-		leases++
-		o := last.HolderOf(h.Owner)
-		switch {
-		case !o.Live && renewed(id, h):
-			add(CheckHolderNotLive, fmt.Sprintf("session %s: lease held by %s, which is not live, yet renewed it during the check (it renews without heartbeating)",
-				id, HolderText(o.ID, o.Incarnation)))
-		case !o.Live:
-			add(CheckHolderNotLive, fmt.Sprintf("session %s: lease held by %s, which is not live (nobody polls it until it expires in %s)",
-				id, HolderText(o.ID, o.Incarnation), MsDuration(h.Remaining.Milliseconds())))
-		case !o.Current && renewed(id, h):
-			add(CheckDuplicateID, fmt.Sprintf("id %s: its heartbeat is incarnation %s, but incarnation %s renewed the lease of session %s during the check: two processes run with this id",
-				o.ID, last.Infos[o.ID].Incarnation, o.Incarnation, id))
-		case !o.Current:
-			add(CheckPrevious, fmt.Sprintf("session %s: lease held by a previous incarnation %s of %s (nobody polls it until it expires in %s)",
-				id, o.Incarnation, o.ID, MsDuration(h.Remaining.Milliseconds())))
-		case last.OwnerOf(id) != o.ID:
-			if holdingAt(first, id).Owner == h.Owner && first.OwnerOf(id) != o.ID {
-				notPlanned++
-				if len(notPlannedIDs) < MaxProblemLines {
-					notPlannedIDs = append(notPlannedIDs, id)
-				}
-			}
+	for _, check := range slices.Sorted(maps.Keys(c.lines)) {
+		if n := c.lines[check]; n > MaxProblemLines {
+			c.probs = append(c.probs, Problem{Check: check, Detail: fmt.Sprintf("and %d more", n-MaxProblemLines), Count: n - MaxProblemLines})
 		}
 	}
-	if len(quarantined.Sessions) > 0 && live {
-		*notes = append(*notes, CheckNoLease+": not counted: "+quarantined.Text())
+	if c.notPlanned == 0 {
+		return c.probs
 	}
-	if unowned > 0 {
-		probs = append(probs, Problem{Check: CheckNoLease, Detail: fmt.Sprintf("no live worker: %d active sessions have no lease%s", unowned, sinceText(elapsed)), Count: unowned})
+	text := fmt.Sprintf("%d leases held%s by a live worker the plan does not place them on (e.g. %s)", c.notPlanned, sinceText(c.elapsed), strings.Join(c.notPlannedIDs, ", "))
+	if maxNotPlanned >= 0 && c.notPlanned > maxNotPlanned {
+		c.probs = append(c.probs, Problem{Check: CheckNotPlanned, Detail: fmt.Sprintf("%s; at most %d allowed (--max-not-planned)", text, maxNotPlanned), Count: c.notPlanned})
+	} else {
+		*notes = append(*notes, CheckNotPlanned+": "+text)
 	}
-	for _, check := range slices.Sorted(maps.Keys(lines)) {
-		if n := lines[check]; n > MaxProblemLines {
-			probs = append(probs, Problem{Check: check, Detail: fmt.Sprintf("and %d more", n-MaxProblemLines), Count: n - MaxProblemLines})
-		}
-	}
-	if notPlanned > 0 {
-		text := fmt.Sprintf("%d leases held%s by a live worker the plan does not place them on (e.g. %s)", notPlanned, sinceText(elapsed), strings.Join(notPlannedIDs, ", "))
-		if maxNotPlanned >= 0 && notPlanned > maxNotPlanned {
-			probs = append(probs, Problem{Check: CheckNotPlanned, Detail: fmt.Sprintf("%s; at most %d allowed (--max-not-planned)", text, maxNotPlanned), Count: notPlanned})
-		} else {
-			*notes = append(*notes, CheckNotPlanned+": "+text)
-		}
-	}
-	return leases, probs
+	return c.probs
 }
 
 // Text says in one line why the sessions wait.

@@ -243,9 +243,20 @@ func (s *Snapshot) nextPoll(f *Facts, held bool) *NextPoll {
 // why says, from the facts alone, why the session is where it is: a
 // reason code and one sentence.
 func why(e Explanation) (reason, sentence string) {
-	l := e.Lease
+	if reason, sentence, ok := whyNobodyMay(e); ok {
+		return reason, sentence
+	}
+	if e.Lease == nil {
+		return whyUnowned(e)
+	}
+	return whyHeld(e)
+}
+
+// whyNobodyMay explains a session no worker may poll, ok false for one
+// some worker may.
+func whyNobodyMay(e Explanation) (reason, sentence string, ok bool) {
 	held := ""
-	switch {
+	switch l := e.Lease; {
 	case l == nil:
 	case l.Live && l.Current:
 		held = fmt.Sprintf("; %s still holds its lease and releases it at its next round (or it expires in %s)", l.Holder, MsDuration(l.ExpiresInMs))
@@ -254,18 +265,26 @@ func why(e Explanation) (reason, sentence string) {
 	}
 	switch {
 	case !e.Found:
-		return ReasonNotFound, "session not found: no definition is stored under this id" + held
+		return ReasonNotFound, "session not found: no definition is stored under this id" + held, true
 	case e.Malformed != "":
-		return ReasonMalformed, "no worker polls it: its stored definition is malformed (" + e.Malformed + ")" + held
+		return ReasonMalformed, "no worker polls it: its stored definition is malformed (" + e.Malformed + ")" + held, true
 	case e.Definition.Paused:
-		return ReasonPaused, "paused: no worker polls it" + held
+		return ReasonPaused, "paused: no worker polls it" + held, true
 	case e.BadKey != nil:
 		return ReasonBadKey, fmt.Sprintf("nobody acquires it: its %s key %s cannot be used (%s); repair or delete it by hand (pollworker never does)",
-			e.BadKey.Role, e.BadKey.Key, e.BadKey.Problem) + held
+			e.BadKey.Role, e.BadKey.Key, e.BadKey.Problem) + held, true
 	case e.NoMatchingWorker:
-		return ReasonNoMatchingWorker, fmt.Sprintf("no live worker matches its selector %s: nobody polls it until a worker whose --labels include it joins", e.Definition.Selector) + held
-	case l == nil:
-		return whyUnowned(e)
+		return ReasonNoMatchingWorker, fmt.Sprintf("no live worker matches its selector %s: nobody polls it until a worker whose --labels include it joins", e.Definition.Selector) + held, true
+	}
+	return "", "", false
+}
+
+// whyHeld explains an active session whose lease is held: by whom, and
+// what the workers' rules do next (the hold rule, cordons, the orphan
+// watcher, the settle rule).
+func whyHeld(e Explanation) (reason, sentence string) {
+	l := e.Lease
+	switch {
 	case !l.Live:
 		return ReasonHolderNotLive, fmt.Sprintf("nobody polls it: its lease is held by %s, which is not live (crashed or cut off without releasing); "+
 			"%s takes it when the lease expires in %s", l.Holder, OrNobody(e.Planned), MsDuration(l.ExpiresInMs))

@@ -208,6 +208,10 @@ func (p *Planner) Place(ms Members, weights []int, spaces map[string]*session.Sp
 	return pl, nil
 }
 
+// Plan is the placement of one space's buckets (package assign's Plan):
+// owner, orphan watcher, loads and caps per worker.
+type Plan = assign.Plan
+
 // Placement is where the buckets of every placement space go, for one set
 // of members and bucket weights: the default space (sessions without a
 // selector) and each selector's. It is immutable.

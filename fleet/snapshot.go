@@ -270,9 +270,6 @@ func (r *Reader) Read(ctx context.Context, ids ...string) (*Snapshot, error) {
 	if err := r.readLeases(ctx, s, ids); err != nil {
 		return nil, err
 	}
-	if err := r.readMarks(ctx, s, ids); err != nil {
-		return nil, err
-	}
 	if err := r.readBackoffs(ctx, s, ids); err != nil {
 		return nil, err
 	}
@@ -332,7 +329,9 @@ func problemText(p session.Problem) string {
 	return strings.TrimPrefix(p.Err.Error(), "get "+p.ID+": ")
 }
 
-// readLeases reads the leases of ids and then the server's clock.
+// readLeases reads the leases of ids, with their tokens and handoff marks
+// (lease.Holding: the fencing record, or the keys of the layout before it),
+// and then the server's clock.
 func (r *Reader) readLeases(ctx context.Context, s *Snapshot, ids []string) error {
 	if len(ids) > 0 {
 		hs, err := r.leases.Inspect(ctx, ids)
@@ -340,7 +339,11 @@ func (r *Reader) readLeases(ctx context.Context, s *Snapshot, ids []string) erro
 			return fmt.Errorf("fleet: %w", err)
 		}
 		for _, h := range hs {
-			s.Sessions[h.Session].Lease = h
+			f := s.Sessions[h.Session]
+			f.Lease, f.Token = h, h.Token
+			if !h.HandoffDue.IsZero() {
+				f.Mark = &lease.HandoffMark{NextPoll: h.HandoffDue}
+			}
 		}
 	}
 	now, err := r.client.Time(ctx).Result()
@@ -348,40 +351,6 @@ func (r *Reader) readLeases(ctx context.Context, s *Snapshot, ids []string) erro
 		return fmt.Errorf("fleet: read the server clock: %w", err)
 	}
 	s.ServerTime = now.UTC()
-	return nil
-}
-
-// readMarks reads the fencing counters and handoff marks of ids in one
-// pipeline. A key of the wrong type reads as none (Holding.Bad says so).
-func (r *Reader) readMarks(ctx context.Context, s *Snapshot, ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	fences := make([]*redis.StringCmd, len(ids))
-	marks := make([]*redis.StringCmd, len(ids))
-	_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			fences[i] = p.Get(ctx, r.keys.Fence(id))
-			marks[i] = p.Get(ctx, r.keys.Released(id))
-		}
-		return nil
-	})
-	for i, id := range ids {
-		f := s.Sessions[id]
-		for _, c := range []*redis.StringCmd{fences[i], marks[i]} {
-			if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "WRONGTYPE") {
-				return fmt.Errorf("fleet: read the fencing counter and handoff mark: %w", err)
-			}
-		}
-		if v, err := fences[i].Int64(); err == nil {
-			f.Token = v
-		}
-		if v, err := marks[i].Result(); err == nil {
-			if m, ok := lease.ParseHandoffMark(v); ok {
-				f.Mark = &m
-			}
-		}
-	}
 	return nil
 }
 

@@ -34,14 +34,14 @@ func BenchmarkRecord(b *testing.B) {
 	for i := range sessions {
 		sessions[i] = "s" + strconv.Itoa(i)
 	}
-	poll := func(i int) (results.Result, errClass) {
+	poll := func(i int) results.Result {
+		// A session's first poll is a change (Result.Changed).
 		r := results.Result{Session: sessions[i%len(sessions)], Worker: "w1", Token: 7, Status: 200,
-			Latency: 1200 * time.Microsecond, At: time.UnixMilli(1_700_000_000_000 + int64(i))}
+			Latency: 1200 * time.Microsecond, At: time.UnixMilli(1_700_000_000_000 + int64(i)), Changed: i < len(sessions)}
 		if i%101 == 100 { // a different session each time
-			r.Status, r.Error = 503, "httppoll: server error: 503 Service Unavailable"
-			return r, classServer
+			r.Status, r.Error, r.Changed = 503, "httppoll: server error: 503 Service Unavailable", true
 		}
-		return r, classOK
+		return r
 	}
 	cases := []struct {
 		name  string
@@ -83,7 +83,7 @@ func BenchmarkRecord(b *testing.B) {
 
 			b.ResetTimer()
 			for i := range b.N {
-				res, class := poll(i)
+				res := poll(i)
 				if bc.bare {
 					batch = append(batch, res)
 					if len(batch) == bc.batch {
@@ -93,7 +93,7 @@ func BenchmarkRecord(b *testing.B) {
 					}
 					continue
 				}
-				p.record(ctx, res, class)
+				p.record(ctx, res)
 			}
 			if bc.bare {
 				_, err = results.Write(ctx, c, keys, false, 100_000, batch)

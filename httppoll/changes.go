@@ -1,26 +1,26 @@
 package httppoll
 
-import (
-	"sync"
-)
+import "sync"
 
 // DefaultChangesMemory is the default of Config.ChangesMemory.
 const DefaultChangesMemory = 100_000
 
-// outcome is what RecordChanges compares between two polls of a session.
+// outcome is what a change of a session's response is judged on
+// (changeOf): the status (a 304 as the 200 it revalidates), the class of
+// failure, the ETag and the 2xx body's hash.
 type outcome struct {
-	token  int64
-	status int
-	class  errClass
+	status     int
+	class      string
+	etag, body string
 }
 
-// changes remembers the last recorded outcome of at most max sessions
-// (about 60 bytes each plus the id, which is shared with the session's
-// definition). When full, a new session evicts an arbitrary one (Go's map
-// iteration order), whose next poll is then recorded as if it were new: the
-// memory costs extra entries, never a missed change. The token is part of
-// the outcome, so the first poll under a new lease is always recorded: a
-// session that moves to another worker and back shows both moves.
+// changes remembers the last outcome of at most max sessions polled
+// without saved state (about 200 bytes each plus the id, which is shared
+// with the session's definition), to tell whether their response changed.
+// When full, a new session evicts an arbitrary one (Go's map iteration
+// order), whose next poll then counts as a change: the memory costs extra
+// changes, never a missed one. With saved state (PollState) the saved
+// State is compared instead, across handoffs.
 type changes struct {
 	max int
 

@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -43,30 +45,41 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// TestRecordChanges: only a new status, a new class of error or a new lease
-// is recorded; an unchanged poll writes nothing.
+// TestRecordChanges: only a new status, a new class of error, a new ETag
+// or a new body is recorded; an unchanged poll writes nothing, and neither
+// does another lease (a handoff is no change of the response).
 func TestRecordChanges(t *testing.T) {
 	f := newFixture(t)
 	var status atomic.Int64
+	var body atomic.Value
+	body.Store("a")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(int(status.Load()))
+		_, _ = io.WriteString(w, body.Load().(string))
 	}))
 	t.Cleanup(srv.Close)
 	p := newPoller(t, Config{Client: f.client, Record: results.RecordChanges})
 	s := sess(srv.URL, time.Second)
 
-	want := []string{}
-	for _, code := range []int{200, 200, 200, 503, 503, 200, 404, 404} {
-		status.Store(int64(code))
+	got := []string{}
+	for _, step := range []struct {
+		code int
+		body string
+	}{{200, "a"}, {200, "a"}, {200, "b"}, {200, "b"}, {503, "b"}, {503, "b"}, {200, "b"}, {404, "b"}, {404, "b"}} {
+		status.Store(int64(step.code))
+		body.Store(step.body)
 		_ = p.Poll(ctxT(t), s, f.lease)
 	}
 	for _, r := range recorded(t, f.client) {
-		want = append(want, r["status"].(string))
+		got = append(got, r["status"].(string)+"/"+r["changed"].(string))
 	}
-	require.Equal(t, []string{"200", "503", "200", "404"}, want)
+	require.Equal(t, []string{"200/1", "200/1", "503/1", "200/1", "404/1"}, got)
+	entries := recorded(t, f.client)
+	require.Equal(t, sha256Hex("a"), entries[0]["body_sha256"])
+	require.Equal(t, sha256Hex("b"), entries[1]["body_sha256"])
+	require.Empty(t, entries[2]["body_sha256"], "no content hash for a 5xx")
 
-	// Another lease (after a handoff and back): recorded once.
-	_ = p.Poll(ctxT(t), s, nil)
+	// Another lease (after a handoff and back): no change.
 	_ = p.Poll(ctxT(t), s, nil)
 	require.Len(t, recorded(t, f.client), 5)
 
@@ -79,6 +92,34 @@ func TestRecordChanges(t *testing.T) {
 	require.Len(t, recorded(t, f.client), 6)
 }
 
+// TestRecordBody: a result carries the first RecordBody bytes of the body,
+// of any status; without RecordBody, none.
+func TestRecordBody(t *testing.T) {
+	f := newFixture(t)
+	var status atomic.Int64
+	status.Store(200)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(status.Load()))
+		_, _ = io.WriteString(w, strings.Repeat("0123456789", 10_000)) // past MaxBodyBytes
+	}))
+	t.Cleanup(srv.Close)
+	p := newPoller(t, Config{Client: f.client, RecordBody: 12})
+	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+	status.Store(503)
+	require.Error(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+	entries := recorded(t, f.client)
+	require.Equal(t, "012345678901", entries[0]["body"])
+	require.Equal(t, sha256Hex(strings.Repeat("0123456789", 10_000)[:MaxBodyBytes]), entries[0]["body_sha256"])
+	require.Equal(t, "012345678901", entries[1]["body"])
+
+	p = newPoller(t, Config{Client: f.client})
+	require.Error(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+	require.NotContains(t, recorded(t, f.client)[2], "body")
+
+	_, err := New(Config{Client: f.client, Worker: "w1", RecordBody: MaxBodyBytes + 1})
+	require.ErrorContains(t, err, "RecordBody must be from 0 to 65536")
+}
+
 func TestRecordNone(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(srv.Close)
@@ -87,11 +128,11 @@ func TestRecordNone(t *testing.T) {
 }
 
 // TestChangesMemoryIsBounded: a full memory forgets one session per new
-// one; a forgotten session is recorded again (an extra entry, never a
-// missed change).
+// one; a forgotten session counts as changed again (an extra change, never
+// a missed one).
 func TestChangesMemoryIsBounded(t *testing.T) {
 	c := newChanges(2)
-	o := outcome{token: 1, status: 200}
+	o := outcome{status: 200, body: "ab"}
 	require.True(t, c.changed("a", o))
 	require.True(t, c.changed("b", o))
 	require.False(t, c.changed("a", o))
@@ -104,5 +145,5 @@ func TestChangesMemoryIsBounded(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, forgotten)
-	require.True(t, c.changed("c", outcome{token: 2, status: 200}), "a new lease")
+	require.True(t, c.changed("c", outcome{status: 200, body: "cd"}), "a new body")
 }

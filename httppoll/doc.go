@@ -3,12 +3,14 @@
 // default, Headers, Body) to its URL and records the results in capped
 // Redis streams (package results, whose Reader reads them back merged).
 //
-// Each request carries three headers, so that the target can tell who polls
+// Each request carries three headers (four for a scheduled session), so
+// that the target can tell who polls
 // and reject stale pollers; a session's headers never override them:
 //
 //	X-Poll-Session  the session id
 //	X-Poll-Worker   the worker id (Config.Worker)
 //	X-Poll-Token    the lease's fencing token, in decimal
+//	X-Poll-Slot     for a scheduled session, the slot's time (RFC 3339, UTC)
 //
 // # Guarantees
 //
@@ -41,8 +43,17 @@
 //   - With Config.Record results.RecordAll (the default) every poll,
 //     successful or not, adds one entry to a results stream (package
 //     results describes the format and the layout). With RecordChanges,
-//     only a poll whose status, class of error or lease differs from the
-//     session's last recorded one on this worker; with RecordNone, none.
+//     only a result that says the response changed; with RecordNone, none.
+//   - Each result says whether the response changed (results.Result.Changed):
+//     another status (a 304 stands for the 200 it revalidates), class of
+//     failure, ETag or 2xx body hash than the session's previous poll.
+//     With saved state (PollState) the previous poll is the saved State,
+//     whichever worker saved it, so a change is reported once across
+//     handoffs (a change is always saved at once); a session's first poll
+//     is a change. Without it (Poll), this Poller's memory of the session
+//     (Config.ChangesMemory) is compared. A result carries the content's
+//     hash (2xx and 304) and, with Config.RecordBody, the body's first
+//     bytes. A poll cut short by its lease ending is no change.
 //   - With a results.Recorder (what pollworker run uses), Poll never waits
 //     for Redis: it hands each result over and the Recorder writes them in
 //     batches. Without one, Poll writes its result with one XADD bounded

@@ -37,6 +37,9 @@ const (
 	HeaderSession = "X-Poll-Session"
 	HeaderWorker  = "X-Poll-Worker"
 	HeaderToken   = "X-Poll-Token"
+	// HeaderSlot carries, for a scheduled session, the slot the poll runs
+	// for (RFC 3339, UTC): with the token, what a target dedupes on.
+	HeaderSlot = "X-Poll-Slot"
 )
 
 // Defaults and limits of Config.
@@ -55,6 +58,8 @@ const (
 	DefaultIdleConnTimeout = 4 * time.Second
 	// SaveTimeout bounds saving one session's State.
 	SaveTimeout = 2 * time.Second
+	// DefaultProfileRecheck is the default of Config.ProfileRecheck.
+	DefaultProfileRecheck = 100 * time.Millisecond
 	// DefaultMaxRetryAfter is the default of Config.MaxRetryAfter.
 	DefaultMaxRetryAfter = 10 * time.Minute
 )
@@ -95,9 +100,16 @@ type Config struct {
 	// Record says which results are recorded: RecordAll (the default),
 	// RecordChanges or RecordNone.
 	Record results.RecordMode
-	// ChangesMemory bounds the sessions whose last outcome RecordChanges
-	// remembers (see RecordChanges). Default DefaultChangesMemory.
+	// ChangesMemory bounds the sessions whose last outcome this Poller
+	// remembers for the polls without saved state (Poll), to tell whether
+	// their response changed (results.Result.Changed). Default
+	// DefaultChangesMemory.
 	ChangesMemory int
+	// RecordBody is how many bytes of each response body a result carries
+	// (results.Result.Body), from 0 (the default: none) to MaxBodyBytes.
+	// Each result then costs up to that much more Redis memory in the
+	// results streams.
+	RecordBody int
 	// Keys names the results stream; the zero value uses the default
 	// prefixes.
 	Keys keyspace.Space
@@ -162,6 +174,11 @@ type Config struct {
 	// ParseProfiles). A session whose profile is not here is not polled:
 	// its polls fail with a *ProfileError without sending anything.
 	Profiles map[string]Profile
+	// ProfileRecheck is how often at most a profile's file is checked for
+	// a change (one stat): a rotated file is used by the polls that start
+	// this long after it changed. Default DefaultProfileRecheck (100ms);
+	// negative checks at every poll.
+	ProfileRecheck time.Duration
 	// MaxRetryAfter bounds how long a target answering 429 or 503 with
 	// Retry-After (seconds or an HTTP date) is left alone: the poll fails
 	// with a poller.RetryAfterError and the session's next poll is not
@@ -179,12 +196,13 @@ type Config struct {
 // HTTP transport keeps idle connections, see CloseIdleConnections) and is
 // safe for concurrent use.
 type Poller struct {
-	cfg      Config
-	log      *zap.Logger
-	changes  *changes   // RecordChanges only
-	hosts    *hostLimit // nil without a per-host bound
-	profiles *profiles
-	stats    stats
+	cfg         Config
+	log         *zap.Logger
+	changes     *changes   // the last outcomes of the polls without saved state
+	hosts       *hostLimit // nil without a per-host bound
+	profiles    *profiles
+	transitions transitionLog
+	stats       stats
 
 	recordLog failurelog.Log // synchronous XADDs (no Recorder)
 	saveLog   failurelog.Log // Saves failing with a Redis error
@@ -221,6 +239,9 @@ func New(cfg Config) (*Poller, error) {
 		cfg.ChangesMemory = DefaultChangesMemory
 	case cfg.ChangesMemory < 0:
 		return nil, fmt.Errorf("%w: ChangesMemory must be positive, got %d", ErrConfig, cfg.ChangesMemory)
+	}
+	if cfg.RecordBody < 0 || cfg.RecordBody > MaxBodyBytes {
+		return nil, fmt.Errorf("%w: RecordBody must be from 0 to %d, got %d", ErrConfig, MaxBodyBytes, cfg.RecordBody)
 	}
 	if err := cfg.Keys.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: Keys: %w", ErrConfig, err)
@@ -299,15 +320,17 @@ func New(cfg Config) (*Poller, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	profiles, err := newProfiles(cfg.Worker, cfg.Profiles, base, cfg.HTTP.CheckRedirect)
+	if cfg.ProfileRecheck == 0 {
+		cfg.ProfileRecheck = DefaultProfileRecheck
+	}
+	profiles, err := newProfiles(cfg.Worker, cfg.Profiles, cfg.ProfileRecheck, base, cfg.HTTP.CheckRedirect)
 	if err != nil {
 		return nil, err
 	}
 	p := &Poller{cfg: cfg, log: cfg.Logger.With(zap.String("worker", cfg.Worker)), profiles: profiles,
-		recordLog: failurelog.Log{What: "recording poll results"}, saveLog: failurelog.Log{What: "saving session state"}}
-	if cfg.Record == results.RecordChanges {
-		p.changes = newChanges(cfg.ChangesMemory)
-	}
+		transitions: transitionLog{every: DefaultTransitionLogEvery, last: map[string]time.Time{}, open: map[string]bool{}},
+		recordLog:   failurelog.Log{What: "recording poll results"}, saveLog: failurelog.Log{What: "saving session state"},
+		changes: newChanges(cfg.ChangesMemory)}
 	if cfg.MaxPerHost > 0 {
 		p.hosts = newHostLimit(cfg.MaxPerHost)
 	}
@@ -386,16 +409,30 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 	if l != nil {
 		token = l.Token()
 	}
-	res := results.Result{Session: s.ID, Worker: p.cfg.Worker, Token: token, Status: resp.status, Latency: latency, At: start}
+	res := results.Result{Session: s.ID, Worker: p.cfg.Worker, Token: token, Status: resp.status, Latency: latency, At: start,
+		Body: resp.body}
 	if err != nil {
 		res.Error = err.Error()
 	}
-	p.record(ctx, res, class)
-	if class != classCanceled {
+	if class == classCanceled { // no observation of the target: no change
+		p.record(ctx, res)
+	} else {
 		next, outcomeChanged := p.next(prev, hadPrev, s, resp, class, start, latency)
+		if err != nil {
+			next.Message = cutMessage(err.Error())
+		}
 		if hadPrev && outcomeChanged { // hadPrev: a saved state, so st is set
 			p.stats.changes.Add(1)
 		}
+		p.transitions.log(p.log, s.ID, prev, next, p.cfg.Clock.Now())
+		res.BodySHA256 = contentHash(next)
+		switch {
+		case st != nil: // against the saved state, whoever saved it
+			res.Changed = !hadPrev || outcomeChanged
+		default: // against this Poller's memory
+			res.Changed = p.changes.changed(s.ID, changeOf(next))
+		}
+		p.record(ctx, res)
 		if p.cfg.Failures != nil {
 			p.cfg.Failures.Update(s.ID, l, next)
 		}
@@ -457,7 +494,7 @@ func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response
 	if !hadPrev { // else previous checked that prev.URLHash is s.URL's
 		next.URLHash = urlHash(s.URL)
 	}
-	next.Status, next.Error = resp.status, class.String()
+	next.Status, next.Error, next.Message = resp.status, class.String(), ""
 	next.LatencyMS = float64(latency.Microseconds()) / 1000
 	if resp.status >= 200 && resp.status < 300 || resp.status == http.StatusNotModified {
 		// Only successful answers carry validators worth keeping; a 304
@@ -489,17 +526,28 @@ func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response
 }
 
 // changed reports whether a poll's outcome differs from the saved one in
-// what State.Changed tracks: the status, the error class or the body. A
-// 304 says the content is the 200 the validators came from, so 200 and
-// 304 are the same outcome.
-func changed(prev, next State) bool {
-	content := func(status int) int {
-		if status == http.StatusNotModified {
-			return http.StatusOK
-		}
-		return status
+// what State.Changed and results.Result.Changed track: the status, the
+// error class, the ETag or the body (changeOf).
+func changed(prev, next State) bool { return changeOf(prev) != changeOf(next) }
+
+// changeOf is what a change of a session's response is judged on. A 304
+// says the content is the 200 the validators came from, so 200 and 304
+// are the same outcome.
+func changeOf(st State) outcome {
+	status := st.Status
+	if status == http.StatusNotModified {
+		status = http.StatusOK
 	}
-	return content(prev.Status) != content(next.Status) || prev.Error != next.Error || prev.BodySHA256 != next.BodySHA256
+	return outcome{status: status, class: st.Error, etag: st.ETag, body: st.BodySHA256}
+}
+
+// contentHash is results.Result.BodySHA256 of a poll that left the
+// session in st: the hash of the content for a 2xx or a 304, else "".
+func contentHash(st State) string {
+	if st.Status >= 200 && st.Status < 300 || st.Status == http.StatusNotModified {
+		return st.BodySHA256
+	}
+	return ""
 }
 
 // save saves next as s's state through st, within SaveTimeout, and logs
@@ -543,7 +591,8 @@ func (p *Poller) Profiles() []string { return p.profiles.list() }
 type response struct {
 	status             int           // 0 when no response arrived
 	etag, lastModified string        // validators, "" if absent or too long
-	bodyHash           string        // hex SHA-256 of the body read, when asked for
+	bodyHash           string        // hex SHA-256 of a 2xx body read
+	body               string        // its first Config.RecordBody bytes
 	retryAfter         time.Duration // of a 429 or 503, bounded by MaxRetryAfter; 0 if none
 }
 
@@ -590,6 +639,9 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	if l != nil {
 		req.Header.Set(HeaderToken, strconv.FormatInt(l.Token(), 10))
 	}
+	if slot, ok := poller.SlotOf(ctx); ok {
+		req.Header.Set(HeaderSlot, slot.UTC().Format(time.RFC3339))
+	}
 	// A traced poll (poller.Config.TracerProvider) sends its span as the
 	// W3C traceparent, so the target's own spans join the poll.
 	traced := trace.SpanContextFromContext(ctx).IsValid()
@@ -632,26 +684,55 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		out.retryAfter = retryAfter(resp.Header.Get("Retry-After"), p.cfg.Clock.Now(), p.cfg.MaxRetryAfter)
 	}
-	respBody := io.LimitReader(resp.Body, MaxBodyBytes)
-	var h hash.Hash
-	if conditional && resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		// Only a 2xx body is kept (State.BodySHA256). A pooled buffer:
-		// io.Copy into a hash would allocate 32 KiB per poll.
-		h = sha256.New()
-		buf := copyBufs.Get().(*[]byte)
-		_, err = io.CopyBuffer(h, respBody, *buf)
-		copyBufs.Put(buf)
-	} else {
-		_, err = io.Copy(io.Discard, respBody)
-	}
-	_ = resp.Body.Close()
+	out.body, out.bodyHash, err = p.readBody(resp)
 	if err != nil {
 		return out, fmt.Errorf("read body: %w", withoutURL(err))
 	}
-	if h != nil {
-		out.bodyHash = hex.EncodeToString(h.Sum(nil))
-	}
 	return out, nil
+}
+
+// readBody reads at most MaxBodyBytes of resp's body and closes it. It
+// returns the first Config.RecordBody bytes, and the hex SHA-256 of what
+// it read when the status is 2xx (only a 2xx body is content:
+// State.BodySHA256).
+func (p *Poller) readBody(resp *http.Response) (head, sum string, err error) {
+	defer func() { _ = resp.Body.Close() }()
+	var w io.Writer = io.Discard
+	var h hash.Hash
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		h = sha256.New()
+		w = h
+	}
+	var kept *headBuffer
+	if p.cfg.RecordBody > 0 {
+		kept = &headBuffer{max: p.cfg.RecordBody}
+		w = io.MultiWriter(w, kept)
+	}
+	// A pooled buffer: io.Copy into a hash would allocate 32 KiB per poll.
+	buf := copyBufs.Get().(*[]byte)
+	_, err = io.CopyBuffer(w, io.LimitReader(resp.Body, MaxBodyBytes), *buf)
+	copyBufs.Put(buf)
+	if h != nil {
+		sum = hex.EncodeToString(h.Sum(nil))
+	}
+	if kept != nil {
+		head = string(kept.b)
+	}
+	return head, sum, err
+}
+
+// headBuffer keeps the first max bytes written to it and takes the rest
+// without keeping it.
+type headBuffer struct {
+	b   []byte
+	max int
+}
+
+func (hb *headBuffer) Write(p []byte) (int, error) {
+	if room := hb.max - len(hb.b); room > 0 {
+		hb.b = append(hb.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
 }
 
 // copyBufs are the buffers that response bodies are hashed through.
@@ -666,14 +747,15 @@ func bounded(v string, max int) string {
 }
 
 // record hands res to the Recorder, or writes it at once without one, as
-// the record mode says. A synchronous write runs under a context that
+// the record mode says: RecordChanges records only a result that says the
+// response changed. A synchronous write runs under a context that
 // keeps ctx's values but not its cancellation, bounded by RecordTimeout, so
 // that the result of a poll cut short by a lost lease is recorded too.
-func (p *Poller) record(ctx context.Context, res results.Result, class errClass) {
+func (p *Poller) record(ctx context.Context, res results.Result) {
 	switch {
 	case p.cfg.Record == results.RecordNone:
 		return
-	case p.changes != nil && !p.changes.changed(res.Session, outcome{token: res.Token, status: res.Status, class: class}):
+	case p.cfg.Record == results.RecordChanges && !res.Changed:
 		if p.cfg.Recorder != nil {
 			p.cfg.Recorder.Unchanged()
 		}

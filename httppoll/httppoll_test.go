@@ -198,8 +198,8 @@ func TestPollSendsHeadersAndRecords(t *testing.T) {
 
 	require.Equal(t, []map[string]any{{
 		"session": "s1", "worker": "w1", "token": strconv.FormatInt(f.lease.Token(), 10), "status": "200",
-		"latency_ms": "0.000", "error": "", "at": "1893553445000",
-	}}, recorded(t, f.client))
+		"latency_ms": "0.000", "error": "", "at": "1893553445000", "changed": "1", "body_sha256": sha256Hex("ok"),
+	}}, recorded(t, f.client), "a session's first poll is a change")
 }
 
 func TestPollStatus(t *testing.T) {

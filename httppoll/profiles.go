@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -33,7 +34,9 @@ import (
 //
 // Files are read when a poll needs them and read again when they change
 // (size, modification time or the file itself, as a Kubernetes secret
-// update swaps it), so a rotated token is used from the next poll. A file
+// update swaps it), checked at most every Config.ProfileRecheck (100ms),
+// so a rotated token is used from the next poll that starts 100ms or more
+// after the rotation. A file
 // that cannot be read, is empty, or an unset variable fails the polls of
 // the profile's sessions with an error naming the profile and the file or
 // variable; the request is never sent without its credentials.
@@ -173,6 +176,15 @@ func validateProfile(name string, p Profile) error {
 	return nil
 }
 
+// ProfileLabelValue is the value of a worker's ProfileLabel.
+const ProfileLabelValue = "yes"
+
+// ProfileLabel is the label key by which a worker announces it has profile
+// name (pollworker run adds "profile/<name>=yes" to its --labels): a
+// session whose --selector includes it is placed only on such workers,
+// and sessions add/apply warn when no live worker has it.
+func ProfileLabel(name string) string { return "profile/" + name }
+
 // ProfileError is returned (wrapped) by a poll whose profile cannot be
 // applied: unknown on this worker, or a file or variable it needs cannot
 // be read. The request is not sent. It never holds a secret.
@@ -200,7 +212,7 @@ type profiles struct {
 // newProfiles prepares ps; base is the transport TLS profiles clone (nil
 // when the Poller's client has no *http.Transport: then a TLS profile is
 // a configuration error).
-func newProfiles(worker string, ps map[string]Profile, base *http.Transport, redirect func(*http.Request, []*http.Request) error) (*profiles, error) {
+func newProfiles(worker string, ps map[string]Profile, recheck time.Duration, base *http.Transport, redirect func(*http.Request, []*http.Request) error) (*profiles, error) {
 	out := &profiles{worker: worker, byName: make(map[string]*liveProfile, len(ps)), names: strings.Join(slices.Sorted(maps.Keys(ps)), ", ")}
 	for _, name := range slices.Sorted(maps.Keys(ps)) {
 		p := ps[name]
@@ -209,16 +221,16 @@ func newProfiles(worker string, ps map[string]Profile, base *http.Transport, red
 		}
 		lp := &liveProfile{name: name, p: p}
 		if p.BearerTokenFile != "" {
-			lp.bearer = &watchedFile{path: p.BearerTokenFile}
+			lp.bearer = &watchedFile{path: p.BearerTokenFile, recheck: recheck}
 		}
 		if p.BasicAuth != nil {
-			lp.password = &watchedFile{path: p.BasicAuth.PasswordFile}
+			lp.password = &watchedFile{path: p.BasicAuth.PasswordFile, recheck: recheck}
 		}
 		for _, h := range slices.Sorted(maps.Keys(p.Headers)) {
 			v := p.Headers[h]
 			hv := headerValue{name: http.CanonicalHeaderKey(h), value: v.Value, env: v.Env}
 			if v.File != "" {
-				hv.file = &watchedFile{path: v.File}
+				hv.file = &watchedFile{path: v.File, recheck: recheck}
 			}
 			lp.headers = append(lp.headers, hv)
 		}
@@ -227,7 +239,8 @@ func newProfiles(worker string, ps map[string]Profile, base *http.Transport, red
 				return nil, fmt.Errorf("%w: Profiles: profile %s has tls settings, which need Config.HTTP's Transport to be an *http.Transport", ErrConfig, name)
 			}
 			lp.tls = &tlsClient{files: *p.TLS, base: base, redirect: redirect,
-				ca: watchedFile{path: p.TLS.CAFile}, cert: watchedFile{path: p.TLS.CertFile}, key: watchedFile{path: p.TLS.KeyFile}}
+				ca: watchedFile{path: p.TLS.CAFile, recheck: recheck}, cert: watchedFile{path: p.TLS.CertFile, recheck: recheck},
+				key: watchedFile{path: p.TLS.KeyFile, recheck: recheck}}
 		}
 		out.byName[name] = lp
 	}
@@ -317,11 +330,13 @@ func (lp *liveProfile) apply(req *http.Request) (*http.Client, error) {
 
 // watchedFile is a file read again when it changes.
 type watchedFile struct {
-	path string
+	path    string
+	recheck time.Duration // stat at most this often; <= 0: at every read
 
-	mu    sync.Mutex
-	info  os.FileInfo // of the last successful read; nil before
-	value string
+	mu      sync.Mutex
+	info    os.FileInfo // of the last successful read; nil before
+	value   string
+	checked time.Time // of the last stat that found info current
 }
 
 // read returns the file's contents, white space trimmed, reading it again
@@ -334,6 +349,14 @@ func (f *watchedFile) read() (string, error) {
 
 // readChanged is read, and whether the contents were (re)read.
 func (f *watchedFile) readChanged() (string, bool, error) {
+	now := time.Now()
+	f.mu.Lock()
+	if f.info != nil && f.recheck > 0 && now.Sub(f.checked) < f.recheck {
+		v := f.value
+		f.mu.Unlock()
+		return v, false, nil
+	}
+	f.mu.Unlock()
 	fi, err := os.Stat(f.path)
 	if err != nil {
 		return "", false, fileError(f.path, err)
@@ -341,6 +364,7 @@ func (f *watchedFile) readChanged() (string, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.info != nil && os.SameFile(fi, f.info) && fi.Size() == f.info.Size() && fi.ModTime().Equal(f.info.ModTime()) {
+		f.checked = now
 		return f.value, false, nil
 	}
 	b, err := os.ReadFile(f.path)
@@ -353,7 +377,7 @@ func (f *watchedFile) readChanged() (string, bool, error) {
 		f.info = nil
 		return "", false, fmt.Errorf("file %s is empty", f.path)
 	}
-	f.info, f.value = fi, v
+	f.info, f.value, f.checked = fi, v, now
 	return v, true, nil
 }
 

@@ -108,7 +108,7 @@ func TestProfileCredentials(t *testing.T) {
 	t.Setenv("HTTPPOLL_TEST_KEY", "env-1")
 	f := newFixture(t)
 	ht := newHeaderTarget(t, false)
-	p := newPoller(t, Config{Client: f.client, Profiles: map[string]Profile{
+	p := newPoller(t, Config{Client: f.client, ProfileRecheck: -1, Profiles: map[string]Profile{
 		"api": {BearerTokenFile: token, Headers: map[string]SecretValue{
 			"X-Api-Key": {File: key}, "X-Env": {Env: "HTTPPOLL_TEST_KEY"}, "X-Plain": {Value: "plain"}}},
 		"basic": {BasicAuth: &BasicAuth{Username: "bot", PasswordFile: pw}},
@@ -187,7 +187,7 @@ func TestProfileTLS(t *testing.T) {
 	ca := filepath.Join(dir, "ca.pem")
 	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ht.srv.Certificate().Raw})))
 	f := newFixture(t)
-	p := newPoller(t, Config{Client: f.client, Profiles: map[string]Profile{"private": {TLS: &TLSFiles{CAFile: ca}}}})
+	p := newPoller(t, Config{Client: f.client, ProfileRecheck: -1, Profiles: map[string]Profile{"private": {TLS: &TLSFiles{CAFile: ca}}}})
 	s := sess(ht.srv.URL, time.Second)
 
 	err := p.Poll(ctxT(t), s, f.lease)

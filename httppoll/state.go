@@ -25,6 +25,9 @@ const (
 	// MaxLastModifiedBytes is the longest Last-Modified kept (an HTTP date
 	// has 29 bytes).
 	MaxLastModifiedBytes = 64
+	// MaxMessageBytes is the longest State.Message kept; a longer one is
+	// cut.
+	MaxMessageBytes = 300
 )
 
 // DefaultStateRefresh is the default of Config.StateRefresh.
@@ -68,6 +71,12 @@ type State struct {
 	// session's profile is unknown on the worker, or a file of it cannot
 	// be read), "redirect" (a redirect not followed) or "other".
 	Error string `json:"error,omitempty"`
+	// Message ("message") is the last poll's error message when it failed
+	// ("httppoll: unexpected status: 401 Unauthorized (expect 200-399)",
+	// "dial tcp 10.0.0.7:443: connect: connection refused"), at most
+	// MaxMessageBytes; "" after a success. It never holds the URL (which
+	// may hold credentials) nor a profile's secrets.
+	Message string `json:"message,omitempty"`
 	// LatencyMS ("latency_ms") is how long that poll took, in milliseconds.
 	LatencyMS float64 `json:"latency_ms"`
 	// ETag ("etag") and LastModified ("last_modified") are the validators
@@ -92,9 +101,9 @@ type State struct {
 	// FailingSince ("failing_since") is when the first of those failures
 	// started; zero while Failures is 0.
 	FailingSince time.Time `json:"failing_since,omitzero"`
-	// Changed ("changed") is when the status, the error class or the body
-	// hash last changed (the first poll of a session sets it); 200 and
-	// 304 count as the same status.
+	// Changed ("changed") is when the status, the error class, the ETag
+	// or the body hash last changed (the first poll of a session sets
+	// it); 200 and 304 count as the same status.
 	Changed time.Time `json:"changed"`
 	// BackoffMS ("backoff_ms") is how much longer than its interval the
 	// coordinator waits after this many failures (Config.ErrorBackoff:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -341,4 +342,51 @@ func TestGarbageStateStartsAfresh(t *testing.T) {
 			require.Equal(t, 1, slot.saveCount())
 		})
 	}
+}
+
+// TestChangedAcrossHandoffs: a result's Changed compares against the
+// session's saved state, whoever saved it: the next holder of a session
+// (another Poller, the same slot) does not report the content its
+// predecessor saw as a change, and reports a new body, a new ETag (a 304
+// to the new validator is the same content) and a new status once each.
+func TestChangedAcrossHandoffs(t *testing.T) {
+	f := newFixture(t)
+	tg := newTarget(t)
+	slot := &fakeSlot{}
+	w1 := newPoller(t, Config{Client: f.client, Worker: "w1"})
+	w2 := newPoller(t, Config{Client: f.client, Worker: "w2"})
+	s := sess(tg.URL, time.Second)
+	steps := []struct {
+		by   *Poller
+		set  func(tg *target)
+		want string // changed, then the content hash
+	}{
+		{by: w1, want: "1 " + sha256Hex("one")},                                             // the first poll
+		{by: w1, want: "0 " + sha256Hex("one")},                                             // the same
+		{by: w2, want: "0 " + sha256Hex("one")},                                             // handed off: still the same
+		{by: w2, set: func(tg *target) { tg.body = "two" }, want: "1 " + sha256Hex("two")},  // a new body
+		{by: w1, want: "0 " + sha256Hex("two")},                                             // back to w1: the same
+		{by: w1, set: func(tg *target) { tg.etag = `"e2"` }, want: "1 " + sha256Hex("two")}, // a new ETag
+		{by: w2, want: "0 " + sha256Hex("two")},                                             // a 304 to it
+		{by: w2, set: func(tg *target) { tg.etag, tg.status = "", 500 }, want: "1 "},        // a new status
+		{by: w1, want: "0 "}, // the same failure
+	}
+	for i, step := range steps {
+		if step.set != nil {
+			tg.set(step.set)
+		}
+		_ = step.by.poll(ctxT(t), s, nil, slot)
+		entries := recorded(t, f.client)
+		require.Len(t, entries, i+1)
+		got := entries[i]["changed"].(string) + " " + entries[i]["body_sha256"].(string)
+		require.Equal(t, step.want, got, "step %d", i)
+	}
+	require.Equal(t, http.StatusNotModified, statusOf(t, recorded(t, f.client)[6]), "step 6 was a 304")
+}
+
+func statusOf(t *testing.T, entry map[string]any) int {
+	t.Helper()
+	n, err := strconv.Atoi(entry["status"].(string))
+	require.NoError(t, err)
+	return n
 }

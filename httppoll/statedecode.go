@@ -79,6 +79,8 @@ func (d *fastDecoder) field(st *State, key []byte) bool {
 		st.Status, ok = d.int()
 	case "error":
 		st.Error, ok = d.string()
+	case "message":
+		st.Message, ok = d.string()
 	case "latency_ms":
 		st.LatencyMS, ok = d.float()
 	case "etag":

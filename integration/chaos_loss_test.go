@@ -176,11 +176,11 @@ func (c *cluster) evictCounters() {
 	del := func() {
 		keys := make([]string, 0, len(c.active))
 		for id := range c.active {
-			keys = append(keys, keyspace.Space{}.Fence(id))
+			keys = append(keys, keyspace.Space{}.Fencing(id))
 		}
 		n, err := c.admin.Del(ctx, keys...).Result()
 		require.NoError(c.t, err)
-		c.logf("DEL of %d fencing counters under held leases", n)
+		c.logf("DEL of %d fencing records under held leases", n)
 	}
 	del()
 	w := c.victim()

@@ -374,7 +374,7 @@ func (c *cluster) put(id string) {
 func (c *cluster) addSession() {
 	c.seq++
 	id := "s" + strconv.Itoa(c.seq)
-	require.NoError(c.t, c.admin.Set(context.Background(), keyspace.Space{}.Fence(id), c.rng.IntN(1000), 0).Err())
+	require.NoError(c.t, c.admin.HSet(context.Background(), keyspace.Space{}.Fencing(id), keyspace.FieldToken, c.rng.IntN(1000)).Err())
 	c.put(id)
 	c.active[id] = time.Now()
 }

@@ -477,7 +477,7 @@ func newGenWorld(t *testing.T, seed uint64, iteration int, rng *rand.Rand, slack
 		id := w.newID()
 		// A counter that has run for a while: a reset shows as a token
 		// going back instead of hiding behind token 1 issued twice.
-		require.NoError(t, w.admin.Set(context.Background(), keyspace.Space{}.Fence(id), 1+rng.IntN(1000), 0).Err())
+		require.NoError(t, w.admin.HSet(context.Background(), keyspace.Space{}.Fencing(id), keyspace.FieldToken, 1+rng.IntN(1000)).Err())
 		w.sessions[id] = &genSession{id: id, url: w.rec.URL + "/" + id, interval: chaosInterval}
 	}
 	w.apply(w.file(nil, false), false)
@@ -1055,12 +1055,15 @@ func plantSessionKey(which string) func(*genWorld, *genStep) {
 		key, repairCost := keys.Lease(id), genFailover
 		switch which {
 		case "fence":
-			key, repairCost = keys.Fence(id), genLoss
+			key, repairCost = keys.Fencing(id), genLoss
 		case "state":
 			key = keys.State(id)
 		}
 		plantAt := time.Now()
 		how := plantHash
+		if which == "fence" {
+			how = plantString // the fencing record is a hash: a string is of the wrong type
+		}
 		if which == "state" {
 			// A garbage string or a hash with garbage fields (issue 22
 			// item 8).
@@ -1265,9 +1268,9 @@ func (w *genWorld) doHugeFence(st *genStep) {
 	if _, ok := w.fenceRaised[id]; !ok {
 		w.fenceRaised[id] = time.Now().Add(-2 * fenceLookupTimeout)
 	}
-	require.NoError(w.t, w.admin.Set(context.Background(), keyspace.Space{}.Fence(id), v, 0).Err())
+	require.NoError(w.t, w.admin.HSet(context.Background(), keyspace.Space{}.Fencing(id), keyspace.FieldToken, v).Err())
 	w.exempt = append(w.exempt, exemptWindow{session: id, from: time.Now()})
-	w.planted = append(w.planted, keyspace.Space{}.Fence(id))
+	w.planted = append(w.planted, keyspace.Space{}.Fencing(id))
 	st.note = fmt.Sprintf("%s = %d", id, v)
 }
 

@@ -101,7 +101,7 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var fence int64
 	if rec.fence != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), fenceLookupTimeout)
-		fence, _ = rec.fence.Get(ctx, rec.keys.Fence(s)).Int64()
+		fence, _ = rec.fence.HGet(ctx, rec.keys.Fencing(s), keyspace.FieldToken).Int64()
 		cancel()
 	}
 	// The poll's own duration (not a wait for a condition); it ends early

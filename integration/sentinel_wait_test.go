@@ -84,11 +84,10 @@ var acquireScript = redis.NewScript(lua.Acquire)
 // acquireArgs are the keys and arguments of acquire.lua for sessions.
 func acquireArgs(sessions []string, owner string, ttl time.Duration) (keys []string, args []any) {
 	var ks keyspace.Space
-	args = []any{ttl.Milliseconds()}
+	args = []any{ttl.Milliseconds(), 0, ""} // no loss marker, quarantine or masters
 	for _, s := range sessions {
-		// The lease, its fencing counter and its handoff mark (see
-		// acquire.lua).
-		keys = append(keys, ks.Lease(s), ks.Fence(s), ks.Released(s))
+		// The lease and its fencing record (see acquire.lua).
+		keys = append(keys, ks.Lease(s), ks.Fencing(s))
 		args = append(args, owner+"#"+s)
 	}
 	return keys, args
@@ -300,7 +299,7 @@ func TestSentinelFailoverFencing(t *testing.T) {
 	// it) and the counter is back at prev; yet w3's token is above w2's,
 	// since tokens are minted from the clock as well (lease/doc.go).
 	require.EqualValues(t, 0, r.Exists(ctx, ks.Lease("lost")).Val(), "the promoted replica never saw w2's lease")
-	fence, err := r.Get(ctx, ks.Fence("lost")).Int64()
+	fence, err := r.HGet(ctx, ks.Fencing("lost"), keyspace.FieldToken).Int64()
 	require.NoError(t, err)
 	require.Equal(t, prev[0], fence, "the increment of the unreplicated acquisition is lost")
 	again, _, err := acquire(ctx, r, []string{"lost"}, "w3", 0)

@@ -76,7 +76,7 @@ func TestStaleHolderCannotOverwriteSuccessorState(t *testing.T) {
 	require.NoError(t, err)
 	victim := lease.HolderOf(owner)
 	require.Contains(t, workers, victim)
-	oldTok, err := admin.Get(ctx, keyspace.Space{}.Fence(ids[0])).Int64()
+	oldTok, err := admin.HGet(ctx, keyspace.Space{}.Fencing(ids[0]), keyspace.FieldToken).Int64()
 	require.NoError(t, err)
 	t.Logf("SIGSTOP %s (holder of %s, token %d) for %v", victim, ids[0], oldTok, 2*chaosTTL)
 	workers[victim].signal(t, syscall.SIGSTOP)
@@ -137,7 +137,7 @@ func statesCurrent(t *testing.T, c *redis.Client, ids []string) bool {
 	t.Helper()
 	ctx := context.Background()
 	for _, id := range ids {
-		fence, err := c.Get(ctx, keyspace.Space{}.Fence(id)).Result()
+		fence, err := c.HGet(ctx, keyspace.Space{}.Fencing(id), keyspace.FieldToken).Result()
 		if err != nil {
 			return false
 		}

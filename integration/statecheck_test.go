@@ -14,16 +14,17 @@ func TestParseMonitorLine(t *testing.T) {
 		want StateEvent
 		ok   bool
 	}{
-		{"mint", `+1795482626.575300 [0 lua] "SET" "poll:fence:{s1}" "1795482626575300"`,
+		{"mint", `+1795482626.575300 [0 lua] "HSET" "poll:fencing:{s1}" "token" "1795482626575300"`,
 			StateEvent{Session: "s1", Kind: StateMint, Token: 1795482626575300}, true},
 		{"save with escaped data", `+1795482626.575370 [0 lua] "HSET" "poll:state:{a:b}" "data" "{\"v\":1,\"x\":\"\\n\xff\"}" "token" "42" "saved" "1" "polled" "0"`,
 			StateEvent{Session: "a:b", Kind: StateSave, Token: 42}, true},
 		{"a save call", `+1795482626.575300 [0 127.0.0.1:5000] "evalsha" "` + stateSaveSHA + `" "2" "poll:lease:{s1}" "poll:state:{s1}" "w1#x" "77" "{}" "3"`,
 			StateEvent{Session: "s1", Kind: StateAttempt, Token: 77}, true},
-		{"a client's SET is not a mint", `+1795482626.575300 [0 127.0.0.1:5000] "SET" "poll:fence:{s1}" "7"`, StateEvent{}, false},
+		{"a client's HSET is not a mint", `+1795482626.575300 [0 127.0.0.1:5000] "HSET" "poll:fencing:{s1}" "token" "7"`, StateEvent{}, false},
+		{"a handoff mark is not a mint", `+1795482626.575300 [0 lua] "HSET" "poll:fencing:{s1}" "handoff" "7:1:2"`, StateEvent{}, false},
 		{"the script call itself", `+1795482626.575300 [0 127.0.0.1:5000] "evalsha" "abc" "2" "poll:lease:{s1}" "poll:state:{s1}"`, StateEvent{}, false},
 		{"another key", `+1795482626.575300 [0 lua] "SET" "poll:lease:{s1}" "w1#x"`, StateEvent{}, false},
-		{"unterminated", `+1795482626.575300 [0 lua] "SET" "poll:fence:{s1}" "17`, StateEvent{}, false},
+		{"unterminated", `+1795482626.575300 [0 lua] "HSET" "poll:fencing:{s1}" "token" "17`, StateEvent{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -124,7 +124,7 @@ var stateSaveSHA = redis.NewScript(lua.StateSave).Hash()
 // counter or HSET of a session's state, or of a client's call of the save
 // script:
 //
-//	+1795482626.575355 [0 lua] "SET" "poll:fence:{s1}" "1795482626575300"
+//	+1795482626.575355 [0 lua] "HSET" "poll:fencing:{s1}" "token" "1795482626575300"
 //	+1795482626.575370 [0 lua] "HSET" "poll:state:{s1}" "data" "..." "token" "17..." ...
 func parseMonitorLine(line string) (StateEvent, bool) {
 	if !strings.HasPrefix(line, "+") {
@@ -160,12 +160,12 @@ func parseMonitorLine(line string) (StateEvent, bool) {
 		return StateEvent{Session: id, Kind: StateAttempt, Token: tok, At: at}, true
 	case !lua:
 		return StateEvent{}, false
-	case cmd == "SET" && strings.HasPrefix(args[1], "poll:fence:{"):
-		id := strings.TrimSuffix(strings.TrimPrefix(args[1], "poll:fence:{"), "}")
-		if keys.Fence(id) != args[1] {
+	case cmd == "HSET" && strings.HasPrefix(args[1], "poll:fencing:{") && len(args) == 4 && args[2] == keyspace.FieldToken:
+		id := strings.TrimSuffix(strings.TrimPrefix(args[1], "poll:fencing:{"), "}")
+		if keys.Fencing(id) != args[1] {
 			return StateEvent{}, false
 		}
-		tok, err := strconv.ParseInt(args[2], 10, 64)
+		tok, err := strconv.ParseInt(args[3], 10, 64)
 		if err != nil {
 			return StateEvent{}, false
 		}

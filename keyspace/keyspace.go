@@ -7,8 +7,9 @@
 //	<prefix>:node:<node>          heartbeat of a worker (JSON, TTL)
 //	<prefix>:nodes                sorted set of live workers scored by expiry (ms)
 //	<prefix>:lease:{<session>}    lease of a session: owner value, PX TTL
-//	<prefix>:fence:{<session>}    fencing counter of a session (never expires)
-//	<prefix>:released:{<session>} handoff mark: release time, next poll due (PX)
+//	<prefix>:fencing:{<session>}  fencing record: hash of the last token and the handoff mark (never expires)
+//	<prefix>:fence:{<session>}    fencing counter of the layout before (read and deleted on upgrade)
+//	<prefix>:released:{<session>} handoff mark of the layout before (read and deleted on upgrade)
 //	<prefix>:events               Pub/Sub channel for releases and membership
 //	<prefix>:sessions:<b>         set of the session ids of bucket b (the index)
 //	<prefix>:{sessions}:rev       change counter of the sessions
@@ -24,8 +25,8 @@
 //	<sessionPrefix>:<session>     a session's JSON definition
 //
 // The braces around the session id are a Redis Cluster hash tag: the lease
-// and fence keys of one session always share a slot, so one script may
-// touch both; so do the three change-tracking keys. An election role is
+// key and fencing record of one session always share a slot, so one script
+// may touch both; so do the three change-tracking keys. An election role is
 // the lease of the session "election:<role>" (<s> above), and its
 // candidate keys carry the same tag, so they share that lease's slot.
 //
@@ -174,11 +175,33 @@ func (s Space) leaseAffixes() (prefix, suffix string) {
 	return prefix, suffix
 }
 
-// Fence is the fencing counter key of a session; it shares the lease's slot.
+// Fencing is the fencing record of a session, a hash that never expires:
+// field FieldToken holds the last fencing token minted, field FieldHandoff
+// the handoff mark of the last graceful release (see lease/doc.go). It
+// shares the lease's slot, so one script reads and writes both.
+func (s Space) Fencing(session string) string { return s.prefix() + ":fencing:{" + session + "}" }
+
+// The fields of a fencing record (Fencing).
+const (
+	// FieldToken is the last fencing token minted (decimal).
+	FieldToken = "token"
+	// FieldHandoff is the handoff mark: "<token>:<release ms>:<until
+	// ms>[:<next poll due ms>]" (Redis time), token being the released
+	// lease's; it counts only while token is the record's and until has
+	// not passed.
+	FieldHandoff = "handoff"
+)
+
+// Fence is the fencing counter of a session in the layout before the
+// fencing record (a string without TTL). acquire.lua reads it while the
+// record has no token, so that an upgrade in place keeps tokens increasing,
+// and deletes it once the record has one; nothing writes it any more.
 func (s Space) Fence(session string) string { return s.prefix() + ":fence:{" + session + "}" }
 
-// Released is the handoff mark of a session: the Redis time (ms) of its
-// last graceful release, for the handoff gap; it shares the lease's slot.
+// Released is the handoff mark of a session in the layout before the
+// fencing record (a string with a PX: "<release ms>[:<next poll due
+// ms>]"). acquire.lua honours it while the record has no token, and
+// deletes it; nothing writes it any more.
 func (s Space) Released(session string) string { return s.prefix() + ":released:{" + session + "}" }
 
 // Epoch is the loss marker of the hash slot slot (0-16383): the run id of

@@ -168,3 +168,26 @@ func TestLeaseMatchAndSession(t *testing.T) {
 		require.False(t, ok)
 	}
 }
+
+// TestOldLayoutDerivedFromTheRecord pins what acquire.lua and inspect.lua
+// rely on: the fencing counter and handoff mark of the layout before the
+// fencing record are the record's name with ":fencing:" replaced (the
+// scripts take the prefix before the last ":fencing:" and the tag after
+// it), whatever the prefix and the session id.
+func TestOldLayoutDerivedFromTheRecord(t *testing.T) {
+	for _, tt := range []struct {
+		space   Space
+		session string
+	}{
+		{Space{}, "s1"},
+		{Space{Prefix: "a:fencing:b"}, "x:fencing:y"},
+		{Space{Prefix: "team-a"}, "election:leader"},
+	} {
+		rec := tt.space.Fencing(tt.session)
+		i := strings.LastIndex(rec, ":fencing:{")
+		require.GreaterOrEqual(t, i, 0, rec)
+		p, tag := rec[:i], rec[i+len(":fencing:"):]
+		require.Equal(t, tt.space.Fence(tt.session), p+":fence:"+tag)
+		require.Equal(t, tt.space.Released(tt.session), p+":released:"+tag)
+	}
+}

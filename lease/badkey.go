@@ -17,13 +17,23 @@ var ErrBadKey = errors.New("lease: bad key")
 // The roles of a session's keys in a BadKey.
 const (
 	RoleLease = "lease" // the lease key (Keys.Lease)
-	RoleFence = "fence" // the fencing counter (Keys.Fence)
-	RoleMark  = "mark"  // the handoff mark (Keys.Released)
+	// RoleFence is the fencing record (Keys.Fencing), or the fencing
+	// counter of the layout before it (Keys.Fence), read while the record
+	// has no token; BadKey.Key says which.
+	RoleFence = "fence"
+	// RoleMark was the handoff mark of the layout before the fencing
+	// record (Keys.Released). The mark is now a field of the record, and
+	// an old mark of the wrong type reads as none: no BadKey has it.
+	RoleMark = "mark"
 )
+
+// roleOldFence is how the scripts name the fencing counter of the layout
+// before the fencing record.
+const roleOldFence = "oldfence"
 
 // BadKey is a key of one session that the scripts cannot use: a key of
 // the wrong type (an operator's or another program's), or a fencing
-// counter that is not a decimal integer below 2^53-1 (tokens are exact in
+// token that is not a decimal integer below 2^53-1 (tokens are exact in
 // Lua's doubles only up to there: a larger counter could mint one token
 // twice). The session is never acquired while the key stays so; the other
 // sessions of its batch are not affected, and the key is never deleted or
@@ -36,7 +46,7 @@ type BadKey struct {
 	// Key is the key's name.
 	Key string `json:"key"`
 	// Problem says what is wrong, as the scripts report it: "wrong type
-	// hash", "not a decimal integer: ...", "at or above 2^53-1: ...".
+	// string", "not a decimal integer: ...", "at or above 2^53-1: ...".
 	Problem string `json:"problem"`
 }
 
@@ -60,9 +70,9 @@ func newBadKey(keys keyspace.Space, session, role, problem string) *BadKey {
 	case RoleLease:
 		key = keys.Lease(session)
 	case RoleFence:
-		key = keys.Fence(session)
-	case RoleMark:
-		key = keys.Released(session)
+		key = keys.Fencing(session)
+	case roleOldFence:
+		role, key = RoleFence, keys.Fence(session)
 	default:
 		return nil
 	}
@@ -111,7 +121,7 @@ func (m *Manager) noteBadMarker(c *call, problem string) {
 	m.mu.Lock()
 	m.markerRepairs++
 	m.mu.Unlock()
-	key, _ := c.args[3+3*len(c.idx)].(string) // after the sessions' keys
+	key, _ := c.args[3+2*len(c.idx)].(string) // after the sessions' keys
 	m.log.Error("loss marker had the wrong type: overwritten with a fresh loss quarantine (acquisitions in its slot wait one quarantine, as after a data loss)",
 		zap.String("event", "bad_loss_marker"), zap.String("key", key), zap.String("problem", problem))
 }

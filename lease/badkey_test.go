@@ -11,21 +11,45 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/pollworker/pollworker/keyspace"
 )
 
-// plantBad makes session's key of role bad: a hash (problem "" means
-// that), or the given string in the fencing counter.
+// plantBad makes session's key of role bad: problem "" makes the lease
+// key a hash or the fencing record a string; otherwise value is the token
+// in the fencing record, or (roleOldFence) the fencing counter of the
+// layout before the records, with the loss marker made one of that layout
+// so that the acquisitions look at it.
 func (r *realEnv) plantBad(t *testing.T, role, session, value string) string {
 	t.Helper()
 	ctx := context.Background()
 	key := newBadKey(realKeys, session, role, "").Key
-	if value != "" {
+	switch {
+	case role == roleOldFence:
+		r.upgraded(t)
 		require.NoError(t, r.rdb.Set(ctx, key, value, 0).Err())
-		return key
+	case value != "":
+		require.NoError(t, r.rdb.HSet(ctx, key, keyspace.FieldToken, value).Err())
+	case role == RoleFence:
+		require.NoError(t, r.rdb.Del(ctx, key).Err())
+		require.NoError(t, r.rdb.Set(ctx, key, "planted by a test", 0).Err())
+	default:
+		require.NoError(t, r.rdb.Del(ctx, key).Err())
+		require.NoError(t, r.rdb.HSet(ctx, key, "planted", "by a test").Err())
 	}
-	require.NoError(t, r.rdb.Del(ctx, key).Err())
-	require.NoError(t, r.rdb.HSet(ctx, key, "planted", "by a test").Err())
 	return key
+}
+
+// upgraded makes the loss marker of slot 0 one that a version before the
+// fencing records wrote (this server's, no quarantine, without ":2"), as
+// an upgrade in place finds it: the acquisitions look at the keys of that
+// layout.
+func (r *realEnv) upgraded(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	runID := infoField(r.rdb.Info(ctx, "server").Val(), "run_id")
+	require.NotEmpty(t, runID)
+	require.NoError(t, r.rdb.Set(ctx, realKeys.Epoch(0), runID+":0", 0).Err())
 }
 
 // observed returns a Config option that logs into the returned logs.
@@ -50,12 +74,13 @@ func TestRealBadKeyAffectsOnlyItsSession(t *testing.T) {
 		problem     string
 	}{
 		{"lease key a hash", RoleLease, "", "wrong type hash"},
-		{"fencing counter a hash", RoleFence, "", "wrong type hash"},
-		{"handoff mark a hash", RoleMark, "", "wrong type hash"},
-		{"fencing counter not a number", RoleFence, "12abc", "not a decimal integer: 12abc"},
-		{"fencing counter negative", RoleFence, "-5", "not a decimal integer: -5"},
-		{"fencing counter at 2^53-1", RoleFence, "9007199254740991", "at or above 2^53-1: 9007199254740991"},
-		{"fencing counter above 2^53", RoleFence, "9007199254740993", "at or above 2^53-1: 9007199254740993"},
+		{"fencing record a string", RoleFence, "", "wrong type string"},
+		{"token not a number", RoleFence, "12abc", "not a decimal integer: 12abc"},
+		{"token negative", RoleFence, "-5", "not a decimal integer: -5"},
+		{"token at 2^53-1", RoleFence, "9007199254740991", "at or above 2^53-1: 9007199254740991"},
+		{"token above 2^53", RoleFence, "9007199254740993", "at or above 2^53-1: 9007199254740993"},
+		{"old fencing counter not a number", roleOldFence, "12abc", "not a decimal integer: 12abc"},
+		{"old fencing counter above 2^53", roleOldFence, "9007199254740993", "at or above 2^53-1: 9007199254740993"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,7 +96,7 @@ func TestRealBadKeyAffectsOnlyItsSession(t *testing.T) {
 				require.NotNil(t, res[2].Lease, "after the bad one")
 				require.NoError(t, res[1].Err, "a bad key is not an unknown outcome")
 				require.Nil(t, res[1].Lease)
-				require.Equal(t, &BadKey{Session: "s2", Role: tt.role, Key: key, Problem: tt.problem}, res[1].Bad)
+				require.Equal(t, newBadKey(realKeys, "s2", tt.role, tt.problem), res[1].Bad)
 				require.ErrorIs(t, res[1].Bad, ErrBadKey)
 			}
 			require.Equal(t, 1, logs.FilterField(zap.String("event", "bad_key")).Len(), "logged once, not per retry")
@@ -86,10 +111,15 @@ func TestRealBadKeyAffectsOnlyItsSession(t *testing.T) {
 
 			typ, err := r.rdb.Type(ctx, key).Result()
 			require.NoError(t, err)
-			if tt.value == "" {
+			switch {
+			case tt.value == "" && tt.role == RoleLease:
 				require.Equal(t, "hash", typ, "the bad key is left as it was")
-			} else {
+			case tt.value == "":
+				require.Equal(t, "string", typ, "the bad key is left as it was")
+			case tt.role == roleOldFence:
 				require.Equal(t, tt.value, r.rdb.Get(ctx, key).Val(), "the bad counter is left as it was")
+			default:
+				require.Equal(t, tt.value, r.rdb.HGet(ctx, key, keyspace.FieldToken).Val(), "the bad token is left as it was")
 			}
 			if tt.role != RoleLease {
 				require.Zero(t, r.rdb.Exists(ctx, realKeys.Lease("s2")).Val(), "nothing of the bad session was written")
@@ -104,8 +134,8 @@ func TestRealBadKeyAffectsOnlyItsSession(t *testing.T) {
 }
 
 // TestRealReleaseLeavesBadKeys: a lease key made a hash while held is not
-// ours (and the rest of the batch is released); a handoff mark made a hash
-// is left as it is while its lease is released.
+// ours (and the rest of the batch is released); a fencing record made a
+// string is left as it is while its lease is released.
 func TestRealReleaseLeavesBadKeys(t *testing.T) {
 	t.Parallel()
 	r := startReal(t)
@@ -113,13 +143,15 @@ func TestRealReleaseLeavesBadKeys(t *testing.T) {
 	m := r.manager(t, "w1")
 	res := m.Acquire(ctx, []string{"s1", "s2", "s3"})
 	lease := r.plantBad(t, RoleLease, "s2", "")
-	mark := r.plantBad(t, RoleMark, "s3", "")
+	record := r.plantBad(t, RoleFence, "s3", "")
 
 	require.NoError(t, m.Release(ctx, res[0].Lease, res[1].Lease, res[2].Lease))
 	require.Zero(t, r.rdb.Exists(ctx, realKeys.Lease("s1"), realKeys.Lease("s3")).Val(), "the others are released")
 	require.Equal(t, "hash", r.rdb.Type(ctx, lease).Val())
-	require.Equal(t, "hash", r.rdb.Type(ctx, mark).Val())
-	require.Equal(t, "string", r.rdb.Type(ctx, realKeys.Released("s1")).Val())
+	require.Equal(t, "string", r.rdb.Type(ctx, record).Val())
+	require.Equal(t, "hash", r.rdb.Type(ctx, realKeys.Fencing("s1")).Val(), "the others' marks are left")
+	released, _ := r.mark(t, "s1")
+	require.Positive(t, released)
 }
 
 // TestRealBadLossMarkerIsRepaired: a loss marker of the wrong type is
@@ -166,7 +198,7 @@ func TestRealHugeFencingCounterNeverSharesToken(t *testing.T) {
 	r := startReal(t)
 	ctx := context.Background()
 	a, b := r.manager(t, "a"), r.manager(t, "b")
-	require.NoError(t, r.rdb.Set(ctx, realKeys.Fence("s"), "9007199254740993", 0).Err())
+	require.NoError(t, r.rdb.HSet(ctx, realKeys.Fencing("s"), keyspace.FieldToken, "9007199254740993").Err())
 	for range 2 { // acquire, release, acquire with two owners
 		for _, m := range []*Manager{a, b} {
 			res := acquireOne(t, m, "s")
@@ -176,10 +208,10 @@ func TestRealHugeFencingCounterNeverSharesToken(t *testing.T) {
 			require.NoError(t, m.ReleaseAll(ctx))
 		}
 	}
-	require.Equal(t, "9007199254740993", r.rdb.Get(ctx, realKeys.Fence("s")).Val())
+	require.Equal(t, "9007199254740993", r.rdb.HGet(ctx, realKeys.Fencing("s"), keyspace.FieldToken).Val())
 
 	const last = 1<<53 - 1
-	require.NoError(t, r.rdb.Set(ctx, realKeys.Fence("s"), strconv.Itoa(last-1), 0).Err())
+	require.NoError(t, r.rdb.HSet(ctx, realKeys.Fencing("s"), keyspace.FieldToken, strconv.Itoa(last-1)).Err())
 	l := acquireOne(t, a, "s").Lease
 	require.NotNil(t, l)
 	require.Equal(t, int64(last), l.Token())
@@ -187,7 +219,7 @@ func TestRealHugeFencingCounterNeverSharesToken(t *testing.T) {
 	res := acquireOne(t, b, "s")
 	require.Nil(t, res.Lease, "the next token would pass 2^53-1")
 	require.NotNil(t, res.Bad)
-	require.Equal(t, strconv.Itoa(last), r.rdb.Get(ctx, realKeys.Fence("s")).Val())
+	require.Equal(t, strconv.Itoa(last), r.rdb.HGet(ctx, realKeys.Fencing("s"), keyspace.FieldToken).Val())
 }
 
 // TestRealBadKeyWithoutTypeInACL: an ACL user without +type (the minimal

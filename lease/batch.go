@@ -273,11 +273,12 @@ func (m *Reader) readLeases(ctx context.Context, script *redis.Script, sessions 
 	return calls
 }
 
-// Inspect reads who holds the leases of sessions, read-only, and which of
-// them have a key the acquire script cannot use (Holding.Bad).
+// Inspect reads who holds the leases of sessions, read-only, their last
+// tokens and handoff marks, and which of them have a key the acquire
+// script cannot use (Holding.Bad).
 func (m *Reader) Inspect(ctx context.Context, sessions []string) ([]Holding, error) {
 	calls := m.readLeases(ctx, m.inspect, sessions, func(s string) []string {
-		return []string{m.keys.Lease(s), m.keys.Fence(s), m.keys.Released(s)}
+		return []string{m.keys.Lease(s), m.keys.Fencing(s)}
 	})
 	out := make([]Holding, len(sessions))
 	for _, c := range calls {
@@ -285,23 +286,28 @@ func (m *Reader) Inspect(ctx context.Context, sessions []string) ([]Holding, err
 			return nil, fmt.Errorf("inspect: %w", c.err)
 		}
 		vals, err := c.cmd.Slice()
-		if err != nil || len(vals) != 3*len(c.idx) {
+		if err != nil || len(vals) != 5*len(c.idx) {
 			return nil, fmt.Errorf("inspect: reply of %d values for %d leases: %v", len(vals), len(c.idx), err)
 		}
 		for j, i := range c.idx {
 			s := sessions[i]
+			v := vals[5*j : 5*j+5]
 			out[i].Session = s
-			if v, ok := vals[3*j].(string); ok {
-				out[i].Owner = v
+			if owner, ok := v[0].(string); ok {
+				out[i].Owner = owner
 			}
-			if ms, ok := vals[3*j+1].(int64); ok && ms > 0 {
+			if ms, ok := v[1].(int64); ok && ms > 0 {
 				out[i].Remaining = time.Duration(ms) * time.Millisecond
 			} else if ok && ms == -1 {
 				out[i].Remaining = -1
 			}
-			if v, ok := vals[3*j+2].(string); ok {
-				role, problem, _ := strings.Cut(v, ":")
+			if problem, ok := v[2].(string); ok {
+				role, problem, _ := strings.Cut(problem, ":")
 				out[i].Bad = newBadKey(m.keys, s, role, problem)
+			}
+			out[i].Token, _ = v[3].(int64)
+			if ms, ok := v[4].(int64); ok && ms >= 0 {
+				out[i].HandoffDue = time.UnixMilli(ms)
 			}
 		}
 	}

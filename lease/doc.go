@@ -3,17 +3,24 @@
 // A lease is the key <prefix>:lease:{<session>} holding an owner value that is
 // unique to one acquisition (the holder's id, its process incarnation and 64
 // random bits). Acquire is SET NX PX plus the minting of a fencing token into
-// the session's never-expiring counter, in one script; renew (PEXPIRE) and release (DEL) are scripts that act only where
+// the session's fencing record (<prefix>:fencing:{<session>}, a hash that
+// never expires), in one script: three commands per session (HMGET of the
+// record, SET NX PX, HSET of the token), the loss marker read once per
+// call. Renew (PEXPIRE) and release (DEL) are scripts that act only where
 // GET equals the owner value, so a holder can never extend or delete a lease
 // that another acquisition holds. Every script takes many sessions per call,
 // and the calls of one cycle go out at once, in one pipeline or (renewal of
 // many leases) a few pipelines sent concurrently on separate connections,
 // whose replies are handled as each arrives: one round trip per Redis shard
 // in wall time whatever the number of leases. A release leaves a handoff
-// mark (<prefix>:released:{<session>}, the release time and when the next
-// poll is due, kept one TTL past that) that the successor's acquisition
-// consumes to report the handoff gap (Lease.HandoffGap) and keep the
-// session's schedule (Lease.NextPoll).
+// mark in the record (field handoff: the released lease's token, the
+// release time and when the next poll is due, counting one TTL past that)
+// that the successor's acquisition reads to report the handoff gap
+// (Lease.HandoffGap) and keep the session's schedule (Lease.NextPoll); the
+// mark counts only while its token is the record's, so the new token
+// consumes it. docs/key-layout.md, "The fencing record", gives the layout
+// and how a keyspace of the layout before it (a fencing counter and a
+// handoff mark key per session) is upgraded in place.
 //
 // # Guarantees
 //
@@ -29,10 +36,11 @@
 //     not Held; it is retried later with the same owner value, which the
 //     acquire script recognises (idempotent under client retries).
 //   - Fencing tokens of a session strictly increase, whatever Redis loses.
-//     A token is max(counter + 1, the Redis server's clock in microseconds
-//     since the epoch), and the counter is set to it. Across acquisitions,
-//     expiry, holder restarts and SCRIPT FLUSH the counter alone ensures
-//     it; when the counter is lost (a restart without persistence,
+//     A token is max(last + 1, the Redis server's clock in microseconds
+//     since the epoch), last being the record's token (or, while it has
+//     none, the fencing counter of the layout before it), and the record
+//     is set to it. Across acquisitions, expiry, holder restarts and SCRIPT
+//     FLUSH the record alone ensures it; when the record is lost (a restart without persistence,
 //     FLUSHALL, a failover to a replica that missed it, eviction) the clock
 //     puts the next token above every earlier one. Assumption: the clock of
 //     the server that mints a token is ahead of the clock of the server
@@ -41,16 +49,17 @@
 //     as long as the servers' clocks differ by less than the time between
 //     the two acquisitions (NTP keeps them within milliseconds; a failover
 //     takes seconds). A clock stepped back by more than the time since a
-//     session's last acquisition, together with the loss of its counter,
+//     session's last acquisition, together with the loss of its record,
 //     can repeat a token. Tokens minted by a plain counter (pollworker
 //     before this scheme) are far below the clock, so an upgrade in place
 //     keeps them increasing. Tokens are int64, sent in decimal; the script
 //     computes them in Lua's doubles, exact up to 2^53 microseconds (the
-//     year 2255): a counter at or above 2^53-1, or not a decimal integer,
+//     year 2255): a token at or above 2^53-1, or not a decimal integer,
 //     is refused (Result.Bad), never rounded into a shared or backward
 //     token.
-//   - A bad key affects its own session only. A lease key, fencing counter
-//     or handoff mark of the wrong type (or an unusable counter) is
+//   - A bad key affects its own session only. A lease key or fencing
+//     record of the wrong type (or an unusable token, in the record or in
+//     an old fencing counter) is
 //     reported per session (Result.Bad, Holding.Bad, Manager.BadKeys,
 //     logged once); the rest of its batch is acquired as usual, nothing of
 //     the bad session is written, and no such key is ever deleted or

@@ -89,8 +89,9 @@ type InUseError struct {
 	// yet pruned.
 	Members int64
 	// Leases, Fences, Marks, States and Heartbeats count the keys of each
-	// kind found: leases, fencing counters, handoff marks, session
-	// states, worker heartbeats.
+	// kind found: leases, fencing records (and counters of the layout
+	// before them), handoff marks of that layout, session states, worker
+	// heartbeats.
 	Leases, Fences, Marks, States, Heartbeats int
 	// Example is one key found, to look at.
 	Example string
@@ -106,7 +107,7 @@ func (e *InUseError) Error() string {
 	}
 	add(e.Members, "workers in the node index")
 	add(int64(e.Leases), "leases")
-	add(int64(e.Fences), "fencing counters")
+	add(int64(e.Fences), "fencing records")
 	add(int64(e.Marks), "handoff marks")
 	add(int64(e.States), "session states")
 	add(int64(e.Heartbeats), "worker heartbeats")
@@ -213,6 +214,7 @@ func findUse(ctx context.Context, c redis.UniversalClient, keys keyspace.Space, 
 		n      *int
 	}{
 		{strings.TrimSuffix(keys.Lease(""), "{}"), &use.Leases},
+		{strings.TrimSuffix(keys.Fencing(""), "{}"), &use.Fences},
 		{strings.TrimSuffix(keys.Fence(""), "{}"), &use.Fences},
 		{strings.TrimSuffix(keys.Released(""), "{}"), &use.Marks},
 		{strings.TrimSuffix(keys.State(""), "{}"), &use.States},

@@ -57,7 +57,8 @@ func TestRealHandoffGapAfterRelease(t *testing.T) {
 	require.Less(t, gap, time.Second, "the successor took over at once")
 	require.False(t, next.Acquired().Before(before), "Acquired is when the reply arrived")
 	require.False(t, next.Acquired().After(time.Now()))
-	require.Zero(t, r.rdb.Exists(ctx, realKeys.Released("s")).Val(), "the mark is consumed")
+	at, _ = r.mark(t, "s")
+	require.Equal(t, int64(-1), at, "the mark is consumed: it no longer counts")
 
 	// The mark is consumed: an acquisition after B's lease expires reports
 	// nothing (see TestRealNoHandoffGapAfterExpiry), nor does B's own
@@ -88,7 +89,7 @@ func TestRealNoHandoffGapAfterExpiry(t *testing.T) {
 		l := acquireOne(t, a, "old").Lease
 		require.NotNil(t, l)
 		require.NoError(t, a.Release(ctx, l))
-		require.Eventually(t, func() bool { return r.rdb.Exists(ctx, realKeys.Released("old")).Val() == 0 },
+		require.Eventually(t, func() bool { at, _ := r.mark(t, "old"); return at == -1 },
 			5*time.Second, 5*time.Millisecond, "the handoff mark never expired")
 		l = acquireOne(t, b, "old").Lease
 		require.NotNil(t, l)
@@ -158,8 +159,8 @@ func TestRealHandOffCarriesTheNextPoll(t *testing.T) {
 			}
 			require.NoError(t, a.HandOff(ctx, h))
 			if tt.give > 0 {
-				pttl := r.rdb.PTTL(ctx, realKeys.Released(s)).Val()
-				require.Greater(t, pttl, a.TTL(), "the mark outlives the wait for the next poll")
+				_, left := r.mark(t, s)
+				require.Greater(t, time.Duration(left)*time.Millisecond, a.TTL(), "the mark outlives the wait for the next poll")
 			}
 			next := acquireOne(t, b, s).Lease
 			require.NotNil(t, next)
@@ -174,16 +175,6 @@ func TestRealHandOffCarriesTheNextPoll(t *testing.T) {
 		})
 	}
 
-	// A mark written by an older release.lua (the release time alone) gives
-	// the gap but no schedule.
-	l := acquireOne(t, a, "old-mark").Lease
-	require.NoError(t, a.Release(ctx, l))
-	require.NoError(t, r.rdb.Set(ctx, realKeys.Released("old-mark"), "1700000000000", time.Minute).Err())
-	next := acquireOne(t, b, "old-mark").Lease
-	_, ok := next.NextPoll()
-	require.False(t, ok)
-	_, ok = next.HandoffGap()
-	require.True(t, ok)
 }
 
 // TestNextPollWithin is issue 22 item 2's rule: a successor keeps its

@@ -326,26 +326,24 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 // slot migration is told from a loss (acquire.lua, settledMasters).
 func (m *Manager) acquireArgs(b []int, sessions, owners []string) []any {
 	slot := m.epochSlot(sessions[b[0]])
-	numKeys := 3*len(b) + 1
+	numKeys := 2*len(b) + 1
 	if m.cluster {
 		numKeys++
 	}
-	args := evalsha(m.acquire, numKeys, 4*len(b)+5)
+	args := evalsha(m.acquire, numKeys, numKeys+3+len(b))
 	for _, i := range b {
 		s := sessions[i]
-		args = append(args, m.cfg.Keys.Lease(s), m.cfg.Keys.Fence(s), m.cfg.Keys.Released(s))
+		args = append(args, m.cfg.Keys.Lease(s), m.cfg.Keys.Fencing(s))
 	}
 	args = append(args, m.cfg.Keys.Epoch(slot))
+	masters := ""
 	if m.cluster {
 		args = append(args, m.cfg.Keys.EpochConfirmed(slot))
+		masters = "-"
 	}
-	args = append(args, m.ttlArg)
+	args = append(args, m.ttlArg, m.quarantineArg, masters)
 	for _, i := range b {
 		args = append(args, owners[i])
-	}
-	args = append(args, m.quarantineArg)
-	if m.cluster {
-		args = append(args, "-")
 	}
 	return args
 }
@@ -612,10 +610,10 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 	now := m.cfg.Clock.Now()
 	var calls []*call
 	for _, b := range m.batches(idx, names) {
-		args := evalsha(m.release, 2*len(b), 4*len(b)+1)
+		args := evalsha(m.release, 2*len(b), 5*len(b)+1)
 		for _, i := range b {
 			l := todo[i].Lease
-			args = append(args, l.keyArg, m.cfg.Keys.Released(l.session))
+			args = append(args, l.keyArg, m.cfg.Keys.Fencing(l.session))
 		}
 		args = append(args, m.ttlArg) // the handoff mark lives one TTL
 		for _, i := range b {
@@ -627,6 +625,9 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 				due = max(next.Sub(now).Milliseconds(), 0)
 			}
 			args = append(args, due)
+		}
+		for _, i := range b {
+			args = append(args, todo[i].Lease.token) // the mark counts while it is the record's
 		}
 		calls = append(calls, &call{idx: b, args: args})
 	}
@@ -691,9 +692,17 @@ type Holding struct {
 	// has no expiry (never set by pollworker).
 	Remaining time.Duration
 	// Bad is the first key of the session that the acquire script cannot
-	// use (lease key, fencing counter, handoff mark), nil if none: nobody
-	// acquires the session until it is repaired.
+	// use (fencing record, or counter of the layout before it; lease key),
+	// nil if none: nobody acquires the session until it is repaired.
 	Bad *BadKey
+	// Token is the session's last fencing token (of the lease held now,
+	// if any), 0 when none was minted or the record is bad.
+	Token int64
+	// HandoffDue is when the session's next poll is due by the handoff
+	// mark of its last release, on the Redis server's clock (the next
+	// holder keeps it, at most one interval ahead); zero when there is no
+	// mark that still counts, or it does not say.
+	HandoffDue time.Time
 }
 
 // Inspect reads who holds the leases of sessions, read-only

@@ -266,7 +266,7 @@ func TestAcquireErrorIsNotOwnershipAndRetryIsIdempotent(t *testing.T) {
 	m.mu.Unlock()
 	require.NotEmpty(t, owner)
 	require.NoError(t, f.mr.Set("poll:lease:{s}", owner))
-	require.NoError(t, f.mr.Set("poll:fence:{s}", "7"))
+	f.mr.HSet("poll:fencing:{s}", "token", "7")
 
 	r = acquireOne(t, m, "s")
 	require.NoError(t, r.Err)
@@ -301,7 +301,7 @@ func TestBatchesManySessions(t *testing.T) {
 	require.Zero(t, m.Count())
 	for _, id := range ids {
 		require.False(t, f.mr.Exists("poll:lease:{"+id+"}"))
-		require.True(t, f.mr.Exists("poll:fence:{"+id+"}"))
+		require.True(t, f.mr.Exists("poll:fencing:{"+id+"}"))
 	}
 }
 
@@ -319,7 +319,7 @@ func TestBatchBySlotGroupsClusterSlots(t *testing.T) {
 		require.LessOrEqual(t, len(b), 3)
 		slot := keyspace.Slot(keys.Lease(ids[b[0]]))
 		for _, i := range b {
-			require.Equal(t, slot, keyspace.Slot(keys.Fence(ids[i])))
+			require.Equal(t, slot, keyspace.Slot(keys.Fencing(ids[i])))
 			require.Equal(t, slot, keyspace.Slot(keys.Lease(ids[i])))
 		}
 		seen += len(b)

@@ -26,9 +26,10 @@ func MintedAt(token int64, now time.Time) (at time.Time, ok bool) {
 }
 
 // LossMarker is a hash slot's loss marker ("<run id>:<quarantine end
-// ms>", keyspace.Space.Epoch): the run id of the Redis server that wrote
-// it, and the end of the quarantine it started (no free lease of the slot
-// is taken before it).
+// ms>[:2]", keyspace.Space.Epoch): the run id of the Redis server that
+// wrote it, and the end of the quarantine it started (no free lease of the
+// slot is taken before it); ":2" says that the slot holds no key of the
+// layout before the fencing records (acquire.lua).
 type LossMarker struct {
 	// RunID is the run id of the server that wrote the marker: a marker
 	// of another run id than the server's means a restart or failover,
@@ -42,6 +43,7 @@ type LossMarker struct {
 // ParseLossMarker takes a loss marker apart.
 func ParseLossMarker(v string) LossMarker {
 	runID, end, _ := strings.Cut(v, ":")
+	end, _, _ = strings.Cut(end, ":") // before ":2"
 	m := LossMarker{RunID: runID}
 	if ms, err := strconv.ParseInt(end, 10, 64); err == nil {
 		m.QuarantineEnd = time.UnixMilli(ms)
@@ -58,11 +60,15 @@ func (m LossMarker) QuarantineLeft(now time.Time) time.Duration {
 	return max(m.QuarantineEnd.Sub(now), 0)
 }
 
-// HandoffMark is a session's handoff mark ("<release ms>[:<next poll due
-// ms>]", keyspace.Space.Released), written by a graceful release
-// (Manager.HandOff) and consumed by the next acquisition.
+// HandoffMark is a session's handoff mark, written by a graceful release
+// (Manager.HandOff) and consumed by the next acquisition. Readers get its
+// due time from Inspect (Holding.HandoffDue), which reads it in the
+// session's fencing record; ParseHandoffMark reads the mark key of the
+// layout before the records ("<release ms>[:<next poll due ms>]",
+// keyspace.Space.Released).
 type HandoffMark struct {
-	// Released is when the lease was released, on the server's clock.
+	// Released is when the lease was released, on the server's clock;
+	// zero when not read (Holding.HandoffDue gives only the due time).
 	Released time.Time
 	// NextPoll is when the next poll was due on the releasing holder's
 	// schedule; zero when it did not say.

@@ -37,6 +37,7 @@ func TestParseLossMarker(t *testing.T) {
 	require.Zero(t, ParseLossMarker("abc:9000").QuarantineLeft(now))
 	require.Zero(t, ParseLossMarker("abc").QuarantineLeft(now))
 	require.Equal(t, "abc", ParseLossMarker("abc").RunID)
+	require.Equal(t, 2*time.Second, ParseLossMarker("abc:12000:2").QuarantineLeft(now), "a marker of a slot with fencing records only")
 }
 
 func TestParseHandoffMark(t *testing.T) {

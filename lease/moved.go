@@ -23,16 +23,16 @@ func (c *call) asksMasters() bool {
 	return err == nil && len(raw) == 1 && raw[0] == askMasters
 }
 
-// withMasters replaces the '-' that ends an acquire call's arguments by
-// the run ids of masters ("" for none), for the call to be sent again.
+// withMasters replaces the '-' of an acquire call's masters argument
+// (ARGV[3]) by the run ids of masters, separated by spaces (" " for none),
+// for the call to be sent again.
 func (c *call) withMasters(masters []string) {
-	c.args = c.args[:len(c.args)-1]
-	if len(masters) == 0 {
-		c.args = append(c.args, "")
+	numKeys, _ := c.args[2].(int)
+	ids := strings.Join(masters, " ")
+	if ids == "" {
+		ids = " "
 	}
-	for _, id := range masters {
-		c.args = append(c.args, id)
-	}
+	c.args[3+numKeys+2] = ids
 	c.cmd, c.err = nil, nil
 }
 

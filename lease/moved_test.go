@@ -44,8 +44,16 @@ func TestSettledMaster(t *testing.T) {
 // (the masters' run ids, or "-"). It returns the raw reply.
 func markerScript(t *testing.T, c *redis.Client, s string, argv ...any) []any {
 	t.Helper()
-	keys := []string{realKeys.Lease(s), realKeys.Fence(s), realKeys.Released(s), realKeys.Epoch(0), realKeys.EpochConfirmed(0)}
-	args := append([]any{int64(10000), "a#" + s, int64(time.Hour / time.Millisecond)}, argv...)
+	keys := []string{realKeys.Lease(s), realKeys.Fencing(s), realKeys.Epoch(0), realKeys.EpochConfirmed(0)}
+	masters := make([]string, len(argv))
+	for i, a := range argv {
+		masters[i] = fmt.Sprint(a)
+	}
+	ids := strings.Join(masters, " ")
+	if len(argv) > 0 && ids == "" {
+		ids = " " // none
+	}
+	args := []any{int64(10000), int64(time.Hour / time.Millisecond), ids, "a#" + s}
 	raw, err := redis.NewScript(lua.Acquire).Run(context.Background(), c, keys, args...).Slice()
 	require.NoError(t, err)
 	return raw

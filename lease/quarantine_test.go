@@ -83,7 +83,7 @@ func TestRealQuarantineOff(t *testing.T) {
 	require.False(t, res.Quarantined)
 	v, err := r.rdb.Get(context.Background(), realKeys.Epoch(0)).Result()
 	require.NoError(t, err)
-	require.Regexp(t, `^[0-9a-f]{40}:\d+$`, v, "the marker holds the server's run id and the quarantine's end")
+	require.Regexp(t, `^[0-9a-f]{40}:\d+:2$`, v, "the marker holds the server's run id, the quarantine's end and, as it was written where none was, that the slot holds no key of the layout before the fencing records")
 }
 
 // TestRealMarkFresh: a keyspace declared fresh takes its first leases at

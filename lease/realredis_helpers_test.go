@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,24 +91,38 @@ func (r *realEnv) pttl(t *testing.T, session string) int64 {
 // markTTL is the lifetime (ms) of the handoff marks runRelease leaves.
 const markTTL = 5000
 
-// mark returns the handoff mark of session (-1 if none) and its PTTL.
-func (r *realEnv) mark(t *testing.T, session string) (ms, pttl int64) {
+// mark returns the handoff mark of session that still counts (its release
+// time, -1 if none) and the ms it still counts for (-2 if none).
+func (r *realEnv) mark(t *testing.T, session string) (ms, left int64) {
 	t.Helper()
 	ctx := context.Background()
-	v, err := r.rdb.Get(ctx, realKeys.Released(session)).Int64()
-	if err == redis.Nil {
+	rec, err := r.rdb.HMGet(ctx, realKeys.Fencing(session), keyspace.FieldToken, keyspace.FieldHandoff).Result()
+	require.NoError(t, err)
+	tok, _ := rec[0].(string)
+	m, _ := rec[1].(string)
+	parts := strings.Split(m, ":")
+	if tok == "" {
+		tok = "0" // runRelease's token then
+	}
+	if len(parts) < 3 || parts[0] != tok {
 		return -1, -2
 	}
+	released, err := strconv.ParseInt(parts[1], 10, 64)
 	require.NoError(t, err)
-	pttl, err = r.rdb.Do(ctx, "PTTL", realKeys.Released(session)).Int64()
+	until, err := strconv.ParseInt(parts[2], 10, 64)
 	require.NoError(t, err)
-	return v, pttl
+	now := r.rdb.Time(ctx).Val().UnixMilli()
+	if until <= now {
+		return -1, -2
+	}
+	return released, until - now
 }
 
-// fence returns the fencing counter of session (0 if missing).
+// fence returns the last token in the fencing record of session (0 if
+// none).
 func (r *realEnv) fence(t *testing.T, session string) int64 {
 	t.Helper()
-	n, err := r.rdb.Get(context.Background(), realKeys.Fence(session)).Int64()
+	n, err := r.rdb.HGet(context.Background(), realKeys.Fencing(session), keyspace.FieldToken).Int64()
 	if err == redis.Nil {
 		return 0
 	}
@@ -146,10 +161,10 @@ func runAcquire(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]s
 // runAcquireDue is runAcquire with all four values per session.
 func runAcquireDue(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]string, sessions ...string) (vals []int64, heldBy []string) {
 	t.Helper()
-	ks := make([]string, 0, 3*len(sessions))
-	args := []any{ttlMs}
+	ks := make([]string, 0, 2*len(sessions))
+	args := []any{ttlMs, 0, ""}
 	for _, s := range sessions {
-		ks = append(ks, realKeys.Lease(s), realKeys.Fence(s), realKeys.Released(s))
+		ks = append(ks, realKeys.Lease(s), realKeys.Fencing(s))
 		args = append(args, owners[s])
 	}
 	raw, err := redis.NewScript(lua.Acquire).Run(context.Background(), c, ks, args...).Slice()
@@ -185,13 +200,19 @@ func runRenew(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]str
 	return vals
 }
 
-func runRelease(t *testing.T, c redis.Scripter, owners map[string]string, sessions ...string) []int64 {
+func runRelease(t *testing.T, r *realEnv, c redis.Scripter, owners map[string]string, sessions ...string) []int64 {
 	t.Helper()
 	ks := make([]string, 0, 2*len(sessions))
 	args := []any{markTTL}
 	for _, s := range sessions {
-		ks = append(ks, realKeys.Lease(s), realKeys.Released(s))
+		ks = append(ks, realKeys.Lease(s), realKeys.Fencing(s))
 		args = append(args, owners[s])
+	}
+	for range sessions {
+		args = append(args, -1) // no next poll due
+	}
+	for _, s := range sessions {
+		args = append(args, r.fence(t, s)) // the token released
 	}
 	vals, err := redis.NewScript(lua.Release).Run(context.Background(), c, ks, args...).Int64Slice()
 	require.NoError(t, err)
@@ -200,9 +221,9 @@ func runRelease(t *testing.T, c redis.Scripter, owners map[string]string, sessio
 
 func runInspect(t *testing.T, c redis.Scripter, sessions ...string) []any {
 	t.Helper()
-	ks := make([]string, 0, 3*len(sessions))
+	ks := make([]string, 0, 2*len(sessions))
 	for _, s := range sessions {
-		ks = append(ks, realKeys.Lease(s), realKeys.Fence(s), realKeys.Released(s))
+		ks = append(ks, realKeys.Lease(s), realKeys.Fencing(s))
 	}
 	vals, err := redis.NewScript(lua.Inspect).Run(context.Background(), c, ks).Slice()
 	require.NoError(t, err)

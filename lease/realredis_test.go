@@ -13,6 +13,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pollworker/pollworker/internal/redisstats"
+	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/scripts/lua"
 )
 
@@ -76,7 +77,7 @@ func (r *realEnv) seed(t *testing.T, s seed) {
 		require.NoError(t, r.rdb.Set(ctx, realKeys.Lease(sess), o, 0).Err())
 	}
 	for sess, n := range s.fence {
-		require.NoError(t, r.rdb.Set(ctx, realKeys.Fence(sess), n, 0).Err())
+		require.NoError(t, r.rdb.HSet(ctx, realKeys.Fencing(sess), keyspace.FieldToken, n).Err())
 	}
 }
 
@@ -363,7 +364,7 @@ func TestRealReleaseScript(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r.seed(t, tt.seed)
 			now := r.rdb.Time(context.Background()).Val().UnixMilli()
-			got := runRelease(t, r.rdb, tt.owners, tt.sessions...)
+			got := runRelease(t, r, r.rdb, tt.owners, tt.sessions...)
 			requireReply(t, tt.want, 0, got)
 			r.requireAfter(t, tt.after, scriptTTL)
 			for i, s := range tt.sessions {
@@ -386,22 +387,25 @@ func TestRealAcquireScriptHandoffMark(t *testing.T) {
 	r := startReal(t)
 	ctx := context.Background()
 	const ago = 1500 // ms between the seeded release and the acquisition
+	// setMark leaves a mark of token 3 (the record's, seeded below)
 	setMark := func(session, v string) {
-		require.NoError(t, r.rdb.Set(ctx, realKeys.Released(session), v, time.Minute).Err())
+		require.NoError(t, r.rdb.HSet(ctx, realKeys.Fencing(session), keyspace.FieldHandoff, v).Err())
 	}
 	released := func() string {
-		return fmt.Sprint(r.rdb.Time(ctx).Val().UnixMilli() - ago)
+		now := r.rdb.Time(ctx).Val().UnixMilli()
+		return fmt.Sprintf("3:%d:%d", now-ago, now+60000)
 	}
 
-	r.seed(t, seed{held: map[string]string{"other": "b#1", "mine": "a#3"}, fence: map[string]int64{"mine": 3}})
-	for _, s := range []string{"free", "other", "mine"} {
+	r.seed(t, seed{held: map[string]string{"other": "b#1", "mine": "a#3"},
+		fence: map[string]int64{"free": 3, "other": 3, "mine": 3, "garbage": 3, "stale": 4}})
+	for _, s := range []string{"free", "other", "mine", "stale"} {
 		setMark(s, released())
 	}
 	setMark("garbage", "not a number")
 	got, _ := runAcquire(t, r.rdb, 10000,
-		map[string]string{"free": "a#1", "other": "a#2", "mine": "a#3", "garbage": "a#4", "none": "a#5"},
-		"free", "other", "mine", "garbage", "none")
-	require.Len(t, got, 15)
+		map[string]string{"free": "a#1", "other": "a#2", "mine": "a#3", "garbage": "a#4", "none": "a#5", "stale": "a#6"},
+		"free", "other", "mine", "garbage", "none", "stale")
+	require.Len(t, got, 18)
 	requireMinted(t, got[0])
 	require.Zero(t, got[1])
 	require.GreaterOrEqual(t, got[2], int64(ago), "gap since the release")
@@ -412,14 +416,12 @@ func TestRealAcquireScriptHandoffMark(t *testing.T) {
 	require.Equal(t, []int64{0, -1}, got[10:12], "a malformed mark is no gap")
 	requireMinted(t, got[12])
 	require.Equal(t, []int64{0, -1}, got[13:15], "no mark, no gap")
+	requireMinted(t, got[15])
+	require.Equal(t, []int64{0, -1}, got[16:18], "a mark of another token (a later acquisition's lease expired) is no gap")
 
-	for s, wantMark := range map[string]bool{"free": false, "garbage": false, "other": true, "mine": true} {
+	for s, wantMark := range map[string]bool{"free": false, "garbage": false, "other": true, "mine": true, "stale": false} {
 		at, _ := r.mark(t, s)
-		if s == "garbage" {
-			require.Zero(t, r.rdb.Exists(ctx, realKeys.Released(s)).Val(), "a fresh acquisition consumes the mark")
-			continue
-		}
-		require.Equal(t, wantMark, at != -1, "mark of %s kept: %v", s, wantMark)
+		require.Equal(t, wantMark, at != -1, "mark of %s still counts: %v", s, wantMark)
 	}
 }
 
@@ -432,11 +434,12 @@ func TestRealInspectScript(t *testing.T) {
 		sessions []string
 		want     []any // live stands for a remaining TTL in (0, scriptTTL]
 	}{
-		{"held with TTL", []string{"h"}, []any{"a#1", live, nil}},
-		{"missing", []string{"m"}, []any{nil, int64(-2), nil}},
-		{"no expiry", []string{"f"}, []any{"b#2", int64(-1), nil}},
+		{"held with TTL", []string{"h"}, []any{"a#1", live, nil, int64(0), int64(-1)}},
+		{"missing", []string{"m"}, []any{nil, int64(-2), nil, int64(0), int64(-1)}},
+		{"no expiry", []string{"f"}, []any{"b#2", int64(-1), nil, int64(0), int64(-1)}},
 		{"missing ones do not cut the reply short", []string{"m", "h", "m2", "f"},
-			[]any{nil, int64(-2), nil, "a#1", live, nil, nil, int64(-2), nil, "b#2", int64(-1), nil}},
+			[]any{nil, int64(-2), nil, int64(0), int64(-1), "a#1", live, nil, int64(0), int64(-1),
+				nil, int64(-2), nil, int64(0), int64(-1), "b#2", int64(-1), nil, int64(0), int64(-1)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -768,7 +771,7 @@ func TestRealBatching10000Sessions(t *testing.T) {
 
 	require.NoError(t, m.ReleaseAll(ctx))
 	require.Zero(t, m.Count())
-	require.Equal(t, int64(2*n+1), r.rdb.DBSize(ctx).Val(), "only the fencing counters, handoff marks and the loss marker remain")
+	require.Equal(t, int64(n+1), r.rdb.DBSize(ctx).Val(), "only the fencing records (with their handoff marks) and the loss marker remain")
 }
 
 func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
@@ -806,7 +809,7 @@ func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
 			before := r.pttl(t, "s")
 			forged := map[string]string{"s": tt.give}
 			require.Equal(t, []int64{1}, runRenew(t, r.rdb, 3600_000, forged, "s"), "not renewed")
-			require.Equal(t, []int64{0}, runRelease(t, r.rdb, forged, "s"))
+			require.Equal(t, []int64{0}, runRelease(t, r, r.rdb, forged, "s"))
 			require.Equal(t, owner, r.owner(t, "s"))
 			got := r.pttl(t, "s")
 			require.Greater(t, got, int64(0))

@@ -85,6 +85,7 @@ type Prometheus struct {
 	redisErrors    *prometheus.CounterVec
 	handoffGap     prometheus.Histogram
 	badData        *prometheus.CounterVec
+	slots          slotMetrics
 }
 
 var _ poller.Observer = (*Prometheus)(nil)
@@ -139,6 +140,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
 				"state (a corrupt session state, polled as never saved), member (a node index entry that is not a live worker, ignored)."},
 			[]string{"kind"}),
 	}
+	p.slots = newSlotMetrics()
 	// Counted from the poll loops at each scrape (Watch), not set by
 	// rounds: a round that fails (Redis slow or away) never came to say
 	// that leases were lost meanwhile.
@@ -151,7 +153,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
 			return 0
 		})
 	for _, c := range []prometheus.Collector{p.buildInfo, p.leasesHeld, p.leaseEvents, p.renewed, p.renewRoundTrip,
-		p.sessions, p.liveNodes, p.memberChanges, p.polls, p.pollDuration, p.redisErrors, p.handoffGap, p.badData} {
+		p.sessions, p.liveNodes, p.memberChanges, p.polls, p.pollDuration, p.redisErrors, p.handoffGap, p.badData,
+		p.slots.lateness, p.slots.skipped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -19,16 +20,17 @@ type numberValue[T int | time.Duration] struct {
 	off    bool   // "off" sets Off
 	parse  func(string) (T, error)
 	format func(T) string
+	kind   string // what parse reads, for its error: "duration"
 }
 
 // durationValue binds a time.Duration field.
 func durationValue(p *time.Duration, zero string, off bool) *numberValue[time.Duration] {
-	return &numberValue[time.Duration]{p: p, zero: zero, off: off, parse: time.ParseDuration, format: time.Duration.String}
+	return &numberValue[time.Duration]{p: p, zero: zero, off: off, parse: time.ParseDuration, format: time.Duration.String, kind: "duration"}
 }
 
 // intValue binds an int field.
 func intValue(p *int, zero string, off bool) *numberValue[int] {
-	return &numberValue[int]{p: p, zero: zero, off: off, parse: strconv.Atoi, format: strconv.Itoa}
+	return &numberValue[int]{p: p, zero: zero, off: off, parse: strconv.Atoi, format: strconv.Itoa, kind: "whole number"}
 }
 
 func (v *numberValue[T]) Set(s string) error {
@@ -38,7 +40,7 @@ func (v *numberValue[T]) Set(s string) error {
 	}
 	n, err := v.parse(s)
 	if err != nil {
-		return err
+		return fmt.Errorf("%q is not a %s%s", s, v.kind, map[bool]string{true: " or off"}[v.off])
 	}
 	*v.p = n
 	return nil
@@ -86,13 +88,16 @@ func (v *floatValue) String() string {
 func (v *floatValue) Get() any { return *v.p }
 
 // stringValue is a string field; "" is the default.
-type stringValue struct{ p *string }
+type stringValue struct {
+	p    *string
+	zero string // the default, shown for ""
+}
 
 func (v *stringValue) Set(s string) error { *v.p = s; return nil }
 
 func (v *stringValue) String() string {
-	if v.p == nil {
-		return ""
+	if v.p == nil || *v.p == "" {
+		return v.zero
 	}
 	return *v.p
 }

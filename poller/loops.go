@@ -31,8 +31,12 @@ func (c *Coordinator) startLoopAt(s *session.Session, l *lease.Lease, polled *at
 	if c.stateful() != nil {
 		pl.state = &State{store: c.cfg.StateStore, lease: l}
 	}
+	bound := FirstPollBound(s.Interval.D())
+	if s.Scheduled() {
+		pl.slots, bound = c.newSlotLoop(s, l)
+	}
 	// Zero without a handoff: the first poll is paced (scheduler.paceLocked).
-	due, _ := l.NextPollWithin(FirstPollBound(s.Interval.D()))
+	due, _ := l.NextPollWithin(bound)
 	if polled.Load() || (due.IsZero() && pl.state != nil) {
 		// A restart polls with the new definition at once; a stateful
 		// loop loads its state first and is paced then (scheduler.Pace, from prepareState).
@@ -71,7 +75,7 @@ func (c *Coordinator) handoff(w *pollLoop) lease.Handoff {
 // prepareState, which may put the poll later); the poll (pollOnce). The
 // scheduler then records the outcome and says when the next turn is due
 // (scheduler.record, nextDue).
-func (c *Coordinator) turn(ctx context.Context, l *pollLoop, due time.Time) turnEnd {
+func (c *Coordinator) turn(ctx context.Context, l *pollLoop, due time.Time) (end turnEnd) {
 	now := c.cfg.Clock.Now()
 	// The term may have ended, or the deadline passed, since the scheduler
 	// made ctx.
@@ -94,6 +98,14 @@ func (c *Coordinator) turn(ctx context.Context, l *pollLoop, due time.Time) turn
 		if c.sched.Stopping(l) { // stopped while the state loaded
 			return turnEnd{out: pollStopped}
 		}
+	}
+	if l.slots != nil {
+		slot, ok := c.slotTurn(ctx, l, now)
+		if !ok {
+			return turnEnd{out: pollCancelled} // no slot due: the scheduler settles l at the next one
+		}
+		ctx = context.WithValue(ctx, slotKey{}, slot)
+		defer func() { c.slotFinished(l, slot, end.out) }() // before record, which runs after the turn
 	}
 	if first := l.polled.CompareAndSwap(false, true); first {
 		c.noteHandoffGap(l, now)
@@ -145,8 +157,8 @@ func (c *Coordinator) prepareState(ctx context.Context, l *pollLoop, now time.Ti
 	st.mu.Lock()
 	st.loaded, st.last = true, rec.Compact()
 	st.mu.Unlock()
-	if _, handed := l.lease.NextPoll(); handed || l.polled.Load() {
-		return turnEnd{}, true // the handoff mark or the previous loop set the schedule
+	if _, handed := l.lease.NextPoll(); handed || l.polled.Load() || l.slots != nil {
+		return turnEnd{}, true // the handoff mark, the previous loop or the slots set the schedule
 	}
 	iv := l.sess.Interval.D()
 	if since, ok := rec.SincePolled(); ok && since >= 0 && since < iv {

@@ -138,7 +138,7 @@ func (s *scheduler) Start(w *pollLoop, at time.Time) {
 	if s.cfg.GroupOf != nil && w.group == nil {
 		w.group = s.joinGroupLocked(w.sess)
 	}
-	if iv := w.sess.Interval.D(); s.shortest == 0 || iv < s.shortest {
+	if iv := w.sess.Interval.D(); iv > 0 && (s.shortest == 0 || iv < s.shortest) {
 		s.shortest = iv
 	}
 	if at.IsZero() && s.cfg.Pace {
@@ -459,6 +459,9 @@ func (s *scheduler) record(l *pollLoop, end turnEnd, began time.Time) {
 func (s *scheduler) nextDue(l *pollLoop, end turnEnd, backoff time.Duration, now time.Time) time.Time {
 	if end.out == pollStopped {
 		return l.next
+	}
+	if l.slots != nil {
+		return l.slots.next(now, end.out == pollCancelled) // a scheduled session: the next slot's start (slots.go)
 	}
 	iv := l.sess.Interval.D()
 	next := l.next.Add(iv)

@@ -47,8 +47,8 @@ type setting struct {
 // settings is the one list of Config's operator settings, in the order
 // the flags, the listing and the start log show them.
 var settings = []setting{
-	{name: "id", field: "ID", usage: "this worker's id, unique among live workers; default the host name (nodes.DefaultID)",
-		bind: func(c *Config) flag.Value { return &stringValue{&c.ID} },
+	{name: "id", field: "ID", usage: "this worker's id, unique among live workers",
+		bind: func(c *Config) flag.Value { return &stringValue{p: &c.ID, zero: "<hostname>"} },
 		show: func(c Config) string { return c.ID }},
 	{name: "lease-ttl", field: "LeaseTTL", usage: "lease time to live; at least 3 × --renew-interval. The three intervals below follow it unless set, " +
 		"so that it alone sets how long a crashed worker's sessions wait for a new poller: until its leases and its heartbeat (3 heartbeat intervals) " +
@@ -136,11 +136,20 @@ func orDefault[T int | float64 | time.Duration](v, def T) T {
 	return v
 }
 
+// FlagRegistrar is what RegisterFlags registers flags on: a
+// *flag.FlagSet, or a command-line library's adapter (pollworker run's
+// registers them in this order, with their environment variables).
+type FlagRegistrar interface {
+	Var(value flag.Value, name, usage string)
+}
+
 // RegisterFlags registers Config's operator settings on fs, each setting
 // the field of c of the same meaning, with its default and the zero rule
 // (0 or unset: the default; "off": Off), as dskit's RegisterFlags does.
-// pollworker run's flags are these; c.Validate (New calls it) checks them.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+// Each value is also a flag.Getter; its String at registration is the
+// default in words. pollworker run's flags are these; c.Validate (New
+// calls it) checks them.
+func (c *Config) RegisterFlags(fs FlagRegistrar) {
 	for _, s := range settings {
 		fs.Var(s.bind(c), s.name, s.usage)
 	}

@@ -253,7 +253,7 @@ func TestStatefulPollerPollsAtOnceWhenTheSavedPollIsOld(t *testing.T) {
 	_, err = state.NewStore(client, keyspace.Space{}).Save(context.Background(), r[0].Lease, time.Now().Add(-2*iv), []byte("41"))
 	require.NoError(t, err)
 	require.NoError(t, m.Release(context.Background(), r[0].Lease))
-	require.NoError(t, client.Del(context.Background(), keyspace.Space{}.Released("old")).Err()) // as after a crash
+	require.NoError(t, client.HDel(context.Background(), keyspace.Space{}.Fencing("old"), keyspace.FieldHandoff).Err()) // as after a crash
 
 	log := newCursorLog()
 	began := time.Now()

@@ -7,8 +7,12 @@
 //
 // Each result is one stream entry (see Result) with the fields session,
 // worker, token (the lease's fencing token, 0 without a lease), status (0
-// when no response arrived), latency_ms, error ("" on success) and at
-// (start of the poll, Unix milliseconds). A reader shows what it can of an
+// when no response arrived), latency_ms, error ("" on success), at (start
+// of the poll, Unix milliseconds), changed ("1" when the response differs
+// from the session's previous poll, across handoffs, else "0"),
+// body_sha256 (hex SHA-256 of the content, "" unless a 2xx or 304) and,
+// only when the poller records bodies, body (the first bytes of the
+// response body). A reader shows what it can of an
 // entry whose fields are missing or malformed: the streams are written by
 // workers of any version.
 //

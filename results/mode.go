@@ -9,10 +9,10 @@ type RecordMode int
 const (
 	// RecordAll records every result (the default).
 	RecordAll RecordMode = iota
-	// RecordChanges records a result only when it differs from the last
-	// one this Poller recorded for the session: another status code,
-	// another class of error (timeout, refused, reset, DNS, TLS, ...), or
-	// another lease (token).
+	// RecordChanges records only the results that say the response
+	// changed (Result.Changed): another status, class of error (timeout,
+	// refused, reset, DNS, TLS, ...), ETag or body than the session's
+	// previous poll, whichever worker made it.
 	RecordChanges
 	// RecordNone records nothing.
 	RecordNone

@@ -44,6 +44,9 @@ type Entry struct {
 type Query struct {
 	// Session keeps only this session's results; "" keeps all.
 	Session string
+	// Changed keeps only the results that say the response changed
+	// (Result.Changed).
+	Changed bool
 	// Since keeps only entries added in the last Since, by the Redis
 	// server's clock; 0 keeps all.
 	Since time.Duration
@@ -82,6 +85,14 @@ func (r *Reader) streams(q Query) []string {
 		return []string{r.keys.Results(), r.keys.ResultStreamOf(q.Session)}
 	}
 	return allStreams(r.keys)
+}
+
+// filtered reports whether q keeps only some entries of a stream.
+func (q Query) filtered() bool { return q.Session != "" || q.Changed }
+
+// keeps reports whether q keeps e.
+func (q Query) keeps(e Entry) bool {
+	return (q.Session == "" || e.Session == q.Session) && (!q.Changed || e.Changed)
 }
 
 func (q Query) limit() (int, error) {
@@ -128,12 +139,11 @@ func (r *Reader) Read(ctx context.Context, q Query) ([]Entry, Cursor, error) {
 			cur[s] = start
 		}
 	}
-	// Without a session filter, the newest limit entries of each stream
-	// hold the newest limit of all. With one, read chunks until limit
-	// matches. The first read of every stream goes in one pipeline (one
+	// Without a filter, the newest limit entries of each stream hold the
+	// newest limit of all. With one, read chunks until limit matches. The first read of every stream goes in one pipeline (one
 	// round trip per master); further ones only for streams still short.
 	chunk := readChunk
-	if q.Session == "" {
+	if !q.filtered() {
 		chunk = limit
 	}
 	var out []Entry
@@ -156,12 +166,12 @@ func (r *Reader) Read(ctx context.Context, q Query) ([]Entry, Cursor, error) {
 			}
 			for _, m := range msgs {
 				e := Entry{Stream: s, ID: m.ID, Result: parseResult(m.Values)}
-				if q.Session == "" || e.Session == q.Session {
+				if q.keeps(e) {
 					out = append(out, e)
 					matches[s]++
 				}
 			}
-			if q.Session != "" && matches[s] < limit && len(msgs) == chunk {
+			if q.filtered() && matches[s] < limit && len(msgs) == chunk {
 				end[s] = "(" + msgs[len(msgs)-1].ID
 				next = append(next, s)
 			}
@@ -260,7 +270,7 @@ func (r *Reader) tail(ctx context.Context, q Query, streams, ids []string, out c
 					ids[i] = m.ID
 				}
 				e := Entry{Stream: xs.Stream, ID: m.ID, Result: parseResult(m.Values)}
-				if q.Session == "" || e.Session == q.Session {
+				if q.keeps(e) {
 					batch = append(batch, e)
 				}
 			}

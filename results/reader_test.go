@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -154,6 +155,47 @@ func TestReaderFollow(t *testing.T) {
 	write(t, c, true, Result{Session: "a", At: now}, Result{Session: "b", At: now})
 	require.Equal(t, []string{"b"}, receive(t, ch, 1))
 	require.NoError(t, stop())
+}
+
+// TestReaderChanged: the changed flag, the body hash and the body make
+// the round trip through a stream; Query.Changed keeps only the changes,
+// in Read (scanning past unchanged entries) and in Follow; an entry
+// without the fields (an older worker's) reads as unchanged.
+func TestReaderChanged(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := newClient(t, mr.Addr())
+	r, err := NewReader(c, keys)
+	require.NoError(t, err)
+	at := time.UnixMilli(1_800_000_000_000)
+	first := Result{Session: "s1", Worker: "w1", Token: 3, Status: 200, At: at, Changed: true,
+		BodySHA256: "ab12", Body: "{\"v\":1}"}
+	write(t, c, false, first)
+	pipe := c.Pipeline()
+	for i := range 2500 { // more than a chunk of unchanged entries, untrimmed
+		pipe.XAdd(ctxT(t), &redis.XAddArgs{Stream: keys.Results(), Values: Result{Session: "s1", Worker: "w1", Token: 3,
+			Status: 200, At: at.Add(time.Duration(i+1) * time.Millisecond), BodySHA256: "ab12"}.values()})
+	}
+	_, err = pipe.Exec(ctxT(t))
+	require.NoError(t, err)
+	require.NoError(t, c.XAdd(ctxT(t), &redis.XAddArgs{Stream: keys.Results(),
+		Values: []any{"session", "old", "status", "200", "at", "1"}}).Err())
+
+	got, cur, err := r.Read(ctxT(t), Query{Changed: true, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, first, got[0].Result)
+
+	ch, stop := follow(t, r, Query{Changed: true}, cur)
+	second := Result{Session: "s1", Worker: "w2", Token: 4, Status: 200, At: at.Add(time.Hour), Changed: true, BodySHA256: "cd34"}
+	for _, res := range []Result{{Session: "s1", Worker: "w2", Token: 4, Status: 200, At: at.Add(time.Hour), BodySHA256: "ab12"}, second} {
+		require.NoError(t, c.XAdd(ctxT(t), &redis.XAddArgs{Stream: keys.Results(), Values: res.values()}).Err())
+	}
+	require.Equal(t, []string{"s1"}, receive(t, ch, 1))
+	require.NoError(t, stop())
+	got, _, err = r.Read(ctxT(t), Query{Changed: true})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, second, got[1].Result)
 }
 
 // TestRecorderAndReaderOnCluster: the sharded streams spread over every

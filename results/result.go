@@ -34,11 +34,26 @@ type Result struct {
 	Error string
 	// At is when the poll started.
 	At time.Time
+	// Changed says that the response differs from the previous poll of the
+	// session, whichever worker made it (the poller compares against the
+	// session's fenced state): another status (a 304 stands for the 200 it
+	// revalidates), another class of failure, another ETag or another body
+	// hash. A session's first poll is a change. Entries of workers older
+	// than this field read as false.
+	Changed bool
+	// BodySHA256 is the hex SHA-256 of the content: of this response's
+	// body (its first 64 KiB) for a 2xx, of the content a 304 revalidates,
+	// "" for other answers or none.
+	BodySHA256 string
+	// Body is the first bytes of the response body, as many as the poller
+	// was told to record (httppoll.Config.RecordBody; pollworker run
+	// --record-body); "" when none are recorded.
+	Body string
 }
 
 // values are r's stream fields, in the order of the package comment.
 func (r Result) values() []any {
-	return []any{
+	v := []any{
 		"session", r.Session,
 		"worker", r.Worker,
 		"token", r.Token,
@@ -46,7 +61,21 @@ func (r Result) values() []any {
 		"latency_ms", strconv.FormatFloat(float64(r.Latency)/float64(time.Millisecond), 'f', 3, 64),
 		"error", r.Error,
 		"at", r.At.UnixMilli(),
+		"changed", changedField(r.Changed),
+		"body_sha256", r.BodySHA256,
 	}
+	if r.Body != "" {
+		v = append(v, "body", r.Body)
+	}
+	return v
+}
+
+// changedField is the stream value of Result.Changed: "1" or "0".
+func changedField(c bool) string {
+	if c {
+		return "1"
+	}
+	return "0"
 }
 
 // parseResult reads the fields of a stream entry. Missing or malformed
@@ -56,7 +85,8 @@ func parseResult(v map[string]any) Result {
 	str := func(k string) string { s, _ := v[k].(string); return s }
 	num := func(k string) int64 { n, _ := strconv.ParseInt(str(k), 10, 64); return n }
 	r := Result{Session: str("session"), Worker: str("worker"), Token: num("token"),
-		Status: int(num("status")), Error: str("error")}
+		Status: int(num("status")), Error: str("error"), Changed: str("changed") == "1",
+		BodySHA256: str("body_sha256"), Body: str("body")}
 	if ms, err := strconv.ParseFloat(str("latency_ms"), 64); err == nil {
 		r.Latency = time.Duration(ms * float64(time.Millisecond))
 	}

@@ -68,9 +68,10 @@ type Input struct {
 	// OnTime is the lateness within which a slot is not "missed" under
 	// Skip (0 is DefaultOnTime).
 	OnTime time.Duration
-	// Since, if set, is when the session was added or resumed: under Skip
-	// and Latest, slots due before it are not run (there was nothing to
-	// miss); under All they are, within the window.
+	// Since, if set, is when the session was added or resumed, or when a
+	// holder with nothing known (a zero Through) took it: slots due before
+	// it are not run under any policy (there was nothing to miss, or
+	// nothing says they were missed).
 	Since time.Time
 }
 
@@ -114,7 +115,7 @@ func (s *Schedule) Decide(c Cursor, in Input) Decision {
 	if !in.Since.IsZero() {
 		sinceSlot = in.Since.Add(-s.off)
 	}
-	if policy != All && sinceSlot.After(oldest) {
+	if sinceSlot.After(oldest) {
 		oldest = sinceSlot
 	}
 	d := Decision{Through: c.Through}
@@ -220,4 +221,15 @@ func (s *Schedule) prev(known, until time.Time) time.Time {
 		}
 	}
 	return lo
+}
+
+// Prev returns the last slot at or before t, or the zero time if none
+// comes within five years before it.
+func (s *Schedule) Prev(t time.Time) time.Time {
+	for back := time.Second; back < 5*366*24*time.Hour; back *= 2 {
+		if c := s.Next(t.Add(-back)); !c.IsZero() && !c.After(t) {
+			return s.prev(c, t)
+		}
+	}
+	return time.Time{}
 }

@@ -53,8 +53,10 @@ func TestDecide(t *testing.T) {
 			want: Decision{Wake: tm("10:40:00")}},
 		{name: "a new session under skip", in: Input{Now: tm("10:35:00"), Since: tm("10:34:00"), Policy: Skip},
 			want: Decision{Wake: tm("10:40:00")}},
-		{name: "a new session under all runs the window", in: Input{Now: tm("10:35:00"), Since: tm("10:34:00"), Policy: All},
-			want: Decision{Run: tm("09:40:00"), Through: tm("09:40:00"), Wake: tm("09:50:00")}},
+		{name: "a new session under all runs no past slot either", in: Input{Now: tm("10:35:00"), Since: tm("10:34:00"), Policy: All},
+			want: Decision{Wake: tm("10:40:00")}},
+		{name: "a new session under all runs the slots due since", in: Input{Now: tm("10:45:00"), Since: tm("10:34:00"), Policy: All},
+			want: Decision{Run: tm("10:40:00"), Through: tm("10:40:00"), Wake: tm("10:50:00")}},
 		{name: "a resumed session does not run or count the paused slots", cursor: Cursor{Through: tm("09:00:00")}, in: Input{Now: tm("10:35:00"), Since: tm("10:34:00")},
 			want: Decision{Through: tm("10:34:00").Add(-time.Nanosecond), Wake: tm("10:40:00")}},
 		{name: "overlap: a slot due while a poll runs is skipped", cursor: Cursor{Through: tm("10:20:00"), Running: true}, in: Input{Now: tm("10:30:00.1")},
@@ -126,5 +128,19 @@ func TestDecideNeverRunsBeforeItsStart(t *testing.T) {
 			c.Through = d.Through
 		}
 		require.Greater(t, runs, 5, p)
+	}
+}
+
+func TestPrev(t *testing.T) {
+	tests := []struct{ expr, tz, at, want string }{
+		{"*/10 * * * *", "", "2026-05-01T10:35:00Z", "2026-05-01T10:30:00Z"},
+		{"*/10 * * * *", "", "2026-05-01T10:30:00Z", "2026-05-01T10:30:00Z"},
+		{"0 9 * * 1-5", "Europe/Berlin", "2026-05-04T06:00:00Z", "2026-05-01T07:00:00Z"}, // Monday early: Friday's
+		{"@monthly", "", "2026-05-01T00:00:00.5Z", "2026-05-01T00:00:00Z"},
+		{"*/2 * * * * *", "", "2026-05-01T10:00:01.999Z", "2026-05-01T10:00:00Z"},
+	}
+	for _, tt := range tests {
+		s := mustParse(t, "id", tt.expr, tt.tz, 0)
+		require.Equal(t, utc(tt.want), s.Prev(utc(tt.at)), tt.expr)
 	}
 }

@@ -23,8 +23,10 @@ const DefaultExpect = "200-399"
 const (
 	// MaxHeaders is the most headers a session may set.
 	MaxHeaders = 32
-	// MaxProfileBytes is the longest profile name.
-	MaxProfileBytes = 64
+	// MaxProfileBytes is the longest profile name: a worker announces
+	// each of its profiles as a label "profile/<name>" of at most 63
+	// bytes.
+	MaxProfileBytes = 48
 )
 
 // reservedHeaders may not be set by a session: the fencing headers

@@ -197,6 +197,18 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 	return s.record(ctx, "put many", "", cs.args())
 }
 
+// dropHandoff queues the deletion of a session's handoff mark: the field
+// of its fencing record (the token stays: tokens never go back), and the
+// mark of the layout before the records. The mark keeps the removed
+// session's schedule (its backoff, say) for a successor: a session added
+// again under this id starts afresh. Best effort (a record of the wrong
+// type fails alone): a successor bounds what it keeps of a mark anyway
+// (lease.Lease.NextPollWithin).
+func (s *Store) dropHandoff(ctx context.Context, p redis.Pipeliner, id string) {
+	p.HDel(ctx, s.keys.Fencing(id), keyspace.FieldHandoff)
+	p.Del(ctx, s.keys.Released(id))
+}
+
 // DeleteMany removes the sessions ids, their index entries and handoff
 // marks in pipelines
 // of 1000 and records the change once: the bulk form of Delete, for
@@ -224,7 +236,7 @@ func (s *Store) DeleteMany(ctx context.Context, ids []string) (int, error) {
 			for i := lo; i < hi; i++ {
 				del[i-lo] = p.GetDel(ctx, s.keys.Session(ids[i]))
 				srem[i-lo] = p.SRem(ctx, s.keys.SessionBucketOf(ids[i]), ids[i])
-				p.Del(ctx, s.keys.Released(ids[i])) // see Delete
+				s.dropHandoff(ctx, p, ids[i]) // see Delete
 			}
 			return nil
 		})
@@ -323,11 +335,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		del = p.GetDel(ctx, s.keys.Session(id))
 		srem = p.SRem(ctx, s.keys.SessionBucketOf(id), id)
-		// The handoff mark keeps the removed session's schedule (its
-		// backoff, say) for a successor: a session added again under
-		// this id starts afresh. Best effort: a successor bounds what it
-		// keeps of a mark anyway (lease.Lease.NextPollWithin).
-		p.Del(ctx, s.keys.Released(id))
+		s.dropHandoff(ctx, p, id)
 		return nil
 	})
 	old, had, err := s.deleted(ctx, del, id)

@@ -424,7 +424,8 @@ func TestDeleteRemovesTheHandoffMark(t *testing.T) {
 		_, c, s := newMini(t)
 		sess := Session{ID: "bo-3", URL: "http://127.0.0.1:1/typo", Interval: Duration(2 * time.Second)}
 		require.NoError(t, s.Put(ctx, sess))
-		require.NoError(t, c.Set(ctx, keys.Released(sess.ID), "1000:63000", time.Minute).Err())
+		require.NoError(t, c.Set(ctx, keys.Released(sess.ID), "1000:63000", time.Minute).Err()) // the layout before the records
+		require.NoError(t, c.HSet(ctx, keys.Fencing(sess.ID), keyspace.FieldToken, "17", keyspace.FieldHandoff, "17:1000:99000:63000").Err())
 		if many {
 			n, err := s.DeleteMany(ctx, []string{sess.ID})
 			require.NoError(t, err)
@@ -433,5 +434,8 @@ func TestDeleteRemovesTheHandoffMark(t *testing.T) {
 			require.NoError(t, s.Delete(ctx, sess.ID))
 		}
 		require.Zero(t, c.Exists(ctx, keys.Released(sess.ID)).Val(), "many=%v", many)
+		rec, err := c.HGetAll(ctx, keys.Fencing(sess.ID)).Result()
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{keyspace.FieldToken: "17"}, rec, "the mark goes, the token stays (many=%v)", many)
 	}
 }

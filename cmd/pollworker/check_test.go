@@ -117,8 +117,8 @@ func TestCheckBrokenInvariants(t *testing.T) {
 			require.NoError(t, f.client.Del(ctxT(t), keyspace.Space{}.Lease("s3")).Err())
 			require.NoError(t, f.client.HSet(ctxT(t), keyspace.Space{}.Lease("s3"), "planted", "1").Err())
 		}},
-		{name: "fencing counter too large", want: checkBadKey, breakIt: func(t *testing.T, f *explainFixture) {
-			require.NoError(t, f.client.Set(ctxT(t), keyspace.Space{}.Fence("s5"), "9007199254740993", 0).Err())
+		{name: "fencing token too large", want: checkBadKey, breakIt: func(t *testing.T, f *explainFixture) {
+			require.NoError(t, f.client.HSet(ctxT(t), keyspace.Space{}.Fencing("s5"), keyspace.FieldToken, "9007199254740993").Err())
 		}},
 		{name: "state of the wrong type", want: checkCorruptState, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.Set(ctxT(t), keyspace.Space{}.State("s2"), "garbage", 0).Err())

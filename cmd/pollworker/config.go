@@ -290,23 +290,13 @@ func idProblem(err error) string {
 // workerOptions are the values of the run command's flags, as given.
 type workerOptions struct {
 	connOptions
-	ID                string
-	LeaseTTL          time.Duration
-	RenewInterval     time.Duration // 0: follows LeaseTTL (poller.Config.WithDefaults), as the two below
-	HeartbeatInterval time.Duration
-	DiscoveryInterval time.Duration
-	DrainTimeout      time.Duration
-	LossQuarantine    time.Duration // < 0: the lease TTL; 0: off
-	MaxPolls          int           // 0: no bound
-	Weight            float64       // capacity relative to the peers; 0: 1
-	KeepWeight        bool          // --shed-when-behind=false
-	Labels            string        // k=v,…
-	ErrorBackoff      time.Duration // 0: off
-	WaitReplicas      int
-	HTTPAddr          string
-	Profiles          bool // --pprof
-	LogLevel          string
-	LogFormat         string
+	// Poller holds the coordinator's settings as its flags set them
+	// (poller.Config.RegisterFlags); parseConfig adds Keys.
+	Poller    poller.Config
+	HTTPAddr  string
+	Profiles  bool // --pprof
+	LogLevel  string
+	LogFormat string
 }
 
 // workerConfig is a validated workerOptions.
@@ -314,7 +304,8 @@ type workerConfig struct {
 	connConfig
 	// Poller is the coordinator's configuration without Client, Poller,
 	// Logger and Version, which the run command attaches. Its ID is set
-	// (nodes.DefaultID() when --id is empty).
+	// (nodes.DefaultID() when --id is empty) and its zero timings are
+	// filled (poller.Config.WithDefaults).
 	Poller poller.Config
 	// HTTPAddr is the health server's address; "" disables it.
 	HTTPAddr string
@@ -325,78 +316,53 @@ type workerConfig struct {
 	LogFormat string
 }
 
+// settings lists the effective configuration, password redacted: the
+// connection, the poller's settings (poller.Config.Settings, the one list
+// of them) and the process's own. --dry-run prints it, the start log
+// logs it.
+func (c workerConfig) settings() []poller.Setting {
+	httpAddr := c.HTTPAddr
+	if httpAddr == "" {
+		httpAddr = "(disabled)"
+	}
+	out := []poller.Setting{
+		{Name: flagRedisURL, Value: c.RedisURL},
+		{Name: flagKeyPrefix, Value: c.Keys.Prefix},
+		{Name: flagSessionPrefix, Value: c.Keys.SessionPrefix},
+	}
+	out = append(out, c.Poller.Settings()...)
+	return append(out,
+		poller.Setting{Name: "http-addr", Value: httpAddr},
+		poller.Setting{Name: "pprof", Value: strconv.FormatBool(c.Profiles)},
+		poller.Setting{Name: "log-level", Value: c.LogLevel.String()},
+		poller.Setting{Name: "log-format", Value: c.LogFormat})
+}
+
 // parseConfig validates the run command's flags and builds the
 // coordinator's configuration. Every error wraps errInvalidConfig, fits on
 // one line and names the flag and the rule it breaks; none contains the
-// Redis password. It does not touch the network. Whatever it accepts,
-// poller.New accepts too (see FuzzParseConfig).
+// Redis password. It does not touch the network. The coordinator's
+// settings are checked by poller.Config.Validate, the one validation that
+// poller.New runs too, its messages naming the flags.
 func parseConfig(o workerOptions) (workerConfig, error) {
 	conn, err := parseConn(o.connOptions)
 	if err != nil {
 		return workerConfig{}, err
 	}
-	id := o.ID
-	if id == "" {
-		id = nodes.DefaultID()
-	} else if err := keyspace.ValidateID(id); err != nil {
-		return workerConfig{}, fmt.Errorf("%w: --id: %s", errInvalidConfig, idProblem(err))
-	}
-	for _, d := range []struct {
-		flag     string
-		v        time.Duration
-		optional bool // 0 means the default, derived from --lease-ttl
-	}{
-		{"lease-ttl", o.LeaseTTL, false},
-		{"renew-interval", o.RenewInterval, true},
-		{"heartbeat-interval", o.HeartbeatInterval, true},
-		{"discovery-interval", o.DiscoveryInterval, true},
-		{"drain-timeout", o.DrainTimeout, false},
-	} {
-		switch {
-		case d.v == 0 && d.optional:
-		case d.v <= 0:
-			return workerConfig{}, fmt.Errorf("%w: --%s (%v) must be positive", errInvalidConfig, d.flag, d.v)
-		case d.v < minDuration:
-			return workerConfig{}, fmt.Errorf("%w: --%s (%v) must be at least %v", errInvalidConfig, d.flag, d.v, minDuration)
-		case d.v > maxDuration:
-			return workerConfig{}, fmt.Errorf("%w: --%s (%v) must be at most %v", errInvalidConfig, d.flag, d.v, maxDuration)
+	pc := o.Poller
+	pc.Keys = conn.Keys
+	if err := pc.Validate(); err != nil {
+		var ce *poller.ConfigError
+		if errors.As(err, &ce) {
+			return workerConfig{}, fmt.Errorf("%w: %s", errInvalidConfig, ce.Text(flagOf))
 		}
+		return workerConfig{}, fmt.Errorf("%w: %w", errInvalidConfig, err)
 	}
-	if o.WaitReplicas < 0 || o.WaitReplicas > 16 {
-		return workerConfig{}, fmt.Errorf("%w: --wait-replicas (%d) must be from 0 to 16", errInvalidConfig, o.WaitReplicas)
-	}
-	if o.WaitReplicas > 0 && o.Cluster {
+	if pc.WaitReplicas > 0 && o.Cluster {
 		return workerConfig{}, fmt.Errorf("%w: --wait-replicas needs a single master or Sentinel, not --redis-cluster (WAIT reaches one shard)", errInvalidConfig)
 	}
-	if nodes.ValidateWeight(o.Weight) != nil {
-		return workerConfig{}, fmt.Errorf("%w: --weight (%g) must be from 0.001 to %d", errInvalidConfig, o.Weight, nodes.MaxWeight)
-	}
-	labels, err := nodes.ParseLabels(o.Labels)
-	if err != nil {
-		return workerConfig{}, fmt.Errorf("%w: --labels: %w", errInvalidConfig, err)
-	}
-	if o.MaxPolls < 0 {
-		return workerConfig{}, fmt.Errorf("%w: --max-polls (%d) must not be negative (0 = no bound)", errInvalidConfig, o.MaxPolls)
-	}
-	if o.ErrorBackoff < 0 || o.ErrorBackoff > maxDuration {
-		return workerConfig{}, fmt.Errorf("%w: --error-backoff (%v) must be from 0 (off) to %v", errInvalidConfig, o.ErrorBackoff, maxDuration)
-	}
-	if o.LossQuarantine > maxDuration {
-		return workerConfig{}, fmt.Errorf("%w: --loss-quarantine (%v) must be at most %v", errInvalidConfig, o.LossQuarantine, maxDuration)
-	}
-	// The intervals left unset follow --lease-ttl, as the coordinator's
-	// defaults do; the effective ones are validated and shown.
-	times := poller.Config{LeaseTTL: o.LeaseTTL, RenewInterval: o.RenewInterval,
-		HeartbeatInterval: o.HeartbeatInterval, DiscoveryInterval: o.DiscoveryInterval}.WithDefaults()
-	o.RenewInterval, o.HeartbeatInterval, o.DiscoveryInterval = times.RenewInterval, times.HeartbeatInterval, times.DiscoveryInterval
-	// Both lower bounds in one message, with the value that passes them.
-	if need := max(minLeaseTTL, 3*o.RenewInterval); o.LeaseTTL < need {
-		if need == minLeaseTTL {
-			return workerConfig{}, fmt.Errorf("%w: --lease-ttl (%v) must be at least %v, the lease minimum (and at least 3 × --renew-interval (%v))",
-				errInvalidConfig, o.LeaseTTL, need, o.RenewInterval)
-		}
-		return workerConfig{}, fmt.Errorf("%w: --lease-ttl (%v) must be at least 3 × --renew-interval (%v) = %v",
-			errInvalidConfig, o.LeaseTTL, o.RenewInterval, need)
+	if pc.ID == "" {
+		pc.ID = nodes.DefaultID()
 	}
 	if err := validateHTTPAddr(o.HTTPAddr); err != nil {
 		return workerConfig{}, err
@@ -411,30 +377,24 @@ func parseConfig(o workerOptions) (workerConfig, error) {
 	if o.LogFormat != "json" && o.LogFormat != "console" {
 		return workerConfig{}, fmt.Errorf("%w: --log-format %q must be json or console", errInvalidConfig, o.LogFormat)
 	}
-	conn.Redis.ClientName = "pollworker:" + id
+	conn.Redis.ClientName = "pollworker:" + pc.ID
 	return workerConfig{
 		connConfig: conn,
-		Poller: poller.Config{
-			Keys:                 conn.Keys,
-			ID:                   id,
-			LeaseTTL:             o.LeaseTTL,
-			RenewInterval:        o.RenewInterval,
-			HeartbeatInterval:    o.HeartbeatInterval,
-			DiscoveryInterval:    o.DiscoveryInterval,
-			DrainTimeout:         o.DrainTimeout,
-			LossQuarantine:       lossQuarantine(o.LossQuarantine),
-			MaxPolls:             zeroMeansOff(o.MaxPolls),
-			MaxErrorBackoff:      time.Duration(zeroMeansOff(int64(o.ErrorBackoff))),
-			WaitReplicas:         o.WaitReplicas,
-			Weight:               o.Weight,
-			KeepWeightWhenBehind: o.KeepWeight,
-			Labels:               labels,
-		},
-		HTTPAddr:  o.HTTPAddr,
-		Profiles:  o.Profiles,
-		LogLevel:  level,
-		LogFormat: o.LogFormat,
+		Poller:     pc.WithDefaults(),
+		HTTPAddr:   o.HTTPAddr,
+		Profiles:   o.Profiles,
+		LogLevel:   level,
+		LogFormat:  o.LogFormat,
 	}, nil
+}
+
+// flagOf names a poller.Config field as the run command does: by its flag
+// (--lease-ttl), or by the field for one without a flag.
+func flagOf(field string) string {
+	if f := poller.FlagName(field); f != "" {
+		return "--" + f
+	}
+	return field
 }
 
 // validateHTTPAddr accepts "" (no server) or host:port with a numeric or
@@ -453,20 +413,9 @@ func validateHTTPAddr(addr string) error {
 	return nil
 }
 
-// lossQuarantine maps --loss-quarantine to poller.Config.LossQuarantine:
-// unset (negative) is the lease TTL (poller's 0), 0 turns it off (-1).
-func lossQuarantine(flag time.Duration) time.Duration {
-	switch {
-	case flag < 0:
-		return 0
-	case flag == 0:
-		return -1
-	}
-	return flag
-}
-
-// zeroMeansOff maps a flag where 0 turns a feature off to the poller's
-// convention, where 0 is the default and a negative value turns it off.
+// zeroMeansOff maps an HTTP poller flag where 0 turns a feature off
+// (--max-per-host, --idle-conn-timeout) to httppoll.Config's convention,
+// where 0 is the default and a negative value turns it off.
 func zeroMeansOff[T int | int64](v T) T {
 	if v == 0 {
 		return -1

@@ -13,21 +13,24 @@ import (
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/poller"
 )
 
 // validOptions are the run command's defaults, the intervals that follow
 // --lease-ttl given explicitly.
 func validOptions() workerOptions {
 	return workerOptions{
-		connOptions:       connOptions{RedisURL: defaultRedisURL, KeyPrefix: "poll", SessionPrefix: "session"},
-		LeaseTTL:          30 * time.Second,
-		RenewInterval:     10 * time.Second,
-		HeartbeatInterval: 10 * time.Second,
-		DiscoveryInterval: 10 * time.Second,
-		DrainTimeout:      10 * time.Second,
-		HTTPAddr:          ":9090",
-		LogLevel:          "info",
-		LogFormat:         "json",
+		connOptions: connOptions{RedisURL: defaultRedisURL, KeyPrefix: "poll", SessionPrefix: "session"},
+		Poller: poller.Config{
+			LeaseTTL:          30 * time.Second,
+			RenewInterval:     10 * time.Second,
+			HeartbeatInterval: 10 * time.Second,
+			DiscoveryInterval: 10 * time.Second,
+			DrainTimeout:      10 * time.Second,
+		},
+		HTTPAddr:  ":9090",
+		LogLevel:  "info",
+		LogFormat: "json",
 	}
 }
 
@@ -37,18 +40,24 @@ func TestParseConfigRules(t *testing.T) {
 		give func(o *workerOptions)
 		want string // the error after "invalid config: "
 	}{
-		{name: "lease ttl below 3 renewals", give: func(o *workerOptions) { o.LeaseTTL = 20 * time.Second },
+		{name: "lease ttl below 3 renewals", give: func(o *workerOptions) { o.Poller.LeaseTTL = 20 * time.Second },
 			want: "--lease-ttl (20s) must be at least 3 × --renew-interval (10s)"},
-		{name: "lease ttl just below 3 renewals", give: func(o *workerOptions) { o.LeaseTTL = 30*time.Second - time.Nanosecond },
+		{name: "lease ttl just below 3 renewals", give: func(o *workerOptions) { o.Poller.LeaseTTL = 30*time.Second - time.Nanosecond },
 			want: "--lease-ttl (29.999999999s) must be at least 3 × --renew-interval (10s)"},
-		{name: "zero lease ttl", give: func(o *workerOptions) { o.LeaseTTL = 0 }, want: "--lease-ttl (0s) must be positive"},
-		{name: "negative renew", give: func(o *workerOptions) { o.RenewInterval = -time.Second }, want: "--renew-interval (-1s) must be positive"},
-		{name: "negative heartbeat", give: func(o *workerOptions) { o.HeartbeatInterval = -time.Second }, want: "--heartbeat-interval (-1s) must be positive"},
-		{name: "negative discovery", give: func(o *workerOptions) { o.DiscoveryInterval = -time.Second }, want: "--discovery-interval (-1s) must be positive"},
-		{name: "zero drain", give: func(o *workerOptions) { o.DrainTimeout = 0 }, want: "--drain-timeout (0s) must be positive"},
-		{name: "sub-millisecond", give: func(o *workerOptions) { o.HeartbeatInterval = time.Microsecond }, want: "--heartbeat-interval (1µs) must be at least 1ms"},
-		{name: "over a day", give: func(o *workerOptions) { o.HeartbeatInterval = 25 * time.Hour }, want: "--heartbeat-interval (25h0m0s) must be at most 24h0m0s"},
-		{name: "tiny lease ttl", give: func(o *workerOptions) { o.LeaseTTL, o.RenewInterval = 9*time.Millisecond, time.Millisecond },
+		{name: "negative lease ttl", give: func(o *workerOptions) { o.Poller.LeaseTTL = -time.Second }, want: "--lease-ttl (-1s) must be positive"},
+		{name: "negative renew", give: func(o *workerOptions) { o.Poller.RenewInterval = -time.Second }, want: "--renew-interval (-1s) must be positive"},
+		{name: "negative heartbeat", give: func(o *workerOptions) { o.Poller.HeartbeatInterval = -time.Second }, want: "--heartbeat-interval (-1s) must be positive"},
+		{name: "negative discovery", give: func(o *workerOptions) { o.Poller.DiscoveryInterval = -time.Second }, want: "--discovery-interval (-1s) must be positive"},
+		{name: "negative drain", give: func(o *workerOptions) { o.Poller.DrainTimeout = -time.Second }, want: "--drain-timeout (-1s) must be positive"},
+		{name: "wait replicas", give: func(o *workerOptions) { o.Poller.WaitReplicas = 17 }, want: "--wait-replicas (17) must be from 0 to 16"},
+		{name: "wait replicas in cluster", give: func(o *workerOptions) { o.Poller.WaitReplicas, o.Cluster = 1, true }, want: "--wait-replicas needs a single master or Sentinel"},
+		{name: "weight", give: func(o *workerOptions) { o.Poller.Weight = 0.0001 }, want: "--weight (0.0001) must be from 0.001 to 1000"},
+		{name: "error backoff", give: func(o *workerOptions) { o.Poller.MaxErrorBackoff = 25 * time.Hour }, want: "--error-backoff (25h0m0s) must be at most 24h0m0s"},
+		{name: "sub-millisecond", give: func(o *workerOptions) { o.Poller.HeartbeatInterval = time.Microsecond }, want: "--heartbeat-interval (1µs) must be at least 1ms"},
+		{name: "over a day", give: func(o *workerOptions) { o.Poller.HeartbeatInterval = 25 * time.Hour }, want: "--heartbeat-interval (25h0m0s) must be at most 24h0m0s"},
+		{name: "tiny lease ttl", give: func(o *workerOptions) {
+			o.Poller.LeaseTTL, o.Poller.RenewInterval = 9*time.Millisecond, time.Millisecond
+		},
 			want: "--lease-ttl (9ms) must be at least 10ms, the lease minimum (and at least 3 × --renew-interval (1ms))"},
 		{name: "redis port out of range", give: func(o *workerOptions) { o.RedisURL = "redis://127.0.0.1:99999/0" },
 			want: "--redis-url port 99999 must be from 1 to 65535"},
@@ -90,7 +99,7 @@ func TestParseConfigRules(t *testing.T) {
 			want: `--key-prefix "poll" and --session-prefix "poll:sessions" overlap: neither may equal`},
 		{name: "key prefix inside the session keys", give: func(o *workerOptions) { o.KeyPrefix = "session:poll" },
 			want: `--key-prefix "session:poll" and --session-prefix "session" overlap: neither may equal`},
-		{name: "bad id", give: func(o *workerOptions) { o.ID = "worker 1" }, want: `--id: invalid id: "worker 1" has byte ' ' at 6`},
+		{name: "bad id", give: func(o *workerOptions) { o.Poller.ID = "worker 1" }, want: `--id: invalid id: "worker 1" has byte ' ' at 6`},
 		{name: "http addr without port", give: func(o *workerOptions) { o.HTTPAddr = "9090" },
 			want: `--http-addr "9090" must be host:port, :port or empty to disable`},
 		{name: "http addr bad port", give: func(o *workerOptions) { o.HTTPAddr = "localhost:nope" },
@@ -125,19 +134,19 @@ func TestLeaseTTLMessageNamesAValueThatPasses(t *testing.T) {
 		{20 * time.Second, 10 * time.Second},
 	} {
 		o := validOptions()
-		o.LeaseTTL, o.RenewInterval = tt.ttl, tt.renew
+		o.Poller.LeaseTTL, o.Poller.RenewInterval = tt.ttl, tt.renew
 		_, err := parseConfig(o)
 		require.Error(t, err)
 		m := regexp.MustCompile(`must be at least (?:3 × --renew-interval \([^)]*\) = )?([0-9.]+[a-zµ]+)`).FindStringSubmatch(err.Error())
 		require.NotNil(t, m, "%v", err)
 		need, perr := time.ParseDuration(m[1])
 		require.NoError(t, perr)
-		o.LeaseTTL = need
+		o.Poller.LeaseTTL = need
 		_, err = parseConfig(o)
 		require.NoError(t, err, "the value named, %v, passes", need)
 	}
 	o := validOptions()
-	o.LeaseTTL = time.Millisecond
+	o.Poller.LeaseTTL = time.Millisecond
 	_, err := parseConfig(o)
 	require.EqualError(t, err, "invalid config: --lease-ttl (1ms) must be at least 3 × --renew-interval (10s) = 30s")
 }
@@ -160,8 +169,8 @@ func TestParseConfigAccepts(t *testing.T) {
 
 	o := validOptions()
 	o.RedisURL = "rediss://alice:hunter2@redis.example:6380/3"
-	o.ID = "w-1"
-	o.LeaseTTL, o.RenewInterval = 3*time.Second, time.Second // exactly 3 ×
+	o.Poller.ID = "w-1"
+	o.Poller.LeaseTTL, o.Poller.RenewInterval = 3*time.Second, time.Second // exactly 3 ×
 	o.HTTPAddr = ""
 	o.KeyPrefix, o.SessionPrefix = "app/poll", "app/session"
 	o.LogLevel, o.LogFormat = "debug", "console"
@@ -196,8 +205,9 @@ func TestRunBadConfigOneLine(t *testing.T) {
 		{name: "overlapping prefixes", give: []string{"--session-prefix", "poll:sessions"},
 			want: `pollworker: invalid config: --key-prefix "poll" and --session-prefix "poll:sessions" overlap: ` +
 				`neither may equal the other or start with the other followed by ":", so that no session key can be a worker key` + "\n"},
-		{name: "non-positive", give: []string{"--drain-timeout", "0s"},
-			want: "pollworker: invalid config: --drain-timeout (0s) must be positive\n"},
+		{name: "non-positive", give: []string{"--drain-timeout=-1s"},
+			want: "pollworker: invalid config: --drain-timeout (-1s) must be positive\n"},
+		{name: "off where nothing can be off", give: []string{"--lease-ttl", "off"}},
 		{name: "unknown flag", give: []string{"--bogus"},
 			want: "pollworker: run: flag provided but not defined: -bogus (see pollworker run --help)\n"},
 		{name: "unparsable duration", give: []string{"--lease-ttl", "soon"}},
@@ -234,6 +244,10 @@ func TestEnvVars(t *testing.T) {
 		"POLLWORKER_LOG_FORMAT":         "console",
 		"POLLWORKER_WEIGHT":             "2.5",
 		"POLLWORKER_LABELS":             "zone=eu-1,egress=static",
+		"POLLWORKER_MAX_POLLS":          "off",
+		"POLLWORKER_ERROR_BACKOFF":      "1m",
+		"POLLWORKER_SHED_WHEN_BEHIND":   "false",
+		"POLLWORKER_WAIT_REPLICAS":      "1",
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -250,10 +264,12 @@ heartbeat-interval: 2s
 discovery-interval: 4s
 drain-timeout:      5s
 loss-quarantine:    7s
-wait-replicas:      0
+wait-replicas:      1
+max-polls:          off
 weight:             2.5
-shed-when-behind:   true
+shed-when-behind:   false
 labels:             egress=static,zone=eu-1
+error-backoff:      1m0s
 http-addr:          127.0.0.1:9999
 pprof:              false
 log-level:          warn
@@ -338,7 +354,7 @@ func TestIntervalsFollowLeaseTTL(t *testing.T) {
 	require.Contains(t, r.stdout, "renew-interval:     30s\nheartbeat-interval: 5s\ndiscovery-interval: 10s\n")
 
 	o := validOptions()
-	o.LeaseTTL, o.RenewInterval, o.HeartbeatInterval, o.DiscoveryInterval = 3*time.Second, 0, 0, 0
+	o.Poller.LeaseTTL, o.Poller.RenewInterval, o.Poller.HeartbeatInterval, o.Poller.DiscoveryInterval = 3*time.Second, 0, 0, 0
 	cfg, err := parseConfig(o)
 	require.NoError(t, err)
 	require.Equal(t, 4*time.Second, cfg.Poller.WithDefaults().FailoverBound())

@@ -58,15 +58,22 @@ func explainCommand() *cli.Command {
 					return fmt.Errorf("explain %s: %w", id, err)
 				}
 				e := snap.Explain(id)
+				sched, err := explainSchedule(ctx, a, &e)
+				if err != nil {
+					return fmt.Errorf("explain %s: %w", id, err)
+				}
 				w := cmd.Root().Writer
 				if cmd.Bool("json") {
 					enc := json.NewEncoder(w)
 					enc.SetIndent("", "  ")
-					if err := enc.Encode(e); err != nil {
+					if err := enc.Encode(explainedJSON{Explanation: e, Scheduled: sched}); err != nil {
 						return err
 					}
 				} else {
-					printExplanation(w, e)
+					printExplanation(w, e, sched)
+					if e.Found {
+						printLastPoll(ctx, a, w, id)
+					}
 				}
 				if !e.Found {
 					// Explained (a lease may be left), but exit 1 as sessions get does.
@@ -79,7 +86,7 @@ func explainCommand() *cli.Command {
 }
 
 // printExplanation formats e for people.
-func printExplanation(w io.Writer, e fleet.Explanation) {
+func printExplanation(w io.Writer, e fleet.Explanation, sched *scheduledView) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "session:\t%s (index bucket %d)\n", e.Session, e.Bucket)
 	switch {
@@ -92,7 +99,11 @@ func printExplanation(w io.Writer, e fleet.Explanation) {
 		if e.Definition.Paused {
 			state = "paused"
 		}
-		fmt.Fprintf(tw, "definition:\tinterval %s, %s\n", fleet.MsDuration(e.Definition.IntervalMs), state)
+		if sched != nil {
+			fmt.Fprintf(tw, "definition:\tschedule %s (tz %s, catchup %s within %s), %s\n", sched.Schedule, sched.TZ, sched.CatchUp, sched.CatchUpWindow, state)
+		} else {
+			fmt.Fprintf(tw, "definition:\tinterval %s, %s\n", fleet.MsDuration(e.Definition.IntervalMs), state)
+		}
 		if e.Definition.Selector != "" {
 			fmt.Fprintf(tw, "selector:\t%s (ranked among the live workers whose labels match it)\n", e.Definition.Selector)
 		}
@@ -127,6 +138,9 @@ func printExplanation(w io.Writer, e fleet.Explanation) {
 	fmt.Fprintf(tw, "loss marker:\t%s\n", lossText(e.Loss))
 	if n := e.NextPoll; n != nil {
 		fmt.Fprintf(tw, "next poll:\tin %s: %s\n", fleet.MsDuration(n.DueInMs), n.Why)
+	}
+	if sched != nil {
+		printSlots(func(k, f string, a ...any) { fmt.Fprintf(tw, "%s:\t%s\n", k, fmt.Sprintf(f, a...)) }, sched.Slots, sched.now)
 	}
 	fmt.Fprintf(tw, "why:\t%s\n", e.Why)
 	_ = tw.Flush()

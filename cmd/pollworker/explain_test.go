@@ -175,12 +175,19 @@ func TestExplainOnRedis(t *testing.T) {
 	t.Run("a key of the wrong type", func(t *testing.T) {
 		f := newExplainFixture(t)
 		ks := keyspace.Space{}
-		for _, key := range []string{ks.Lease("s1"), ks.Fence("s1"), ks.Released("s1")} {
-			require.NoError(t, f.client.HSet(ctxT(t), key, "planted", "1").Err())
+		for _, key := range []string{ks.Lease("s1"), ks.Fencing("s1")} {
+			typ := "hash"
+			require.NoError(t, f.client.Del(ctxT(t), key).Err())
+			if key == ks.Fencing("s1") {
+				typ = "string"
+				require.NoError(t, f.client.Set(ctxT(t), key, "planted", 0).Err())
+			} else {
+				require.NoError(t, f.client.HSet(ctxT(t), key, "planted", "1").Err())
+			}
 			e := f.explain(t, "s1")
 			require.Equal(t, fleet.ReasonBadKey, e.Reason, e.Why)
 			require.Equal(t, key, e.BadKey.Key)
-			require.Contains(t, e.Why, "wrong type hash")
+			require.Contains(t, e.Why, "wrong type "+typ)
 			res := runApp(t, "sessions", "get", "--redis-url", f.url, "s1")
 			require.Equal(t, exitOK, res.code, res.stderr)
 			require.Contains(t, res.stdout, "bad key:")

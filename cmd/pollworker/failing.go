@@ -21,6 +21,8 @@ type failingSession struct {
 	Status int
 	// Error is the last failure's class (httppoll.State.Error).
 	Error string
+	// Message is the last failure's message (httppoll.State.Message).
+	Message string
 	// Since is when the first of those failures started.
 	Since time.Time
 	// LastPoll is when the last poll started.
@@ -64,7 +66,7 @@ func (f *failing) Update(id string, l *lease.Lease, st httppoll.State) {
 		return
 	}
 	e := failingEntry{lease: l, failingSession: failingSession{Session: id, Failures: st.Failures, Status: st.Status,
-		Error: st.Error, Since: st.FailingSince, LastPoll: st.Polled}}
+		Error: st.Error, Message: st.Message, Since: st.FailingSince, LastPoll: st.Polled}}
 	if l != nil {
 		e.Token = l.Token()
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -107,6 +108,27 @@ func validateTimeout(d time.Duration) error {
 	}
 	return nil
 }
+
+// cliFlags registers the flags of a library's RegisterFlags (such as
+// poller.Config's) as the CLI's, in their order, each with its
+// environment variable and its default in words as the value's String
+// at registration.
+type cliFlags []cli.Flag
+
+// Var registers value as the flag name.
+func (f *cliFlags) Var(value flag.Value, name, usage string) {
+	v, ok := value.(cli.Value)
+	if !ok {
+		v = stringGetter{value}
+	}
+	*f = append(*f, &cli.GenericFlag{Name: name, Usage: usage, Value: v, DefaultText: value.String(), Sources: fromEnv(name)})
+}
+
+// stringGetter makes a flag.Value a cli.Value: Get is String.
+type stringGetter struct{ flag.Value }
+
+// Get returns the value's String.
+func (g stringGetter) Get() any { return g.String() }
 
 // connOptionsFrom reads the connFlags of cmd.
 func connOptionsFrom(cmd *cli.Command) connOptions {

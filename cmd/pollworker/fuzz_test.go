@@ -17,8 +17,8 @@ import (
 
 // FuzzParseConfig checks parseConfig's promises on any input: errors wrap
 // errInvalidConfig, fit on one line and never show the Redis password;
-// whatever it accepts, poller.New accepts too, and the redacted URL hides
-// the password.
+// whatever it accepts, poller.New accepts too (both run
+// poller.Config.Validate), and the redacted URL hides the password.
 func FuzzParseConfig(f *testing.F) {
 	s := int64(time.Second)
 	f.Add("redis://127.0.0.1:6379/0", "", 30*s, 10*s, 10*s, 10*s, 10*s, "poll", "session", ":9090", "info", "json")
@@ -31,16 +31,18 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, redisURL, id string, ttl, renew, heartbeat, discovery, drain int64,
 		keyPrefix, sessionPrefix, httpAddr, logLevel, logFormat string) {
 		o := workerOptions{
-			connOptions:       connOptions{RedisURL: redisURL, KeyPrefix: keyPrefix, SessionPrefix: sessionPrefix},
-			ID:                id,
-			LeaseTTL:          time.Duration(ttl),
-			RenewInterval:     time.Duration(renew),
-			HeartbeatInterval: time.Duration(heartbeat),
-			DiscoveryInterval: time.Duration(discovery),
-			DrainTimeout:      time.Duration(drain),
-			HTTPAddr:          httpAddr,
-			LogLevel:          logLevel,
-			LogFormat:         logFormat,
+			connOptions: connOptions{RedisURL: redisURL, KeyPrefix: keyPrefix, SessionPrefix: sessionPrefix},
+			Poller: poller.Config{
+				ID:                id,
+				LeaseTTL:          time.Duration(ttl),
+				RenewInterval:     time.Duration(renew),
+				HeartbeatInterval: time.Duration(heartbeat),
+				DiscoveryInterval: time.Duration(discovery),
+				DrainTimeout:      time.Duration(drain),
+			},
+			HTTPAddr:  httpAddr,
+			LogLevel:  logLevel,
+			LogFormat: logFormat,
 		}
 		password := secret(redisURL, id, keyPrefix, sessionPrefix, httpAddr, logLevel, logFormat)
 		cfg, err := parseConfig(o)

@@ -25,7 +25,7 @@ func TestInitCommand(t *testing.T) {
 	require.Contains(t, r.stdout, `keyspace "poll" is new`)
 	v, err := client.Get(ctx, marker).Result()
 	require.NoError(t, err)
-	require.Regexp(t, `^\w+:0$`, v, "this server's run id, no quarantine")
+	require.Regexp(t, `^\w+:0:2$`, v, "this server's run id, no quarantine, no key of the layout before the fencing records")
 
 	r = runApp(t, "init", "--redis-url", srv.URL())
 	require.Equal(t, exitOK, r.code, r.stderr)
@@ -36,7 +36,7 @@ func TestInitCommand(t *testing.T) {
 	r = runApp(t, "init", "--redis-url", srv.URL())
 	require.Equal(t, exitUsage, r.code)
 	oneLine(t, r.stderr)
-	require.Contains(t, r.stderr, `init: refused, keyspace "poll" was used: lease: keyspace in use: 1 fencing counters (e.g. poll:fence:{s1})`)
+	require.Contains(t, r.stderr, `init: refused, keyspace "poll" was used: lease: keyspace in use: 1 fencing records (e.g. poll:fence:{s1})`)
 	require.Zero(t, client.Exists(ctx, marker).Val(), "nothing written")
 
 	require.NoError(t, client.Set(ctx, "unrelated", "1", 0).Err())

@@ -22,27 +22,33 @@ func resultsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "results",
 		Usage:     "show recorded poll results, merged from every results stream in order of poll start",
-		UsageText: "pollworker results [--follow] [--session ID] [--since DURATION] [--limit N] [--json]",
+		UsageText: "pollworker results [--follow] [--session ID] [--changed] [--since DURATION] [--limit N] [--json]",
 		Description: "Reads <key-prefix>:results and the 16 streams of a Cluster (<key-prefix>:results:<i>:{tag}),\n" +
 			"keeps the --limit most recently recorded results (of --session only, and of the last --since\n" +
 			"by the Redis clock, if given) and prints them in order of poll start, one per line.\n" +
 			"--follow then prints new results as they are recorded, until interrupted (XREAD BLOCK),\n" +
 			"each batch in order of poll start. The streams are capped (run --record-maxlen): what is\n" +
-			"older than their retention is gone.",
+			"older than their retention is gone.\n" +
+			"--changed keeps only the results whose response changed (another status, error class, ETag\n" +
+			"or body than the session's previous poll, whichever worker made it) and prints them as JSON\n" +
+			"lines, for a consumer: pollworker results --follow --changed prints one line per change.\n" +
+			"A JSON line has at, session, worker, token, status, latency_ms, error, changed, body_sha256,\n" +
+			"body (with run --record-body), stream and id. See docs/results.md.",
 		Flags: append(adminFlags(),
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "after the recent results, print new ones until interrupted"},
 			&cli.StringFlag{Name: "session", Usage: "only this session's results"},
+			&cli.BoolFlag{Name: "changed", Usage: "only the results whose response changed, as JSON lines"},
 			&cli.DurationFlag{Name: "since", Usage: "only results recorded in the last DURATION (0: as far back as the streams go)"},
 			&cli.IntFlag{Name: "limit", Value: results.DefaultReadLimit, Usage: fmt.Sprintf("print at most this many recent results first (1 to %d)", results.MaxReadLimit)},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per line"},
 		),
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
-			q := results.Query{Session: cmd.String("session"), Since: cmd.Duration("since"), Limit: int(cmd.Int("limit"))}
+			q := results.Query{Session: cmd.String("session"), Changed: cmd.Bool("changed"), Since: cmd.Duration("since"), Limit: int(cmd.Int("limit"))}
 			if err := validateResultsQuery(q); err != nil {
 				return configError(err)
 			}
 			show := printResult
-			if cmd.Bool("json") {
+			if cmd.Bool("json") || q.Changed {
 				show = printResultJSON
 			}
 			return withAdminSteps(ctx, cmd, func(ctx context.Context, a admin) error {
@@ -114,12 +120,19 @@ func validateResultsQuery(q results.Query) error {
 }
 
 // printResult writes e as one line: time, session, worker, token, status,
-// latency and error.
+// latency, error, and "changed" with the start of the content hash when the
+// response changed.
 func printResult(w io.Writer, e results.Entry) {
 	line := fmt.Sprintf("%s session=%s worker=%s token=%d status=%d latency=%s",
 		e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Session, e.Worker, e.Token, e.Status, e.Latency)
 	if e.Error != "" {
 		line += " error=" + strconv.Quote(e.Error)
+	}
+	if e.Changed {
+		line += " changed"
+		if e.BodySHA256 != "" {
+			line += " body_sha256=" + e.BodySHA256[:min(12, len(e.BodySHA256))]
+		}
 	}
 	fmt.Fprintln(w, line)
 }
@@ -133,6 +146,9 @@ type resultJSON struct {
 	Status    int       `json:"status"`
 	LatencyMs float64   `json:"latency_ms"`
 	Error     string    `json:"error,omitempty"`
+	Changed   bool      `json:"changed"`
+	BodySHA   string    `json:"body_sha256,omitempty"`
+	Body      string    `json:"body,omitempty"`
 	Stream    string    `json:"stream"`
 	ID        string    `json:"id"`
 }
@@ -140,6 +156,7 @@ type resultJSON struct {
 // printResultJSON writes e as one JSON object on one line.
 func printResultJSON(w io.Writer, e results.Entry) {
 	b, _ := json.Marshal(resultJSON{At: e.At.UTC(), Session: e.Session, Worker: e.Worker, Token: e.Token, Status: e.Status,
-		LatencyMs: float64(e.Latency) / float64(time.Millisecond), Error: e.Error, Stream: e.Stream, ID: e.ID})
+		LatencyMs: float64(e.Latency) / float64(time.Millisecond), Error: e.Error, Changed: e.Changed, BodySHA: e.BodySHA256,
+		Body: e.Body, Stream: e.Stream, ID: e.ID})
 	fmt.Fprintf(w, "%s\n", b)
 }

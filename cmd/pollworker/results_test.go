@@ -121,6 +121,7 @@ func TestRunRecordFlags(t *testing.T) {
 		{name: "maxlen", give: []string{"--record-maxlen", "0"}, want: "--record-maxlen (0) must be from 1"},
 		{name: "flush", give: []string{"--record-flush", "0s"}, want: "--record-flush (0s) must be from 1ms to 1m0s"},
 		{name: "queue", give: []string{"--record-queue", "-3"}, want: "--record-queue (-3) must be from 1"},
+		{name: "body", give: []string{"--record-body", "70000"}, want: "--record-body (70000) must be from 0 to 65536"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			res := runApp(t, append([]string{"run", "--dry-run"}, tt.give...)...)
@@ -129,6 +130,6 @@ func TestRunRecordFlags(t *testing.T) {
 			require.Contains(t, res.stderr, tt.want)
 		})
 	}
-	res := runApp(t, "run", "--dry-run", "--record", "changes", "--record-maxlen", "5", "--record-flush", "1s", "--record-queue", "7")
+	res := runApp(t, "run", "--dry-run", "--record", "changes", "--record-maxlen", "5", "--record-flush", "1s", "--record-queue", "7", "--record-body", "512")
 	require.Equal(t, exitOK, res.code, res.stderr)
 }

@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"runtime/debug"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,38 +36,15 @@ const httpShutdownTimeout = 5 * time.Second
 
 // runCommand is the worker; see run for setRedisLogger.
 func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
-	dur := func(name string, def time.Duration, usage string) cli.Flag {
-		return &cli.DurationFlag{Name: name, Value: def, Usage: usage, Sources: fromEnv(name)}
-	}
-	derived := func(name, def, usage string) cli.Flag { // 0 means def, worked out by poller.Config.WithDefaults
-		return &cli.DurationFlag{Name: name, DefaultText: def, Usage: usage, Sources: fromEnv(name)}
-	}
+	// The worker's settings are poller.Config's: its flags set them, with
+	// the library's defaults and zero rule, and its Validate checks them.
+	var settings poller.Config
 	str := func(name, def, usage string) cli.Flag {
 		return &cli.StringFlag{Name: name, Value: def, Usage: usage, Sources: fromEnv(name)}
 	}
-	flags := append(connFlags(),
-		&cli.StringFlag{Name: "id", Usage: "this worker's id, unique among live workers", DefaultText: "<hostname>", Sources: fromEnv("id")},
-		dur("lease-ttl", poller.DefaultLeaseTTL, "lease time to live; at least 3 × --renew-interval. The three intervals below follow it unless set, "+
-			"so that it alone sets how long a crashed worker's sessions wait for a new poller: until its leases and its heartbeat (3 heartbeat intervals) "+
-			"have expired, at most --lease-ttl + --discovery-interval with those defaults (40s; 4s with --lease-ttl 3s)"),
-		derived("renew-interval", "--lease-ttl / 3", "time between lease renewals"),
-		derived("heartbeat-interval", "--lease-ttl / 3", "time between heartbeats; a worker is live for 3 heartbeat intervals"),
-		derived("discovery-interval", "--lease-ttl / 3, at most 10s", "time between full rounds (membership, sessions, ownership) when no event arrives"),
-		dur("drain-timeout", poller.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long to wait for polls to stop and leases to be released"),
-		&cli.IntFlag{Name: "wait-replicas", Sources: fromEnv("wait-replicas"),
-			Usage: "count an acquisition or renewal only once WAIT confirms this many replicas have it (a Sentinel failover to a caught-up replica then loses no lease; a WAIT that falls short stops the polls of those leases); 0 = no WAIT"},
-		&cli.IntFlag{Name: "max-polls", Value: poller.DefaultMaxPolls, Sources: fromEnv("max-polls"),
-			Usage: "polls run at once at most; a poll due while all run waits for one to end (counted as deferred, and late when it starts later than a tenth of its interval); the leases and heartbeats never wait; 0 = no bound"},
-		&cli.FloatFlag{Name: "weight", Value: 1, Sources: fromEnv("weight"),
-			Usage: "this worker's capacity relative to its peers: a worker of weight 2 is planned twice the poll load of one of weight 1 (carried in its heartbeat; from 0.001 to 1000)"},
-		&cli.BoolFlag{Name: "shed-when-behind", Value: true, Sources: fromEnv("shed-when-behind"),
-			Usage: "while this worker stays behind (pollworker_behind), lower the weight its heartbeat carries to 3/4 each --lease-ttl (to a quarter of --weight at least), so that its peers take load off it; it takes a tenth back after each 10 × --lease-ttl it keeps up; --shed-when-behind=false keeps --weight"},
-		&cli.StringFlag{Name: "labels", Sources: fromEnv("labels"),
-			Usage: "this worker's labels, key=value,…: a session with a --selector is polled only by workers whose labels include it (carried in the heartbeat; fixed for the process)"},
-		&cli.DurationFlag{Name: "error-backoff", Value: poller.DefaultMaxErrorBackoff, Sources: fromEnv("error-backoff"),
-			Usage: "a session whose polls keep failing waits longer between polls: (2^min(k,5) - 1) × its interval more after k failures in a row, at most this, with jitter; a success resets it; 0 = off"},
-		&cli.DurationFlag{Name: "loss-quarantine", Value: -1, DefaultText: "the lease TTL", Sources: fromEnv("loss-quarantine"),
-			Usage: "after Redis lost data (restart without persistence, FLUSHALL, failover, eviction), take no free lease for this long, so that every earlier lease has ended at its holder first; 0 turns it off. A brand-new keyspace looks the same and waits once"},
+	flags := connFlags()
+	settings.RegisterFlags((*cliFlags)(&flags))
+	flags = append(flags,
 		str("http-addr", ":9090", "address of the HTTP server (/healthz, /readyz, /metrics, status page at /); empty disables it"),
 		&cli.BoolFlag{Name: "pprof", Sources: fromEnv("pprof"),
 			Usage: "serve Go's runtime profiles at /debug/pprof/ on --http-addr (CPU, heap, goroutines; off by default: a profile shows the process's internals to whoever reaches the port)"},
@@ -79,7 +57,8 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 	return &cli.Command{
 		Name:  "run",
 		Usage: "run a worker until SIGTERM or SIGINT",
-		Description: "Joins the workers sharing --redis-url and polls its share of the sessions with HTTP GET,\n" +
+		Description: "Joins the workers sharing --redis-url and polls its share of the sessions over HTTP (each\n" +
+			"session's method, headers, body and expected statuses; credentials and TLS from --profiles),\n" +
 			"recording the results (--record) in the stream <key-prefix>:results, or in 16 streams\n" +
 			"under --redis-cluster, written in batches on a connection of their own (see\n" +
 			"\"pollworker results\"). Redis may be down at start:\n" +
@@ -93,24 +72,12 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 		Flags: flags,
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			cfg, err := parseConfig(workerOptions{
-				connOptions:       connOptionsFrom(cmd),
-				ID:                cmd.String("id"),
-				LeaseTTL:          cmd.Duration("lease-ttl"),
-				RenewInterval:     cmd.Duration("renew-interval"),
-				HeartbeatInterval: cmd.Duration("heartbeat-interval"),
-				DiscoveryInterval: cmd.Duration("discovery-interval"),
-				DrainTimeout:      cmd.Duration("drain-timeout"),
-				LossQuarantine:    cmd.Duration("loss-quarantine"),
-				MaxPolls:          int(cmd.Int("max-polls")),
-				ErrorBackoff:      cmd.Duration("error-backoff"),
-				Weight:            cmd.Float("weight"),
-				KeepWeight:        !cmd.Bool("shed-when-behind"),
-				Labels:            cmd.String("labels"),
-				WaitReplicas:      int(cmd.Int("wait-replicas")),
-				HTTPAddr:          cmd.String("http-addr"),
-				Profiles:          cmd.Bool("pprof"),
-				LogLevel:          cmd.String("log-level"),
-				LogFormat:         cmd.String("log-format"),
+				connOptions: connOptionsFrom(cmd),
+				Poller:      settings,
+				HTTPAddr:    cmd.String("http-addr"),
+				Profiles:    cmd.Bool("pprof"),
+				LogLevel:    cmd.String("log-level"),
+				LogFormat:   cmd.String("log-format"),
 			})
 			if err != nil {
 				return configError(err)
@@ -122,6 +89,9 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 			if rc.HTTP, err = parseHTTPOptions(cmd); err != nil {
 				return configError(err)
 			}
+			if cfg.Poller.Labels, err = withProfileLabels(cfg.Poller.Labels, rc.HTTP.Profiles); err != nil {
+				return configError(err)
+			}
 			if cmd.Bool("dry-run") {
 				printConfig(cmd.Root().Writer, cfg)
 				return nil
@@ -131,33 +101,12 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 	}
 }
 
-// printConfig writes the effective configuration, password redacted.
+// printConfig writes the effective configuration, password redacted:
+// the connection, the poller's settings (poller.Config.Settings) and the
+// process's own.
 func printConfig(w io.Writer, cfg workerConfig) {
-	httpAddr := cfg.HTTPAddr
-	if httpAddr == "" {
-		httpAddr = "(disabled)"
-	}
-	for _, kv := range [][2]string{
-		{"redis-url", cfg.RedisURL},
-		{"key-prefix", cfg.Keys.Prefix},
-		{"session-prefix", cfg.Keys.SessionPrefix},
-		{"id", cfg.Poller.ID},
-		{"lease-ttl", cfg.Poller.LeaseTTL.String()},
-		{"renew-interval", cfg.Poller.RenewInterval.String()},
-		{"heartbeat-interval", cfg.Poller.HeartbeatInterval.String()},
-		{"discovery-interval", cfg.Poller.DiscoveryInterval.String()},
-		{"drain-timeout", cfg.Poller.DrainTimeout.String()},
-		{"loss-quarantine", quarantineText(cfg.Poller)},
-		{"wait-replicas", strconv.Itoa(cfg.Poller.WaitReplicas)},
-		{"weight", strconv.FormatFloat(cfg.Poller.Weight, 'g', -1, 64)},
-		{"shed-when-behind", strconv.FormatBool(!cfg.Poller.KeepWeightWhenBehind)},
-		{"labels", nodes.Labels(cfg.Poller.Labels).String()},
-		{"http-addr", httpAddr},
-		{"pprof", strconv.FormatBool(cfg.Profiles)},
-		{"log-level", cfg.LogLevel.String()},
-		{"log-format", cfg.LogFormat},
-	} {
-		fmt.Fprintf(w, "%-19s %s\n", kv[0]+":", kv[1])
+	for _, kv := range cfg.settings() {
+		fmt.Fprintf(w, "%-19s %s\n", kv.Name+":", kv.Value)
 	}
 }
 
@@ -301,17 +250,11 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		return err
 	}
 
-	log.Info("worker starting",
-		zap.String("version", built.Version),
-		zap.String("redis_url", cfg.RedisURL),
-		zap.String("key_prefix", cfg.Keys.Prefix),
-		zap.String("session_prefix", cfg.Keys.SessionPrefix),
-		zap.Duration("lease_ttl", pc.LeaseTTL),
-		zap.Duration("renew_interval", pc.RenewInterval),
-		zap.Duration("heartbeat_interval", pc.HeartbeatInterval),
-		zap.Duration("discovery_interval", pc.DiscoveryInterval),
-		zap.Duration("drain_timeout", pc.DrainTimeout),
-		zap.Int("gogc", gcPercent))
+	start := []zap.Field{zap.String("version", built.Version)}
+	for _, kv := range cfg.settings() {
+		start = append(start, zap.String(strings.ReplaceAll(kv.Name, "-", "_"), kv.Value))
+	}
+	log.Info("worker starting", append(start, zap.Int("gogc", gcPercent))...)
 	// The timeline the status pages chart (internal/timeline): best
 	// effort, one small append per worker every 10 s.
 	tlCtx, stopTimeline := context.WithCancel(ctx)
@@ -537,17 +480,6 @@ func duplicateIDError(dup *nodes.DuplicateIDError) error {
 	return configError(fmt.Errorf("--id: %w; every worker needs its own --id", dup))
 }
 
-// quarantineText describes the effective loss quarantine.
-func quarantineText(c poller.Config) string {
-	switch {
-	case c.LossQuarantine < 0:
-		return "off"
-	case c.LossQuarantine == 0:
-		return c.LeaseTTL.String() + " (the lease TTL)"
-	}
-	return c.LossQuarantine.String()
-}
-
 // Defaults and bounds of the recording flags.
 const (
 	minRecordFlush = time.Millisecond
@@ -566,7 +498,9 @@ const (
 func recordFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "record", Value: "all", Sources: fromEnv("record"),
-			Usage: "which poll results to record: all, changes (only when a session's status, error class or lease changes) or none"},
+			Usage: "which poll results to record: all, changes (only a result whose response changed: another status, error class, ETag or body than the session's previous poll, whichever worker made it) or none"},
+		&cli.IntFlag{Name: "record-body", Value: 0, Sources: fromEnv("record-body"),
+			Usage: fmt.Sprintf("record the first N bytes of each response body with its result (0 to %d; each result then takes up to N more bytes of Redis memory)", httppoll.MaxBodyBytes)},
 		&cli.IntFlag{Name: "record-maxlen", Value: results.DefaultStreamMaxLen, Sources: fromEnv("record-maxlen"),
 			Usage: "about how many results the streams keep in all (XADD MAXLEN ~; in Cluster split over 16 streams): retention = this / results per second"},
 		&cli.DurationFlag{Name: "record-flush", Value: results.DefaultFlushInterval, Sources: fromEnv("record-flush"),
@@ -583,6 +517,7 @@ type recording struct {
 	MaxLen int64
 	Flush  time.Duration
 	Queue  int
+	Body   int
 	HTTP   httpOptions
 }
 
@@ -604,6 +539,10 @@ func httpFlags() []cli.Flag {
 			Usage: "bound on one poll (the wait for a slot of its host, the request and reading the body), and never more than the session's interval; from 10ms to 5m"},
 		&cli.DurationFlag{Name: "idle-conn-timeout", Value: httppoll.DefaultIdleConnTimeout, Sources: fromEnv("idle-conn-timeout"),
 			Usage: "close a keep-alive connection to a target after it has been unused this long (the connections a burst opened close; those in use stay open); below common servers' 5s, so the worker closes first; from 100ms to 1h, 0 = never"},
+		&cli.StringFlag{Name: "profiles", Sources: fromEnv("profiles"),
+			Usage: "YAML file of worker-side profiles (credentials from files or the environment, TLS settings) that sessions name with --profile; secrets stay on the worker, never in Redis. Files are read again when they change. The worker announces each profile as the label profile/<name>=yes. See docs/http-poller.md"},
+		&cli.DurationFlag{Name: "max-retry-after", Value: httppoll.DefaultMaxRetryAfter, Sources: fromEnv("max-retry-after"),
+			Usage: "a 429 or 503 with Retry-After (seconds or a date) moves the session's next poll to that time, at most this far ahead (counted in pollworker_http_throttled_total); 0 ignores Retry-After"},
 	}
 }
 
@@ -612,6 +551,10 @@ type httpOptions struct {
 	MaxPerHost      int // 0: no bound
 	PollTimeout     time.Duration
 	IdleConnTimeout time.Duration // 0: no limit
+	MaxRetryAfter   time.Duration // 0: Retry-After ignored
+	// Profiles are read from --profiles (ProfilesFile); nil without it.
+	Profiles     map[string]httppoll.Profile
+	ProfilesFile string
 }
 
 // parseHTTPOptions validates the httpFlags of cmd.
@@ -626,7 +569,39 @@ func parseHTTPOptions(cmd *cli.Command) (httpOptions, error) {
 	case o.PollTimeout < minPollTimeout || o.PollTimeout > maxPollTimeout:
 		return httpOptions{}, fmt.Errorf("%w: --poll-timeout (%v) must be from %v to %v", errInvalidConfig, o.PollTimeout, minPollTimeout, maxPollTimeout)
 	}
+	switch o.MaxRetryAfter = cmd.Duration("max-retry-after"); {
+	case o.MaxRetryAfter < 0:
+		return httpOptions{}, fmt.Errorf("%w: --max-retry-after (%v) must not be negative (0 ignores Retry-After)", errInvalidConfig, o.MaxRetryAfter)
+	case o.MaxRetryAfter == 0:
+		o.MaxRetryAfter = -1 // httppoll: negative ignores it
+	}
+	if o.ProfilesFile = cmd.String("profiles"); o.ProfilesFile != "" {
+		ps, err := httppoll.LoadProfiles(o.ProfilesFile)
+		if err != nil {
+			return httpOptions{}, fmt.Errorf("%w: --profiles: %w", errInvalidConfig, err)
+		}
+		o.Profiles = ps
+	}
 	return o, nil
+}
+
+// withProfileLabels adds the label profile/<name>=yes of each profile to
+// labels, by which the worker announces its profiles in its heartbeat.
+func withProfileLabels(labels nodes.Labels, profiles map[string]httppoll.Profile) (nodes.Labels, error) {
+	if len(profiles) == 0 {
+		return labels, nil
+	}
+	out := maps.Clone(labels)
+	if out == nil {
+		out = nodes.Labels{}
+	}
+	for name := range profiles {
+		out[httppoll.ProfileLabel(name)] = httppoll.ProfileLabelValue
+	}
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: --profiles: each profile is announced as a label profile/<name>=yes, and with --labels: %w", errInvalidConfig, err)
+	}
+	return out, nil
 }
 
 // parseRecording validates the recording flags of cmd. Each error names
@@ -636,7 +611,8 @@ func parseRecording(cmd *cli.Command) (recording, error) {
 	if err != nil {
 		return recording{}, fmt.Errorf("%w: --record %q must be all, changes or none", errInvalidConfig, cmd.String("record"))
 	}
-	rc := recording{Mode: mode, MaxLen: int64(cmd.Int("record-maxlen")), Flush: cmd.Duration("record-flush"), Queue: int(cmd.Int("record-queue"))}
+	rc := recording{Mode: mode, MaxLen: int64(cmd.Int("record-maxlen")), Flush: cmd.Duration("record-flush"),
+		Queue: int(cmd.Int("record-queue")), Body: int(cmd.Int("record-body"))}
 	switch {
 	case rc.MaxLen < 1 || rc.MaxLen > maxRecordLen:
 		return recording{}, fmt.Errorf("%w: --record-maxlen (%d) must be from 1 to %d", errInvalidConfig, rc.MaxLen, maxRecordLen)
@@ -644,6 +620,8 @@ func parseRecording(cmd *cli.Command) (recording, error) {
 		return recording{}, fmt.Errorf("%w: --record-flush (%v) must be from %v to %v", errInvalidConfig, rc.Flush, minRecordFlush, maxRecordFlush)
 	case rc.Queue < 1 || rc.Queue > maxRecordQueue:
 		return recording{}, fmt.Errorf("%w: --record-queue (%d) must be from 1 to %d", errInvalidConfig, rc.Queue, maxRecordQueue)
+	case rc.Body < 0 || rc.Body > httppoll.MaxBodyBytes:
+		return recording{}, fmt.Errorf("%w: --record-body (%d) must be from 0 to %d", errInvalidConfig, rc.Body, httppoll.MaxBodyBytes)
 	}
 	return rc, nil
 }
@@ -665,11 +643,14 @@ func newHTTPPoller(cfg workerConfig, rc recording, failures httppoll.FailureTrac
 		UserAgent:       "pollworker/" + currentBuild().Version,
 		Logger:          log,
 		Record:          rc.Mode,
+		RecordBody:      rc.Body,
 		MaxPerHost:      zeroMeansOff(rc.HTTP.MaxPerHost),
 		Timeout:         rc.HTTP.PollTimeout,
 		IdleConnTimeout: time.Duration(zeroMeansOff(int64(rc.HTTP.IdleConnTimeout))),
 		ErrorBackoff:    cfg.Poller.MaxErrorBackoff,
 		Failures:        failures,
+		Profiles:        rc.HTTP.Profiles,
+		MaxRetryAfter:   rc.HTTP.MaxRetryAfter,
 	}
 	if rc.Mode == results.RecordNone {
 		hp, err := httppoll.New(hc)
@@ -763,7 +744,9 @@ func httpPollMetrics(hp *httppoll.Poller) []prometheus.Collector {
 		counter("pollworker_http_changes_total", "HTTP polls whose status, error class or 2xx body differed from the session's saved state.",
 			nil, func(s httppoll.Stats) uint64 { return s.Changes }),
 		counter("pollworker_http_host_waits_total", "HTTP polls that waited for a slot of their host (--max-per-host).",
-			nil, func(s httppoll.Stats) uint64 { return s.HostWaits }))
+			nil, func(s httppoll.Stats) uint64 { return s.HostWaits }),
+		counter("pollworker_http_throttled_total", "HTTP polls answered 429 or 503 with a Retry-After that moved the session's next poll (--max-retry-after).",
+			nil, func(s httppoll.Stats) uint64 { return s.Throttled }))
 }
 
 // pollMetrics exports the poll scheduler's figures: a worker whose late

@@ -39,7 +39,7 @@ func TestSentinelFailover(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 		defer c.Close()
 		v, _ := c.Get(context.Background(), "poll:lease:{f1}").Result()
-		tok, _ := c.Get(context.Background(), "poll:fence:{f1}").Result()
+		tok, _ := c.HGet(context.Background(), "poll:fencing:{f1}", "token").Result()
 		if !strings.HasPrefix(v, "sw#") {
 			return ""
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/pollworker/pollworker/fleet"
+	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/poller"
@@ -175,13 +176,17 @@ func sessionsAddCommand() *cli.Command {
 // the worker may be about to start. A failed read of the workers is
 // warned about too.
 func warnUnmatchedSelectors(ctx context.Context, a admin, w io.Writer, cmdName string, sessions []session.Session) {
-	count := make(map[string]int)
+	count := make(map[string]int)    // selector -> sessions
+	profiles := make(map[string]int) // profile -> sessions
 	for _, s := range sessions {
 		if sel := s.SelectorKey(); sel != "" {
 			count[sel]++
 		}
+		if s.Profile != "" {
+			profiles[s.Profile]++
+		}
 	}
-	if len(count) == 0 {
+	if len(count) == 0 && len(profiles) == 0 {
 		return
 	}
 	p, err := bounded(ctx, a, func(ctx context.Context) (*fleet.Snapshot, error) {
@@ -192,7 +197,7 @@ func warnUnmatchedSelectors(ctx context.Context, a admin, w io.Writer, cmdName s
 		return r.ReadFleet(ctx)
 	})
 	if err != nil {
-		fmt.Fprintf(w, "pollworker: %s: warning: could not check the selectors against the live workers: %v\n", cmdName, err)
+		fmt.Fprintf(w, "pollworker: %s: warning: could not check the selectors and profiles against the live workers: %v\n", cmdName, err)
 		return
 	}
 	for _, sel := range slices.Sorted(maps.Keys(count)) {
@@ -200,6 +205,15 @@ func warnUnmatchedSelectors(ctx context.Context, a admin, w io.Writer, cmdName s
 			fmt.Fprintf(w, "pollworker: %s: warning: no live worker's --labels match selector %s (%s; %s): "+
 				"polled by nobody until a worker with these labels joins\n",
 				cmdName, sel, plural(count[sel], "session"), plural(len(p.Members.Placeable()), "placeable live worker"))
+		}
+	}
+	// A worker announces each of its profiles as the label
+	// profile/<name>=yes (pollworker run --profiles).
+	for _, name := range slices.Sorted(maps.Keys(profiles)) {
+		if s, err := fleet.ParseSelector(httppoll.ProfileLabel(name) + "=" + httppoll.ProfileLabelValue); err != nil || !p.Placement.Placeable(s) {
+			fmt.Fprintf(w, "pollworker: %s: warning: no live worker has profile %s (pollworker run --profiles) (%s; %s): "+
+				"a worker without it does not poll them and reports \"profile %s: not configured\"\n",
+				cmdName, name, plural(profiles[name], "session"), plural(len(p.Members.Placeable()), "placeable live worker"), name)
 		}
 	}
 }
@@ -417,7 +431,8 @@ func sessionsListCommand() *cli.Command {
 		Usage: "list the sessions and the malformed entries",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-			&cli.BoolFlag{Name: "wide", Usage: "add the HTTP poller's saved state of each session (last status, latency, last success, failures in a row, last change, saved by; see sessions get)"},
+			&cli.BoolFlag{Name: "wide", Usage: "add the HTTP poller's saved state of each session (last status, latency, last success, failures in a row, last change, saved by; see sessions get); last success reads current while no failure was saved since a state refreshed within a minute and an interval: every poll since succeeded"},
+			&cli.BoolFlag{Name: "failing", Usage: "only the sessions of the whole fleet whose last poll failed, from their saved state in Redis: last status, failures in a row, since when, last error message"},
 		},
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
@@ -425,16 +440,27 @@ func sessionsListCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
+				if cmd.Bool("failing") {
+					states, err := loadStates(ctx, a, sessions)
+					if err != nil {
+						return err
+					}
+					return printFailing(cmd.Root().Writer, cmd.Bool("json"), failingOf(sessions, states))
+				}
 				var states map[string]*stateView // nil without --wide
+				var slots map[string]*slotsView
 				if cmd.Bool("wide") {
 					if states, err = loadStates(ctx, a, sessions); err != nil {
 						return err
 					}
+					if slots, err = loadSlotViews(ctx, a, sessions, time.Now()); err != nil {
+						return err
+					}
 				}
 				if cmd.Bool("json") {
-					return printSessionsJSON(cmd.Root().Writer, sessions, problems, states)
+					return printSessionsJSON(cmd.Root().Writer, sessions, problems, states, slots)
 				}
-				printSessions(cmd.Root().Writer, sessions, problems, states)
+				printSessions(cmd.Root().Writer, sessions, problems, states, slots)
 				return nil
 			})
 		}),
@@ -459,6 +485,9 @@ type listedSession struct {
 	Profile string            `json:"profile,omitempty"`
 	// The schedule of a scheduled session (with its defaults filled in).
 	scheduleView
+	// Slots are a scheduled session's next and last slots, with --wide
+	// only.
+	Slots *slotsView `json:"slots,omitempty"`
 	// State is the saved state, with --wide only (null when none).
 	State *stateView `json:"state,omitempty"`
 }
@@ -480,7 +509,7 @@ func malformedEntries(problems []session.Problem) []malformedEntry {
 
 // printSessionsJSON prints the sessions, with their states when states is
 // not nil (--wide).
-func printSessionsJSON(w io.Writer, sessions []session.Session, problems []session.Problem, states map[string]*stateView) error {
+func printSessionsJSON(w io.Writer, sessions []session.Session, problems []session.Problem, states map[string]*stateView, slots map[string]*slotsView) error {
 	out := struct {
 		Sessions  []listedSession  `json:"sessions"`
 		Malformed []malformedEntry `json:"malformed"`
@@ -488,6 +517,7 @@ func printSessionsJSON(w io.Writer, sessions []session.Session, problems []sessi
 	for i, s := range sessions {
 		out.Sessions[i] = listedOf(s)
 		out.Sessions[i].State = states[s.ID]
+		out.Sessions[i].Slots = slots[s.ID]
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -496,13 +526,17 @@ func printSessionsJSON(w io.Writer, sessions []session.Session, problems []sessi
 
 // printSessions prints the sessions as a table, with the columns of their
 // states when states is not nil (--wide).
-func printSessions(w io.Writer, sessions []session.Session, problems []session.Problem, states map[string]*stateView) {
+func printSessions(w io.Writer, sessions []session.Session, problems []session.Problem, states map[string]*stateView, slots map[string]*slotsView) {
+	now := time.Now()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	paused := 0
 	if len(sessions) > 0 {
 		fmt.Fprint(tw, "ID\tURL\tINTERVAL\tPAUSED\tLABELS\tSELECTOR")
 		if states != nil {
 			fmt.Fprint(tw, wideColumns)
+			if len(slots) > 0 { // a column for scheduled sessions, when there are some
+				fmt.Fprint(tw, "\tSLOTS")
+			}
 		}
 		fmt.Fprintln(tw)
 	}
@@ -514,7 +548,10 @@ func printSessions(w io.Writer, sessions []session.Session, problems []session.P
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s", s.ID, redactURL(s.URL), timingText(s), p, formatLabels(s.Labels), dash(s.Selector))
 		if states != nil {
-			fmt.Fprint(tw, wideRow(states[s.ID]))
+			fmt.Fprint(tw, wideRow(states[s.ID], s))
+			if len(slots) > 0 {
+				fmt.Fprint(tw, slotsCell(slots[s.ID], now))
+			}
 		}
 		fmt.Fprintln(tw)
 	}

@@ -69,6 +69,10 @@ type sessionView struct {
 	BadKey *lease.BadKey `json:"bad_key,omitempty"`
 	// State is the saved state; nil when none was saved.
 	State *stateView `json:"state"`
+	// Slots are a scheduled session's next and last slots; nil for one
+	// polled on an interval.
+	Slots *slotsView `json:"slots,omitempty"`
+	now   time.Time
 }
 
 // leaseView is who holds a lease now.
@@ -166,6 +170,15 @@ func readSessionView(ctx context.Context, a admin, id string) (sessionView, erro
 		return sessionView{}, err
 	}
 	v.State = newStateView(rec)
+	v.now = rec.Read
+	if v.now.IsZero() {
+		v.now = time.Now()
+	}
+	slots, err := loadSlotViews(ctx, a, []session.Session{s}, v.now)
+	if err != nil {
+		return sessionView{}, err
+	}
+	v.Slots = slots[id]
 	return v, nil
 }
 
@@ -231,6 +244,7 @@ func printSessionView(w io.Writer, v sessionView) {
 	}
 	row("expect", "%s", s.Expect)
 	row("profile", "%s", dash(s.Profile))
+	printSlots(row, v.Slots, v.now)
 	if l := v.Lease; l != nil {
 		row("lease", "held by %s (incarnation %s), expires in %v", l.Holder, l.Incarnation, time.Duration(l.ExpiresInMs)*time.Millisecond)
 	} else {
@@ -256,6 +270,7 @@ func printSessionView(w io.Writer, v sessionView) {
 		row("last success", "%s", stamp(h.LastSuccess, st.now))
 		if h.Failures > 0 {
 			row("failures", "%d in a row, since %s", h.Failures, stamp(h.FailingSince, st.now))
+			row("last error", "%s", dash(h.Message))
 		} else {
 			row("failures", "0")
 		}
@@ -296,7 +311,7 @@ func loadStates(ctx context.Context, a admin, sessions []session.Session) (map[s
 // values for one session's state (nil: none saved).
 const wideColumns = "\tSTATUS\tLATENCY\tLAST SUCCESS\tFAILURES\tLAST CHANGE\tSAVED BY"
 
-func wideRow(v *stateView) string {
+func wideRow(v *stateView, s session.Session) string {
 	switch {
 	case v == nil:
 		return "\t-\t-\t-\t-\t-\t-"
@@ -305,5 +320,28 @@ func wideRow(v *stateView) string {
 	}
 	h := v.HTTP
 	return strings.Join([]string{"", outcomeText(h), h.Latency().Round(100 * time.Microsecond).String(),
-		ago(h.LastSuccess, v.now), strconv.Itoa(h.Failures), ago(h.Changed, v.now), h.Worker}, "\t")
+		lastSuccessText(v, s), strconv.Itoa(h.Failures), ago(h.Changed, v.now), h.Worker}, "\t")
+}
+
+// stateSlack is how late past httppoll.DefaultStateRefresh and one
+// interval a healthy session's state may be saved (a late poll, a slow
+// request) and still be read as current.
+const stateSlack = 10 * time.Second
+
+// lastSuccessText is the LAST SUCCESS column of sessions list --wide.
+// The HTTP poller saves a failure at once but refreshes a healthy
+// session's state only every httppoll.DefaultStateRefresh, so its saved
+// last success is up to a minute old while the session is fine: a state
+// without failures saved within the refresh, one interval and stateSlack
+// (by the Redis clock) says every poll since succeeded, shown as "current".
+// Otherwise (failing, paused, not polled lately, a schedule without an
+// interval) the saved time's age.
+func lastSuccessText(v *stateView, s session.Session) string {
+	h := v.HTTP
+	iv := s.Interval.D()
+	if h.Failures == 0 && !h.LastSuccess.IsZero() && !s.Paused && iv > 0 &&
+		v.now.Sub(v.Saved) <= httppoll.DefaultStateRefresh+iv+stateSlack {
+		return "current"
+	}
+	return ago(h.LastSuccess, v.now)
 }

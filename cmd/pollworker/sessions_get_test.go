@@ -52,7 +52,7 @@ func TestSessionsGetAndListWide(t *testing.T) {
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
-	args := append([]string{"pollworker", "run", "--redis-url", srv.URL(), "--id", "w1", "--loss-quarantine", "0"}, fastTimings...)
+	args := append([]string{"pollworker", "run", "--redis-url", srv.URL(), "--id", "w1", "--loss-quarantine", "off"}, fastTimings...)
 	go func() { done <- run(ctx, args, &stdout, &stderr, nil) }()
 	t.Cleanup(func() {
 		cancel()
@@ -138,7 +138,7 @@ func TestSessionsGetAndListWide(t *testing.T) {
 	require.Regexp(t, `(?m)^ID\s+URL\s+INTERVAL\s+PAUSED\s+LABELS\s+SELECTOR\s+STATUS\s+LATENCY\s+LAST SUCCESS\s+FAILURES\s+LAST CHANGE\s+SAVED BY$`, r.stdout)
 	require.Regexp(t, `(?m)^s-bad\s+\S+/bad\s+100ms\s+no\s+-\s+-\s+503\s+\S+\s+-\s+[1-9]\d*\s+(\d+s ago|just now)\s+w1$`, r.stdout)
 	require.Regexp(t, `(?m)^s-idle\s+\S+/idle\s+1s\s+yes\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-$`, r.stdout)
-	require.Regexp(t, `(?m)^s-ok\s+\S+/ok\s+100ms\s+no\s+-\s+-\s+304\s+\S+\s+(\d+s ago|just now)\s+0\s+(\d+s ago|just now)\s+w1$`, r.stdout)
+	require.Regexp(t, `(?m)^s-ok\s+\S+/ok\s+100ms\s+no\s+-\s+-\s+304\s+\S+\s+current\s+0\s+(\d+s ago|just now)\s+w1$`, r.stdout)
 	r = cli("list", "--wide", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var listed struct {
@@ -153,13 +153,20 @@ func TestSessionsGetAndListWide(t *testing.T) {
 	r = cli("list")
 	require.NotContains(t, r.stdout, "STATUS", "the state columns only with --wide")
 
+	// --failing lists the fleet's failing sessions from their saved state.
+	r = cli("list", "--failing")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^s-bad\s+503\s+[1-9]\d*\s+\d{4}-.*httppoll: server error: 503 Service Unavailable \(expect 200-399\)$`, r.stdout)
+	require.NotContains(t, r.stdout, "s-ok")
+	require.Contains(t, r.stdout, "1 failing sessions\n")
+
 	// The status page lists the failing session, with its zone; the
 	// metrics count the outcomes.
 	addr := httpAddrIn(stderr.String())
 	require.NotEmpty(t, addr)
 	code, body := get("http://" + addr + "/")
 	require.Equal(t, http.StatusOK, code)
-	require.Regexp(t, `<tr class="failing"><td>s-bad</td><td>[1-9]\d*</td><td>503</td><td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>`, body)
+	require.Regexp(t, `<tr class="failing"><td>s-bad</td><td>[1-9]\d*</td><td>503</td><td class="message">httppoll: server error: 503 Service Unavailable \(expect 200-399\)</td><td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>`, body)
 	require.NotContains(t, body, `<tr class="failing"><td>s-ok`)
 	require.Eventually(t, func() bool {
 		_, body := get("http://" + addr + "/metrics")
@@ -237,4 +244,40 @@ func TestSessionsListWideChunks(t *testing.T) {
 		}
 	}
 	require.Equal(t, n, rows)
+}
+
+// TestLastSuccessText: a healthy session's state, refreshed only every
+// minute, reads as current while it is at most a refresh, an interval and
+// stateSlack old; a failing, paused or unpolled one shows the saved age
+// (issue 24: a healthy 2 s session showed "last success 52s ago").
+func TestLastSuccessText(t *testing.T) {
+	now := time.Date(2026, 11, 26, 2, 0, 0, 0, time.UTC)
+	view := func(savedAgo time.Duration, failures int) *stateView {
+		return &stateView{Saved: now.Add(-savedAgo), now: now,
+			HTTP: &httppoll.State{LastSuccess: now.Add(-savedAgo), Failures: failures}}
+	}
+	every := func(iv time.Duration) session.Session {
+		return session.Session{ID: "s", Interval: session.Duration(iv)}
+	}
+	paused := every(2 * time.Second)
+	paused.Paused = true
+	for _, tt := range []struct {
+		name string
+		v    *stateView
+		s    session.Session
+		want string
+	}{
+		{name: "healthy, saved 52s ago", v: view(52*time.Second, 0), s: every(2 * time.Second), want: "current"},
+		{name: "healthy, at the bound", v: view(72*time.Second, 0), s: every(2 * time.Second), want: "current"},
+		{name: "past the bound", v: view(73*time.Second, 0), s: every(2 * time.Second), want: "1m0s ago"},
+		{name: "long interval", v: view(5*time.Minute, 0), s: every(10 * time.Minute), want: "current"},
+		{name: "failing", v: view(10*time.Second, 3), s: every(2 * time.Second), want: "10s ago"},
+		{name: "paused", v: view(10*time.Second, 0), s: paused, want: "10s ago"},
+		{name: "no interval (a schedule)", v: view(10*time.Second, 0), s: every(0), want: "10s ago"},
+		{name: "never succeeded", v: &stateView{Saved: now, now: now, HTTP: &httppoll.State{Failures: 0}}, s: every(time.Second), want: "-"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, lastSuccessText(tt.v, tt.s))
+		})
+	}
 }

@@ -1,15 +1,22 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/pollworker/pollworker/session"
+	"github.com/pollworker/pollworker/state"
 )
 
 // maxBodyFileBytes bounds --body-file: a session's encoded value is at
@@ -107,3 +114,85 @@ func parseHeaders(pairs []string) (map[string]string, error) {
 // formatHeaders prints headers as "Name: value; Name: value", sorted; "-"
 // for none.
 func formatHeaders(headers map[string]string) string { return formatPairs(headers, ": ", "; ") }
+
+// failingRow is a failing session as sessions list --failing prints it.
+type failingRow struct {
+	ID       string    `json:"id"`
+	Status   int       `json:"status"`
+	Class    string    `json:"class"`
+	Message  string    `json:"message"`
+	Failures int       `json:"failures"`
+	Since    time.Time `json:"since"`
+	Polled   time.Time `json:"polled"`
+	Worker   string    `json:"worker"`
+	now      time.Time
+}
+
+// failingOf are the sessions whose saved state says their last poll
+// failed, those failing longest first. The state is what every worker
+// saves after each failed poll (fenced by its lease), so this is the
+// whole fleet's view, not one worker's memory.
+func failingOf(sessions []session.Session, states map[string]*stateView) []failingRow {
+	var out []failingRow
+	for _, s := range sessions {
+		v := states[s.ID]
+		if v == nil || v.HTTP == nil || v.HTTP.Failures == 0 {
+			continue
+		}
+		h := v.HTTP
+		out = append(out, failingRow{ID: s.ID, Status: h.Status, Class: h.Error, Message: h.Message,
+			Failures: h.Failures, Since: h.FailingSince, Polled: h.Polled, Worker: h.Worker, now: v.now})
+	}
+	slices.SortStableFunc(out, func(a, b failingRow) int { return a.Since.Compare(b.Since) })
+	return out
+}
+
+// printFailing prints the rows of sessions list --failing.
+func printFailing(w io.Writer, asJSON bool, rows []failingRow) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if rows == nil {
+			rows = []failingRow{}
+		}
+		return enc.Encode(struct {
+			Failing []failingRow `json:"failing"`
+		}{rows})
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "no failing sessions: every session's last saved poll succeeded")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tLAST STATUS\tFAILURES\tFAILING SINCE\tLAST POLL\tBY\tMESSAGE")
+	for _, r := range rows {
+		status := r.Class
+		if r.Status != 0 {
+			status = strconv.Itoa(r.Status)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, status, r.Failures,
+			r.Since.UTC().Format(time.RFC3339)+" ("+ago(r.Since, r.now)+")", ago(r.Polled, r.now), r.Worker, dash(r.Message))
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "%d failing sessions\n", len(rows))
+	return nil
+}
+
+// printLastPoll adds to explain what the session's saved state says of
+// its last poll when it failed: a session not polled for want of its
+// profile, a target answering 401, ... (nothing when it succeeded or no
+// state was saved; a failed read is said).
+func printLastPoll(ctx context.Context, a admin, w io.Writer, id string) {
+	rec, err := state.NewStore(a.client, a.keys).Load(ctx, id)
+	if err != nil {
+		fmt.Fprintf(w, "last poll:  could not read the saved state: %v\n", err)
+		return
+	}
+	v := newStateView(rec)
+	if v == nil || v.HTTP == nil || v.HTTP.Failures == 0 {
+		return
+	}
+	h := v.HTTP
+	fmt.Fprintf(w, "last poll:  failed (%s), %d in a row since %s, by %s: %s\n",
+		outcomeText(h), h.Failures, stamp(h.FailingSince, v.now), h.Worker, dash(h.Message))
+}

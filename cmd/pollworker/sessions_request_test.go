@@ -84,3 +84,27 @@ func TestSessionsAddRefusesBadRequestFields(t *testing.T) {
 		})
 	}
 }
+
+// TestRunProfilesFlag: a bad profiles file stops run at start (exit 2,
+// naming the file and the rule); a good one announces its profiles as
+// labels.
+func TestRunProfilesFlag(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("profiles:\n  gh: {bearer_token: x}\n"), 0o600))
+	good := filepath.Join(dir, "good.yaml")
+	require.NoError(t, os.WriteFile(good, []byte("profiles:\n  gh: {bearer_token_file: /nonexistent}\n"), 0o600))
+
+	r := runApp(t, "run", "--redis-url", "redis://127.0.0.1:1", "--profiles", bad, "--dry-run")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--profiles: "+bad+": httppoll: invalid profiles")
+	require.Contains(t, r.stderr, "field bearer_token not found")
+
+	r = runApp(t, "run", "--redis-url", "redis://127.0.0.1:1", "--max-retry-after", "-1s", "--dry-run")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--max-retry-after (-1s) must not be negative")
+
+	r = runApp(t, "run", "--redis-url", "redis://127.0.0.1:1", "--profiles", good, "--labels", "zone=a", "--dry-run")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "profile/gh=yes,zone=a")
+}

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
+	"time"
+
 	"github.com/urfave/cli/v3"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/session"
+	"github.com/pollworker/pollworker/state"
 )
 
 // scheduleFlags are the flags of sessions add that make a scheduled
@@ -80,4 +85,136 @@ func scheduleViewOf(s session.Session) scheduleView {
 		v.Jitter = s.Jitter.D().String()
 	}
 	return v
+}
+
+// slotsView is what sessions get and list --wide show of a scheduled
+// session's slots: the next slot (from now, by the schedule) and the last
+// slots its holders recorded in its state.
+type slotsView struct {
+	// Next is the time of the next slot after now; NextStart is when it
+	// starts (later by the session's jitter offset).
+	Next      time.Time `json:"next"`
+	NextStart time.Time `json:"next_start"`
+	// LastStarted and LastFinished are the last slots recorded started
+	// and finished (zero: none), Outcome how the finished one ended.
+	LastStarted  time.Time `json:"last_started,omitzero"`
+	LastFinished time.Time `json:"last_finished,omitzero"`
+	Outcome      string    `json:"outcome,omitempty"`
+	// Corrupt says why the recorded slots are unreadable.
+	Corrupt string `json:"corrupt,omitempty"`
+}
+
+// loadSlotViews reads the recorded slots of the scheduled sessions among
+// sessions, in pipelines of stateChunk, and computes their next slots
+// after now.
+func loadSlotViews(ctx context.Context, a admin, sessions []session.Session, now time.Time) (map[string]*slotsView, error) {
+	store := state.NewStore(a.client, a.keys)
+	out := make(map[string]*slotsView)
+	var ids []string
+	flush := func() error {
+		saved, err := store.LoadSlotsMany(ctx, ids)
+		if err != nil {
+			return err
+		}
+		for id, sl := range saved {
+			v := out[id]
+			v.LastStarted, v.LastFinished, v.Outcome, v.Corrupt = sl.Started, sl.Finished, sl.Outcome, sl.Corrupt
+		}
+		ids = ids[:0]
+		return nil
+	}
+	for _, s := range sessions {
+		sch, err := s.ParseSchedule()
+		if err != nil || sch == nil {
+			continue
+		}
+		v := &slotsView{}
+		if next := sch.Next(now); !next.IsZero() {
+			v.Next, v.NextStart = next, sch.Start(next)
+		}
+		out[s.ID] = v
+		if ids = append(ids, s.ID); len(ids) == stateChunk {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(ids) > 0 {
+		if err := flush(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// slotsCell is the SLOTS column of sessions list --wide.
+func slotsCell(v *slotsView, now time.Time) string {
+	if v == nil {
+		return "\t-"
+	}
+	return "\tnext " + v.NextStart.UTC().Format(time.RFC3339) + ", last " + lastSlotText(v, now)
+}
+
+// lastSlotText is the last slot run and its outcome.
+func lastSlotText(v *slotsView, now time.Time) string {
+	switch {
+	case v.Corrupt != "":
+		return "unreadable (" + v.Corrupt + ")"
+	case v.LastStarted.IsZero() && v.LastFinished.IsZero():
+		return "none"
+	case v.LastStarted.After(v.LastFinished):
+		return v.LastStarted.UTC().Format(time.RFC3339) + " started, not finished (" + ago(v.LastStarted, now) + ")"
+	}
+	return v.LastFinished.UTC().Format(time.RFC3339) + " " + dash(v.Outcome) + " (" + ago(v.LastFinished, now) + ")"
+}
+
+// printSlots prints a scheduled session's slots as sessions get rows.
+func printSlots(row func(k, f string, a ...any), v *slotsView, now time.Time) {
+	if v == nil {
+		return
+	}
+	next := "none within five years"
+	if !v.Next.IsZero() {
+		next = v.Next.UTC().Format(time.RFC3339)
+		if !v.NextStart.Equal(v.Next) {
+			next += ", starts " + v.NextStart.UTC().Format(time.RFC3339) + " (jitter)"
+		}
+	}
+	row("next slot", "%s", next)
+	row("last slot", "%s", lastSlotText(v, now))
+}
+
+// scheduledView is what explain adds for a scheduled session: its
+// schedule, and its next and last slots.
+type scheduledView struct {
+	scheduleView
+	Slots *slotsView `json:"slots"`
+	now   time.Time
+}
+
+// explainedJSON is explain's JSON: the fleet's explanation and, for a
+// scheduled session, its schedule and slots.
+type explainedJSON struct {
+	fleet.Explanation
+	Scheduled *scheduledView `json:"scheduled,omitempty"`
+}
+
+// explainSchedule reads, for a scheduled session, its schedule and slots;
+// nil for any other. The interval-based next poll time the fleet computes
+// does not apply to it and is dropped from e: the next slot says when.
+func explainSchedule(ctx context.Context, a admin, e *fleet.Explanation) (*scheduledView, error) {
+	if !e.Found || e.Malformed != "" {
+		return nil, nil
+	}
+	s, err := a.store.Get(ctx, e.Session)
+	if err != nil || !s.Scheduled() {
+		return nil, nil // gone meanwhile, or not scheduled: the fleet's view stands
+	}
+	now := time.Now()
+	slots, err := loadSlotViews(ctx, a, []session.Session{s}, now)
+	if err != nil {
+		return nil, err
+	}
+	e.NextPoll = nil
+	return &scheduledView{scheduleView: scheduleViewOf(s), Slots: slots[s.ID], now: now}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -49,8 +50,45 @@ tick    https://example.com/t  cron */2 * * * * *                no      -      
 		"schedule": "*/2 * * * * *", "tz": "UTC", "catchup": "latest", "catchup_window": "1h0m0s"}, v.Session)
 	r = cli("get", "report")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Contains(t, r.stdout, "schedule:  0 9 * * 1-5 (tz Europe/Berlin, catchup all within 6h0m0s)\n")
-	require.Contains(t, r.stdout, "jitter:    1m0s\n")
+	require.Regexp(t, `(?m)^schedule:\s+0 9 \* \* 1-5 \(tz Europe/Berlin, catchup all within 6h0m0s\)$`, r.stdout)
+	require.Regexp(t, `(?m)^jitter:\s+1m0s$`, r.stdout)
+	require.Regexp(t, `(?m)^next slot:\s+\S+T0[78]:00:00Z, starts \S+ \(jitter\)$`, r.stdout)
+
+	// The slots a holder recorded show in get and list --wide.
+	r = cli("get", "tick")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^next slot:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d[02468]Z$`, r.stdout)
+	require.Regexp(t, `(?m)^last slot:\s+none$`, r.stdout)
+	mr.HSet(keyspace.Space{}.State("tick"), "slot_started", "1777626002000", "slot_finished", "1777626000000", "slot_outcome", "ok", "slot_token", "3")
+	r = cli("get", "tick")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^last slot:\s+2026-05-01T09:00:02Z started, not finished \(`, r.stdout)
+	mr.HSet(keyspace.Space{}.State("tick"), "slot_finished", "1777626002000")
+	r = cli("list", "--wide")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^tick .* next \S+Z, last 2026-05-01T09:00:02Z ok \(`, r.stdout)
+	require.Regexp(t, `(?m)^report .* next \S+T0[78]:0[01]:\d\dZ, last none$`, r.stdout)
+
+	// explain says the schedule and the slots, not an interval.
+	r = runApp(t, "explain", "--redis-url", url, "tick")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^definition:\s+schedule \*/2 \* \* \* \* \* \(tz UTC, catchup latest within 1h0m0s\), active$`, r.stdout)
+	require.Regexp(t, `(?m)^last slot:\s+2026-05-01T09:00:02Z ok \(`, r.stdout)
+	require.Regexp(t, `(?m)^next slot:\s+\S+Z$`, r.stdout)
+	require.NotContains(t, r.stdout, "next poll:")
+	r = runApp(t, "explain", "--redis-url", url, "--json", "tick")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var ex struct {
+		Session   string `json:"session"`
+		Scheduled struct {
+			Schedule string    `json:"schedule"`
+			Slots    slotsView `json:"slots"`
+		} `json:"scheduled"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &ex))
+	require.Equal(t, "tick", ex.Session)
+	require.Equal(t, "*/2 * * * * *", ex.Scheduled.Schedule)
+	require.Equal(t, "ok", ex.Scheduled.Slots.Outcome)
 
 	// export | apply round-trips; a changed schedule shows in the diff.
 	r = cli("export")

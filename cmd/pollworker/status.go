@@ -238,7 +238,6 @@ func buildStatus(snap *fleet.Snapshot) clusterStatus {
 	m := snap.Members
 	st := clusterStatus{
 		ServerTime:      time.UnixMilli(m.ServerTimeMs).UTC(),
-		Nodes:           make([]nodeStatus, len(m.Nodes)),
 		Malformed:       malformedEntries(snap.Malformed),
 		JunkMembers:     m.Junk,
 		UnownedSample:   []string{},
@@ -246,27 +245,10 @@ func buildStatus(snap *fleet.Snapshot) clusterStatus {
 		OtherHolders:    []holderCount{},
 		UnknownLeases:   unknownLeases{Lease: []leaseHolder{}},
 	}
-	byID := make(map[string]*nodeStatus, len(m.Nodes))
-	for i, id := range m.Nodes {
-		st.Nodes[i] = nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1, Cordoned: m.IsCordoned(id), Weight: 1}
-		byID[id] = &st.Nodes[i]
-	}
-	for _, info := range snap.Infos {
-		if n, ok := byID[info.ID]; ok {
-			n.Host, n.PID, n.Version, n.Started, n.Incarnation = info.Host, info.PID, info.Version, info.Started, info.Incarnation
-			n.Weight = info.PlanWeight()
-			n.Labels = info.Labels
-			n.Behind = info.Behind
-			if info.TTLMs > 0 {
-				n.HeartbeatAgeMs = max(info.TTLMs-n.ExpiresInMs, 0)
-			}
-		}
-	}
-
-	// The placement the workers compute (fleet: the same planner, from
-	// the index's bucket loads and the weights the workers read).
+	st.Nodes = nodeTable(snap)
+	byID := make(map[string]*nodeStatus, len(st.Nodes))
 	for i := range st.Nodes {
-		st.Nodes[i].Planned = snap.PlannedLoad(st.Nodes[i].ID)
+		byID[st.Nodes[i].ID] = &st.Nodes[i]
 	}
 	st.Unplaceable = unplaceable{BySelector: map[string]int{}, Sample: []string{}}
 	active := snap.Active() // sorted by id
@@ -352,6 +334,47 @@ func buildStatus(snap *fleet.Snapshot) clusterStatus {
 		}
 		st.PollBalance = pollBalance(st.Nodes)
 		st.PollBalanceByLabels = pollBalanceByLabels(st.Nodes)
+	}
+	return st
+}
+
+// nodeTable is the live workers of a snapshot, with their heartbeat
+// infos and the load the workers' plan places on each (no leases).
+func nodeTable(snap *fleet.Snapshot) []nodeStatus {
+	m := snap.Members
+	ns := make([]nodeStatus, len(m.Nodes))
+	for i, id := range m.Nodes {
+		n := nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1, Cordoned: m.IsCordoned(id), Weight: 1,
+			Planned: snap.PlannedLoad(id)}
+		if info, ok := snap.Infos[id]; ok {
+			n.Host, n.PID, n.Version, n.Started, n.Incarnation = info.Host, info.PID, info.Version, info.Started, info.Incarnation
+			n.Weight = info.PlanWeight()
+			n.Labels = info.Labels
+			n.Behind = info.Behind
+			if info.TTLMs > 0 {
+				n.HeartbeatAgeMs = max(info.TTLMs-n.ExpiresInMs, 0)
+			}
+		}
+		ns[i] = n
+	}
+	return ns
+}
+
+// withNodes is census with the live workers of a later snapshot (of the
+// members only): their leases and poll rates are the census's.
+func withNodes(census clusterStatus, snap *fleet.Snapshot) clusterStatus {
+	held := make(map[string]nodeStatus, len(census.Nodes))
+	for _, n := range census.Nodes {
+		held[n.ID] = n
+	}
+	st := census
+	st.ServerTime = time.UnixMilli(snap.Members.ServerTimeMs).UTC()
+	st.JunkMembers = snap.Members.Junk
+	st.Nodes = nodeTable(snap)
+	for i := range st.Nodes {
+		if n, ok := held[st.Nodes[i].ID]; ok && n.Incarnation == st.Nodes[i].Incarnation {
+			st.Nodes[i].Leases, st.Nodes[i].PollsPerSecond = n.Leases, n.PollsPerSecond
+		}
 	}
 	return st
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
@@ -364,7 +363,11 @@ func TestStatusUsesThePlanner(t *testing.T) {
 		ids = append(ids, id)
 		sessions = append(sessions, session.Session{ID: id, URL: "http://x/", Interval: session.Duration(time.Second)})
 	}
-	planned := assign.Owners(m.Nodes, ids, poller.DefaultBalanceSlack)
+	plain := snapshotOf(t, m, nil, sessions, nil)
+	planned := make([]string, len(ids))
+	for i, id := range ids {
+		planned[i] = plain.OwnerOf(id)
+	}
 	holdings := make([]lease.Holding, len(ids))
 	for i, id := range ids {
 		holdings[i] = lease.Holding{Session: id, Owner: planned[i] + "#0123456789abcdef", Remaining: time.Second}
@@ -395,7 +398,7 @@ func TestStatusUsesThePlanner(t *testing.T) {
 // the infos, an index holding sessions and these leases.
 func snapshotOf(t *testing.T, m nodes.Membership, infos []nodes.Info, sessions []session.Session, holdings []lease.Holding) *fleet.Snapshot {
 	t.Helper()
-	sizes := make([]int, assign.Buckets)
+	sizes := make([]int, keyspace.SessionBuckets)
 	for _, s := range sessions {
 		sizes[keyspace.BucketOf(s.ID)]++
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/internal/ring"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/poller"
@@ -72,8 +73,8 @@ Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}} of leases, {{p
 {{with .Status.UnknownLeases}}{{if .Scanned}}<p>Leases of sessions not in the store (SCAN at {{clock .At}}): <b id="unknown-leases">{{.Count}}</b>{{range .Lease}} {{.Session}} by {{.Holder}}{{end}}.</p>{{end}}{{end}}
 {{end}}
 {{if .FailingShown}}<h2>Failing sessions polled by this worker ({{.FailingCount}})</h2>
-{{if .Failing}}<table id="failing"><tr><th>session</th><th>failures in a row</th><th>last status</th><th>failing since</th><th>last poll</th><th>token</th></tr>
-{{range .Failing}}<tr class="failing"><td>{{.Session}}</td><td>{{.Failures}}</td><td>{{if .Status}}{{.Status}}{{else}}{{.Error}}{{end}}</td><td>{{stamp .Since}}</td><td>{{stamp .LastPoll}}</td><td>{{.Token}}</td></tr>
+{{if .Failing}}<table id="failing"><tr><th>session</th><th>failures in a row</th><th>last status</th><th>message</th><th>failing since</th><th>last poll</th><th>token</th></tr>
+{{range .Failing}}<tr class="failing"><td>{{.Session}}</td><td>{{.Failures}}</td><td>{{if .Status}}{{.Status}}{{else}}{{.Error}}{{end}}</td><td class="message">{{.Message}}</td><td>{{stamp .Since}}</td><td>{{stamp .LastPoll}}</td><td>{{.Token}}</td></tr>
 {{end}}</table>{{if gt .FailingMore 0}}<p>… and {{.FailingMore}} more (<code>pollworker sessions list --wide</code>).</p>{{end}}{{else}}<p id="failing-none">None: every session's last poll succeeded.</p>{{end}}{{end}}
 <h2>Recent lease events of this worker</h2>
 <table id="events"><tr><th>time</th><th>event</th><th>session</th><th>token</th><th>reason</th></tr>
@@ -87,29 +88,63 @@ Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}} of leases, {{p
 // the whole keyspace.
 const pageScanEvery = time.Minute
 
-// pageReader reads the status page's status: everything on every load, but
-// the SCAN for leases of unknown sessions at most once per pageScanEvery.
+// pageCensusEvery is how long the status page reuses one census of the
+// sessions and their leases (fleet.Reader.ReadAll: every session, every
+// lease): the page reloads every 5 s, and each worker serves one, so
+// concurrent and repeated loads within it cost the bounded read of the
+// members alone (fleet.Reader.ReadFleet: three round trips, whatever the
+// number of sessions).
+const pageCensusEvery = 5 * time.Second
+
+// pageReader reads the status page's status: the live workers on every
+// load, the sessions and leases at most once per pageCensusEvery, and the
+// SCAN for leases of unknown sessions at most once per pageScanEvery.
 type pageReader struct {
 	client redis.UniversalClient
 	keys   keyspace.Space
 
-	mu      sync.Mutex
-	scanned unknownLeases // the last SCAN's result
+	mu       sync.Mutex
+	reader   *fleet.Reader
+	census   clusterStatus // the last census
+	censusAt time.Time     // when it was read; zero: never
+	scanned  unknownLeases // the last SCAN's result
+	// now is the clock the reuse is timed by; nil: time.Now.
+	now func() time.Time
 }
 
 func (p *pageReader) read(ctx context.Context) (clusterStatus, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	scan := !p.scanned.Scanned || time.Since(p.scanned.At) >= pageScanEvery
-	st, err := computeStatus(ctx, p.client, p.keys, scan)
+	now := time.Now
+	if p.now != nil {
+		now = p.now
+	}
+	if p.reader == nil {
+		r, err := fleet.NewReader(p.client, p.keys, fleetOptions(poller.DefaultLeaseTTL))
+		if err != nil {
+			return clusterStatus{}, err
+		}
+		p.reader = r
+	}
+	if !p.censusAt.IsZero() && now().Sub(p.censusAt) < pageCensusEvery {
+		snap, err := p.reader.ReadFleet(ctx)
+		if err != nil {
+			return clusterStatus{}, err
+		}
+		return withNodes(p.census, snap), nil
+	}
+	snap, err := p.reader.ReadAll(ctx)
 	if err != nil {
-		return st, err
+		return clusterStatus{}, err
 	}
-	if scan {
-		p.scanned = st.UnknownLeases
-	} else {
-		st.UnknownLeases = p.scanned
+	st := buildStatus(snap)
+	if !p.scanned.Scanned || now().Sub(p.scanned.At) >= pageScanEvery {
+		if p.scanned, err = findUnknownLeases(ctx, p.reader, snap); err != nil {
+			return clusterStatus{}, err
+		}
 	}
+	st.UnknownLeases = p.scanned
+	p.census, p.censusAt = st, now()
 	return st, nil
 }
 

@@ -22,7 +22,7 @@ func TestStatusPageFailingSessions(t *testing.T) {
 		failing = append(failing, failingSession{Session: fmt.Sprintf("s%03d", i), Failures: 3, Error: "timeout",
 			Since: since, LastPoll: since.Add(time.Minute), Token: 42})
 	}
-	failing[0].Status, failing[0].Error = 503, "server"
+	failing[0].Status, failing[0].Error, failing[0].Message = 503, "server", "httppoll: server error: 503 Service Unavailable (expect 200-399)"
 	page := func(failing func() []failingSession) string {
 		h := statusPageConfig{self: "w1", ready: func() bool { return true },
 			read:   func(context.Context) (clusterStatus, error) { return clusterStatus{}, nil },
@@ -36,7 +36,7 @@ func TestStatusPageFailingSessions(t *testing.T) {
 	body := page(func() []failingSession { return failing })
 	require.Contains(t, body, "<h2>Failing sessions polled by this worker (120)</h2>")
 	require.Equal(t, pageFailingMax, strings.Count(body, `<tr class="failing">`))
-	require.Contains(t, body, `<tr class="failing"><td>s000</td><td>3</td><td>503</td><td>2026-11-24 01:03:04 UTC</td><td>2026-11-24 01:04:04 UTC</td><td>42</td></tr>`)
+	require.Contains(t, body, `<tr class="failing"><td>s000</td><td>3</td><td>503</td><td class="message">httppoll: server error: 503 Service Unavailable (expect 200-399)</td><td>2026-11-24 01:03:04 UTC</td><td>2026-11-24 01:04:04 UTC</td><td>42</td></tr>`)
 	require.Contains(t, body, `<tr class="failing"><td>s001</td><td>3</td><td>timeout</td>`)
 	require.NotContains(t, body, "<td>s100</td>")
 	require.Contains(t, body, "… and 20 more")

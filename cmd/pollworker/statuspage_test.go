@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/internal/timeline"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/poller"
 )
 
@@ -277,4 +279,35 @@ func TestReadyzFollowsRedisWithinASecond(t *testing.T) {
 	code, body := get("http://" + addr + "/")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, `class="err">not ready</span>`)
+}
+
+// TestStatusPageReusesTheCensus: the page reads the live workers on every
+// load, but the sessions and their leases (every one of them) at most
+// once per pageCensusEvery.
+func TestStatusPageReusesTheCensus(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := newTestClient(t, mr)
+	addSession(t, c, "s1", "http://127.0.0.1:1/")
+	now := time.Unix(1_000_000, 0)
+	p := &pageReader{client: c, keys: keyspace.Space{}, now: func() time.Time { return now }}
+	st, err := p.read(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Sessions.Active)
+	require.Empty(t, st.Nodes)
+
+	addSession(t, c, "s2", "http://127.0.0.1:1/")
+	reg, err := nodes.New(nodes.Config{Client: c, ID: "w9", TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, reg.Heartbeat(ctxT(t)))
+	now = now.Add(pageCensusEvery - time.Millisecond)
+	st, err = p.read(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Sessions.Active, "the census is reused")
+	require.Len(t, st.Nodes, 1, "the live workers are read on every load")
+	require.Equal(t, "w9", st.Nodes[0].ID)
+
+	now = now.Add(time.Millisecond)
+	st, err = p.read(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Sessions.Active, "a census once per pageCensusEvery")
 }

@@ -25,7 +25,7 @@ func targetCommand() *cli.Command {
 		Usage: "serve a local HTTP target to poll while trying pollworker out (logs every poll)",
 		Description: "Answers every GET on a loopback address with --status and prints one line per request:\n" +
 			"the time, the path, and the X-Poll-Session, X-Poll-Worker and X-Poll-Token headers the\n" +
-			"workers send. As a downstream system should, it keeps the highest fencing token seen per\n" +
+			"workers send (and X-Poll-Slot for a scheduled session). As a downstream system should, it keeps the highest fencing token seen per\n" +
 			"session and answers a lower one with 409 Conflict (\"stale token\"). For trying things out:\n\n" +
 			"  pollworker target &\n" +
 			"  pollworker sessions add --id api-1 --url http://127.0.0.1:18080/health --interval 5s\n\n" +
@@ -120,8 +120,12 @@ func (t *pollTarget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			t.maxToken[session] = token
 		}
 	}
-	fmt.Fprintf(t.out, "%s %s %s session=%s worker=%s token=%s -> %d%s\n", t.now().UTC().Format("15:04:05.000"),
-		r.Method, printableID(r.URL.Path), dash(printableID(session)), dash(printableID(worker)), dash(printableID(rawToken)), status, note)
+	slot := "" // a scheduled session's slot (X-Poll-Slot), when sent
+	if v := r.Header.Get(httppoll.HeaderSlot); v != "" {
+		slot = " slot=" + printableID(v)
+	}
+	fmt.Fprintf(t.out, "%s %s %s session=%s worker=%s token=%s%s -> %d%s\n", t.now().UTC().Format("15:04:05.000"),
+		r.Method, printableID(r.URL.Path), dash(printableID(session)), dash(printableID(worker)), dash(printableID(rawToken)), slot, status, note)
 	t.mu.Unlock()
 	if t.delay > 0 && status != http.StatusConflict {
 		timer := time.NewTimer(t.delay)

@@ -34,6 +34,9 @@ func TestTargetLogsPolls(t *testing.T) {
 		req.Header.Set(httppoll.HeaderSession, session)
 		req.Header.Set(httppoll.HeaderWorker, "w1")
 		req.Header.Set(httppoll.HeaderToken, token)
+		if session == "cron-1" {
+			req.Header.Set(httppoll.HeaderSlot, "2026-11-25T22:00:00Z")
+		}
 		resp, err := httpClient.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -43,6 +46,7 @@ func TestTargetLogsPolls(t *testing.T) {
 	require.Equal(t, http.StatusOK, poll("api-1", "8"))
 	require.Equal(t, http.StatusConflict, poll("api-1", "6"))
 	require.Equal(t, http.StatusOK, poll("api-2", "1"))
+	require.Equal(t, http.StatusOK, poll("cron-1", "3"))
 	cancel()
 	require.NoError(t, <-done)
 	require.Equal(t, strings.Join([]string{
@@ -50,6 +54,7 @@ func TestTargetLogsPolls(t *testing.T) {
 		"22:00:00.000 GET /health session=api-1 worker=w1 token=8 -> 200",
 		"22:00:00.000 GET /health session=api-1 worker=w1 token=6 -> 409 stale token (highest seen 8)",
 		"22:00:00.000 GET /health session=api-2 worker=w1 token=1 -> 200",
+		"22:00:00.000 GET /health session=cron-1 worker=w1 token=3 slot=2026-11-25T22:00:00Z -> 200",
 	}, "\n")+"\n", out.String())
 }
 

@@ -55,7 +55,7 @@ func TestTLSWithClientCertificate(t *testing.T) {
 // commands pollworker sends, including those its scripts call.
 const minimalACL = "on >worker-pass resetkeys ~poll:* ~session:* resetchannels &poll:events " +
 	"-@all +@connection -config +get +set +del +exists +getrange +incr +info +pexpire +pttl +type " +
-	"+mget +getdel +hincrby +hget +hmget +hset +hkeys +hgetall +sadd +srem +smembers +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard " +
+	"+mget +getdel +hincrby +hget +hmget +hset +hdel +hkeys +hgetall +sadd +srem +smembers +sismember +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard " +
 	"+xadd +xrange +xrevrange +lpush +ltrim +lrange +time +publish +subscribe +unsubscribe " +
 	"+evalsha +eval +script|load +script|exists +watch +unwatch +multi +exec"
 
@@ -82,10 +82,15 @@ func TestMinimalACLUser(t *testing.T) {
 		return err == nil && len(v) > 3 && v[:3] == "aw#" && admin.Exists(context.Background(), "poll:timeline:aw").Val() == 1
 	})
 	// The drain released the lease as this user: release.lua's TIME and the
-	// SET of the handoff mark (poll:released:{c1}, under ~poll:*) passed,
-	// and nothing was denied on the way but the eviction-policy check,
-	// which is skipped by design (-config).
+	// HSET of the handoff mark (in poll:fencing:{c1}, under ~poll:*)
+	// passed, and nothing was denied on the way but the eviction-policy
+	// check, which is skipped by design (-config).
 	require.Zero(t, admin.Exists(context.Background(), "poll:lease:{c1}").Val(), "lease released at drain")
+	require.NotEmpty(t, admin.HGet(context.Background(), "poll:fencing:{c1}", "handoff").Val(), "handoff mark left")
+	// sessions rm deletes the handoff mark (HDEL) as this user.
+	r = runApp(t, "sessions", "--redis-url", url, "rm", "c1")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Empty(t, admin.HGet(context.Background(), "poll:fencing:{c1}", "handoff").Val(), "handoff mark deleted")
 	entries, err := admin.Do(context.Background(), "ACL", "LOG").Slice()
 	require.NoError(t, err)
 	for _, e := range entries {

@@ -44,7 +44,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/internal/history"
@@ -267,7 +266,7 @@ func sessionInterval(i int) time.Duration {
 // poll loads the writers keep, read from the store), same slack, equal
 // worker weights (the demo's workers keep theirs). plain is the placement
 // without the bound, to explain it.
-func (d *demo) plan(ctx context.Context, workers []string) (plan, plain *assign.Plan, err error) {
+func (d *demo) plan(ctx context.Context, workers []string) (plan, plain *fleet.Plan, err error) {
 	w, err := d.store.Weights(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("demo: read bucket weights: %w", err)

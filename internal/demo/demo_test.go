@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/pollworker/pollworker/assign"
+	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/internal/history"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/session"
@@ -208,13 +208,21 @@ func (c *checker) pollsStarted(worker string, s float64) int {
 	return n
 }
 
+// planOf is the plan of equally weighted members by the demo's loads, as
+// the workers make it (package fleet).
+func (c *checker) planOf(members []string, slack float64) *fleet.Plan {
+	c.t.Helper()
+	pl, err := fleet.NewPlanner(slack).Place(fleet.Equal(members...), c.loads, nil, nil)
+	require.NoError(c.t, err)
+	return pl.Default
+}
+
 // requirePlanned checks a plan as printed ("worker-1 15, worker-3 15 (at
 // most 16 each; plain rendezvous hashing would give worker-3 18)") against
 // the planner's, and returns it.
-func (c *checker) requirePlanned(members []string, printed, text string) *assign.Plan {
+func (c *checker) requirePlanned(members []string, printed, text string) *fleet.Plan {
 	c.t.Helper()
-	f := assign.NewFleetIDs(members...)
-	plan, plain := f.Plan(c.loads, BalanceSlack), f.Plan(c.loads, -1)
+	plan, plain := c.planOf(members, BalanceSlack), c.planOf(members, -1)
 	m := plannedRe.FindStringSubmatch(printed)
 	want, plainWant := map[string]int{}, map[string]int{}
 	for _, id := range c.sessions {
@@ -240,7 +248,7 @@ func (c *checker) requirePlanned(members []string, printed, text string) *assign
 // requirePlacement checks a placement line.
 func (c *checker) requirePlacement(m []string, at, before float64, members []string, text string) {
 	c.t.Helper()
-	plan := assign.NewFleetIDs(members...).Plan(c.loads, BalanceSlack)
+	plan := c.planOf(members, BalanceSlack)
 	if m[2] != "" {
 		d, err := time.ParseDuration(m[2])
 		require.NoError(c.t, err)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pollworker/pollworker/assign"
+	"github.com/pollworker/pollworker/fleet"
 )
 
 // nobody stands for "no worker" in moves and loads.
@@ -122,14 +122,14 @@ func (t *timeline) catchUp(frac float64) {
 
 // outcome is the placement at one moment compared with a plan.
 type outcome struct {
-	plan      *assign.Plan
+	plan      *fleet.Plan
 	before    snapshot // when the change began
 	now       snapshot
 	misplaced []string // sessions whose lease its planned worker does not hold
 }
 
 // compare compares the placement of now with plan.
-func (d *demo) compare(plan *assign.Plan, before, now snapshot) outcome {
+func (d *demo) compare(plan *fleet.Plan, before, now snapshot) outcome {
 	o := outcome{plan: plan, before: before, now: now}
 	for _, id := range d.sessions {
 		if now.holders[id] != plan.OwnerOf(id) {
@@ -141,7 +141,7 @@ func (d *demo) compare(plan *assign.Plan, before, now snapshot) outcome {
 
 // settle waits until the placement matches plan, Options.SettleTimeout
 // has passed or ctx is done, and returns the placement then.
-func (d *demo) settle(ctx context.Context, plan *assign.Plan, before snapshot) outcome {
+func (d *demo) settle(ctx context.Context, plan *fleet.Plan, before snapshot) outcome {
 	deadline := time.Now().Add(d.opts.SettleTimeout)
 	ticker := time.NewTicker(10 * time.Millisecond)
 	defer ticker.Stop()
@@ -284,7 +284,7 @@ func formatLoads(counts map[string]int, unowned int) string {
 // rendezvous hashing would give worker-3 18)". The planner weighs buckets
 // by their poll load (polls per day, see session.PollsPerDay), so its cap
 // is a poll rate, not a number of sessions.
-func planned(p, plain *assign.Plan, sessions []string) string {
+func planned(p, plain *fleet.Plan, sessions []string) string {
 	counts, plainCounts := sessionsOf(p, sessions), sessionsOf(plain, sessions)
 	caps := map[int]bool{}
 	var over []string
@@ -314,7 +314,7 @@ func planned(p, plain *assign.Plan, sessions []string) string {
 }
 
 // sessionsOf counts the sessions the plan gives each worker.
-func sessionsOf(p *assign.Plan, sessions []string) map[string]int {
+func sessionsOf(p *fleet.Plan, sessions []string) map[string]int {
 	out := map[string]int{}
 	for _, id := range sessions {
 		out[p.OwnerOf(id)]++

@@ -101,3 +101,10 @@ var NodeHolder string
 //
 //go:embed election_clear_successor.lua
 var ElectionClearSuccessor string
+
+// StateSlot records a scheduled session's last slot started or finished in
+// its state hash, fenced by the lease (slot fields only; the poller's data
+// is left alone).
+//
+//go:embed state_slot.lua
+var StateSlot string

@@ -17,7 +17,7 @@ import (
 // once and measures the time until every session has been polled, and the
 // Redis memory per session (definition, index entry, lease and fence).
 func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
-	var secs, mem, churn, redisCPU []float64
+	var secs, mem, churn, redisCPU, perLease []float64
 	var busiest string
 	for r := 0; r < sz.coldRuns; r++ {
 		if err := e.reset(ctx); err != nil {
@@ -49,13 +49,15 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		}
 		err = waitChan(ctx, all, sz.timeout, "every session polled")
 		el := time.Since(t0)
-		churn = append(churn, float64(e.acquired.Load()-acquiredBefore)/float64(sz.coldSessions))
+		acquired := e.acquired.Load() - acquiredBefore
+		churn = append(churn, float64(acquired)/float64(sz.coldSessions))
 		if err == nil {
 			after, serr := redisstats.Read(ctx, e.admin)
 			if serr == nil {
 				mem = append(mem, float64(after.UsedMemory-before.UsedMemory)/float64(sz.coldSessions))
 				d := after.Delta(seeded)
 				redisCPU = append(redisCPU, d.CPUSeconds)
+				perLease = append(perLease, d.CPUSeconds*1e6/float64(max(acquired, 1)))
 				busiest = busiestCommands(d, 12)
 			}
 		}
@@ -66,19 +68,21 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		secs = append(secs, el.Seconds())
 	}
 	s := bench.Summarize(secs)
-	coldMet := met(s.Median < 20)
+	coldMet := met(s.Median < 10)
 	if sz.coldSessions < 1_000_000 || sz.coldWorkers < 50 {
 		coldMet = "n/a (target is for 1M over 50)"
 	}
 	return []Row{
 		{Figure: fmt.Sprintf("cold start, %d sessions over %d workers: all polled", sz.coldSessions, sz.coldWorkers),
-			Target: "1M over 50 in < 20 s", Unit: "s", Ours: s, Met: coldMet,
+			Target: "1M over 50 in < 10 s", Unit: "s", Ours: s, Met: coldMet,
 			Note: fmt.Sprintf("%d runs; each worker reads the ids and definitions of its own index buckets only (≤ 20k definitions per round, leases in requests of 1000); all workers and redis-server share the machine's cores", sz.coldRuns)},
 		{Figure: "leases acquired per session until all polled (1 = no churn)", Target: "reported", Unit: "x", Ours: bench.Summarize(churn),
 			Note: "workers start together and see each other join one by one; sessions taken before the fleet is complete move again"},
 		{Figure: "Redis CPU during the cold start", Target: "reported", Unit: "s", Ours: bench.Summarize(redisCPU),
 			Note: "busiest commands (last run, Redis CPU): " + busiest},
-		{Figure: "Redis memory per session (definition + index + lease + fence)", Target: "reported", Unit: "B", Ours: bench.Summarize(mem)},
+		{Figure: "Redis CPU per lease acquired during the cold start, all commands", Target: "reported", Unit: "µs", Ours: bench.Summarize(perLease),
+			Note: "the CPU time of everything Redis ran (session loads, heartbeats, renewals included) over the leases acquired; the script alone: lease BenchmarkScriptAcquire1000"},
+		{Figure: "Redis memory per session (definition + index + lease + fencing record)", Target: "reported", Unit: "B", Ours: bench.Summarize(mem)},
 	}, nil
 }
 

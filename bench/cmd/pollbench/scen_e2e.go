@@ -243,7 +243,7 @@ func (x *e2e) startWorker(id, record string) (*e2eProc, error) {
 	p, err := x.startProc(id, []string{"run", "--id", id, "--redis-url", "redis://" + x.proxy.addr() + "/0",
 		"--http-addr", addr, "--record", record, "--log-level", "warn", "--log-format", "console",
 		// reset declares the keyspace fresh; no quarantine either way.
-		"--loss-quarantine", "0"}, nil)
+		"--loss-quarantine", "off"}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -285,7 +285,7 @@ func (x *e2e) startOverloadWorker(id string, c overloadCase) (*e2eProc, error) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	p, err := x.startProc(id, []string{"run", "--id", id, "--redis-url", "redis://" + x.e.redis.Addr() + "/0",
 		"--http-addr", addr, "--record", "none", "--log-level", "info", "--log-format", "console",
-		"--loss-quarantine", "0", "--max-per-host", strconv.Itoa(c.maxPerHost)}, nil)
+		"--loss-quarantine", "off", "--max-per-host", strconv.Itoa(c.maxPerHost)}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -135,9 +135,6 @@ spec:
 {{- if and .Values.serviceMonitor.enabled (not .Values.service.enabled) }}
 {{- fail "serviceMonitor.enabled needs service.enabled" }}
 {{- end }}
-{{- if and .Values.autoscaling.enabled (not (has .Values.autoscaling.kind (list "keda" "hpa"))) }}
-{{- fail (printf "autoscaling.kind %q: keda or hpa" .Values.autoscaling.kind) }}
-{{- end }}
 {{- if and .Values.autoscaling.enabled (lt (int .Values.worker.maxPolls) 1) }}
 {{- fail "autoscaling needs worker.maxPolls >= 1: its target is a share of the poll slots" }}
 {{- end }}
