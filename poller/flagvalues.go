@@ -42,6 +42,12 @@ func (v *numberValue[T]) Set(s string) error {
 	if err != nil {
 		return fmt.Errorf("%q is not a %s%s", s, v.kind, map[bool]string{true: " or off"}[v.off])
 	}
+	if v.off && n == 0 {
+		// Before the one zero rule, 0 turned these off; it would now
+		// silently take the default. Refused, so no deployment changes
+		// behaviour unnoticed.
+		return fmt.Errorf("0 is ambiguous: off turns it off; leave it unset for the default (%s)", v.zero)
+	}
 	*v.p = n
 	return nil
 }

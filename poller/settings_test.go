@@ -79,7 +79,8 @@ func TestZeroRule(t *testing.T) {
 }
 
 // TestRegisterFlags parses a command line with the flags RegisterFlags
-// registers: each sets its field, "0" is the default and "off" is Off.
+// registers: each sets its field, "0" is the default and "off" is Off;
+// for a setting that can be off, "0" (which once meant off) is refused.
 func TestRegisterFlags(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -88,7 +89,6 @@ func TestRegisterFlags(t *testing.T) {
 		{nil, Config{}},
 		{[]string{"-lease-ttl", "3s", "-renew-interval", "0", "-id", "w1"}, Config{LeaseTTL: 3 * time.Second, ID: "w1"}},
 		{[]string{"-loss-quarantine", "off", "-max-polls", "off", "-error-backoff", "off"}, Config{LossQuarantine: Off, MaxPolls: Off, MaxErrorBackoff: Off}},
-		{[]string{"-loss-quarantine", "0", "-max-polls", "0", "-error-backoff", "0s"}, Config{}},
 		{[]string{"-loss-quarantine", "7s", "-max-polls", "8", "-error-backoff", "1m", "-wait-replicas", "1", "-drain-timeout", "2s"},
 			Config{LossQuarantine: 7 * time.Second, MaxPolls: 8, MaxErrorBackoff: time.Minute, WaitReplicas: 1, DrainTimeout: 2 * time.Second}},
 		{[]string{"-shed-when-behind=false", "-weight", "2.5", "-labels", "zone=eu,tier=a"},
@@ -110,6 +110,9 @@ func TestRegisterFlags(t *testing.T) {
 	c.RegisterFlags(fs)
 	require.ErrorContains(t, fs.Parse([]string{"-lease-ttl", "off"}), `"off" is not a duration`, "a setting that cannot be off refuses off")
 	require.ErrorContains(t, fs.Parse([]string{"-max-polls", "lots"}), `"lots" is not a whole number or off`)
+	for _, name := range []string{"loss-quarantine", "max-polls", "error-backoff"} {
+		require.ErrorContains(t, fs.Parse([]string{"-" + name, "0"}), "0 is ambiguous: off turns it off; leave it unset for the default", name)
+	}
 	require.Error(t, fs.Parse([]string{"-labels", "a"}))
 	require.Equal(t, "30s", fs.Lookup("lease-ttl").DefValue)
 	require.Equal(t, "the lease TTL", fs.Lookup("loss-quarantine").DefValue)

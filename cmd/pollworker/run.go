@@ -724,7 +724,7 @@ func httpPollMetrics(hp *httppoll.Poller) []prometheus.Collector {
 	var out []prometheus.Collector
 	for _, o := range httppoll.Outcomes() {
 		out = append(out, counter("pollworker_http_polls_total",
-			"HTTP polls by outcome: ok (a response below 400 but 304), not_modified (304), client_error (4xx), server_error (5xx), timeout, error (no response), cancelled (the lease ended).",
+			"HTTP polls by outcome: ok (a response below 400 but 304), not_modified (304), client_error (4xx), server_error (5xx), timeout, error (no response), cancelled (the lease ended), profile_error (not sent: the session's profile is unknown here or a file of it unreadable); a 4xx or 5xx the session does not --expect is a failure.",
 			prometheus.Labels{"outcome": o.String()}, func(s httppoll.Stats) uint64 { return s.Polls[o] }))
 	}
 	for _, r := range []struct {

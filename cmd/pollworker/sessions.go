@@ -92,6 +92,7 @@ func sessionsCommand() *cli.Command {
 			sessionsEachCommand(eachOp{name: "rm", usage: "remove sessions", done: "removed",
 				apply: (*session.Store).Delete, check: checkEntry, anyID: true}),
 			sessionsApplyCommand(),
+			sessionsSyncCommand(),
 			sessionsReweighCommand(),
 			sessionsExportCommand(),
 			sessionsConfigCommand(),

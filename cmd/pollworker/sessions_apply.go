@@ -160,21 +160,30 @@ func applySessions(ctx context.Context, cmd *cli.Command, a admin, entries []ses
 		warnUnmatchedSelectors(ctx, a, cmd.Root().ErrWriter, "sessions apply", inFile)
 		return nil
 	}
+	if err := writePlan(ctx, a, p, "sessions apply"); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, p.summary(false))
+	warnUnmatchedSelectors(ctx, a, cmd.Root().ErrWriter, "sessions apply", inFile)
+	return reweighIfIncomplete(ctx, a, out)
+}
+
+// writePlan writes p's sessions, then prunes, applyChunk at a time; what
+// names the command in its errors.
+func writePlan(ctx context.Context, a admin, p applyPlan, what string) error {
 	for lo := 0; lo < len(p.write); lo += applyChunk {
 		chunk := p.write[lo:min(lo+applyChunk, len(p.write))]
 		if _, err := bounded(ctx, a, func(ctx context.Context) (struct{}, error) { return struct{}{}, a.store.PutMany(ctx, chunk) }); err != nil {
-			return fmt.Errorf("sessions apply: wrote %d of %d sessions, pruned none, then: %w (apply again: it is idempotent)", lo, len(p.write), err)
+			return fmt.Errorf("%s: wrote %d of %d sessions, pruned none, then: %w (run it again: it is idempotent)", what, lo, len(p.write), err)
 		}
 	}
 	for lo := 0; lo < len(p.prune); lo += applyChunk {
 		chunk := p.prune[lo:min(lo+applyChunk, len(p.prune))]
 		if _, err := bounded(ctx, a, func(ctx context.Context) (int, error) { return a.store.DeleteMany(ctx, chunk) }); err != nil {
-			return fmt.Errorf("sessions apply: wrote %d sessions, pruned %d of %d, then: %w (apply again: it is idempotent)", len(p.write), lo, len(p.prune), err)
+			return fmt.Errorf("%s: wrote %d sessions, pruned %d of %d, then: %w (run it again: it is idempotent)", what, len(p.write), lo, len(p.prune), err)
 		}
 	}
-	fmt.Fprintln(out, p.summary(false))
-	warnUnmatchedSelectors(ctx, a, cmd.Root().ErrWriter, "sessions apply", inFile)
-	return reweighIfIncomplete(ctx, a, out)
+	return nil
 }
 
 // reweighIfIncomplete counts the poll loads (session.Store.RebuildLoads)

@@ -271,6 +271,12 @@ for i = 1, n do
     cur = false
   else
     cur, problem = get(lease)
+    if cur == false then
+      -- NX found a key that GET does not: one expiring between the two
+      -- reads (a server whose expiry is not frozen during a script, such
+      -- as an emulator). It is free: take it, as NX would have
+      redis.call('SET', lease, me, 'PX', ttl)
+    end
   end
   if last == nil then
     -- reported above
