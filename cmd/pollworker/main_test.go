@@ -146,7 +146,7 @@ func TestUnknownCommand(t *testing.T) {
 
 	r = runApp(t, "sessions", "--redis-url", "redis://127.0.0.1:1", "bogus")
 	require.Equal(t, exitUsage, r.code, r.stderr)
-	require.Equal(t, "pollworker: sessions: unknown command \"bogus\" (commands: add, list, get, pause, resume, rm, apply, reweigh, export, config; see pollworker sessions --help)\n", r.stderr)
+	require.Equal(t, "pollworker: sessions: unknown command \"bogus\" (commands: add, list, get, pause, resume, rm, apply, sync, reweigh, export, config; see pollworker sessions --help)\n", r.stderr)
 
 	// Without arguments they still show their help.
 	r = runApp(t)
