@@ -192,6 +192,10 @@ type Config struct {
 	// duration per lease event. Nil (the default) traces nothing and costs
 	// nothing. The Coordinator never touches the global provider.
 	TracerProvider trace.TracerProvider
+
+	// tracing starts the spans; New makes it from TracerProvider (nil
+	// when that is nil).
+	tracing *tracing
 }
 
 // EventType names a lease event.

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/pollworker/pollworker/lease"
@@ -110,6 +111,10 @@ func (c *Coordinator) turn(ctx context.Context, l *pollLoop, due time.Time) (end
 	if first := l.polled.CompareAndSwap(false, true); first {
 		c.noteHandoffGap(l, now)
 	}
+	if tr := c.cfg.tracing; tr != nil {
+		// The poll's span: the Poller runs in it; pollOnce ends it.
+		ctx, _ = tr.startPoll(ctx, l.sess.ID, l.lease.Token(), c.sched.Failures(l)+1)
+	}
 	out, retry := c.pollOnce(ctx, *l.sess, l.lease, l.state)
 	return turnEnd{out: out, retryAfter: retry}
 }
@@ -208,9 +213,15 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 	c.health.polls.Add(1)
 	started := c.cfg.Clock.Now()
 	outcome := "ok"
+	var err error
+	if c.cfg.tracing != nil {
+		// Ends the span turn started, after a panic is recovered below.
+		defer func() { endPoll(ctx, trace.SpanFromContext(ctx), err) }()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			outcome = "panic"
+			err = fmt.Errorf("poll panicked: %v", r)
 			c.health.pollPanics.Add(1)
 			c.log.Error("poll panicked", zap.String("session", s.ID), zap.Any("panic", r),
 				zap.ByteString("stack", debug.Stack()))
@@ -218,7 +229,6 @@ func (c *Coordinator) pollOnce(ctx context.Context, s session.Session, l *lease.
 		}
 		c.cfg.Observer.PollDone(c.cfg.Clock.Since(started), outcome)
 	}()
-	var err error
 	if sp := c.stateful(); sp != nil && st != nil {
 		err = sp.PollState(ctx, s, l, st)
 	} else {

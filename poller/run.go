@@ -28,6 +28,7 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	cfg.ID = reg.ID()
 	if tr := newTracing(cfg.TracerProvider, cfg.ID); tr != nil {
+		cfg.tracing = tr
 		onEvent := cfg.OnEvent
 		cfg.OnEvent = func(e Event) {
 			tr.leaseEvent(e)

@@ -838,3 +838,10 @@ func (s *scheduler) meterPolledLocked(w *pollLoop, now, began time.Time, gap tim
 	s.meter.polled(now, due, judged)
 	w.expect = max(now.UnixNano(), began.UnixNano()+int64(gap))
 }
+
+// Failures is how many polls of l failed in a row, as of its last turn.
+func (s *scheduler) Failures(l *pollLoop) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return l.failures
+}
