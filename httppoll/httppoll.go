@@ -228,100 +228,13 @@ var (
 // New validates cfg, fills in its defaults and returns a Poller. It does not
 // touch Redis or the network.
 func New(cfg Config) (*Poller, error) {
-	if cfg.Record < results.RecordAll || cfg.Record > results.RecordNone {
-		return nil, fmt.Errorf("%w: Record must be RecordAll, RecordChanges or RecordNone, got %d", ErrConfig, int(cfg.Record))
-	}
-	if cfg.Client == nil && cfg.Recorder == nil && cfg.Record != results.RecordNone {
-		return nil, fmt.Errorf("%w: Client is required (or a Recorder, or Record: RecordNone)", ErrConfig)
-	}
-	switch {
-	case cfg.ChangesMemory == 0:
-		cfg.ChangesMemory = DefaultChangesMemory
-	case cfg.ChangesMemory < 0:
-		return nil, fmt.Errorf("%w: ChangesMemory must be positive, got %d", ErrConfig, cfg.ChangesMemory)
-	}
-	if cfg.RecordBody < 0 || cfg.RecordBody > MaxBodyBytes {
-		return nil, fmt.Errorf("%w: RecordBody must be from 0 to %d, got %d", ErrConfig, MaxBodyBytes, cfg.RecordBody)
-	}
-	if err := cfg.Keys.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: Keys: %w", ErrConfig, err)
-	}
-	if err := keyspace.ValidateID(cfg.Worker); err != nil {
-		return nil, fmt.Errorf("%w: Worker: %w", ErrConfig, err)
-	}
-	switch {
-	case cfg.Timeout == 0:
-		cfg.Timeout = DefaultTimeout
-	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("%w: Timeout must be positive, got %v", ErrConfig, cfg.Timeout)
-	}
-	switch {
-	case cfg.StreamMaxLen == 0:
-		cfg.StreamMaxLen = results.DefaultStreamMaxLen
-	case cfg.StreamMaxLen < 0:
-		return nil, fmt.Errorf("%w: StreamMaxLen must be positive, got %d", ErrConfig, cfg.StreamMaxLen)
-	}
-	switch {
-	case cfg.RecordTimeout == 0:
-		cfg.RecordTimeout = DefaultRecordTimeout
-	case cfg.RecordTimeout < 0:
-		return nil, fmt.Errorf("%w: RecordTimeout must be positive, got %v", ErrConfig, cfg.RecordTimeout)
-	}
-	if cfg.HTTP == nil {
-		// Many sessions often poll one host: keep enough idle connections
-		// per host to reuse them (the default of 2 would open and close a
-		// connection for nearly every poll and exhaust ephemeral ports).
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConns = 4096
-		tr.MaxIdleConnsPerHost = 1024
-		switch {
-		case cfg.IdleConnTimeout == 0:
-			tr.IdleConnTimeout = DefaultIdleConnTimeout
-		case cfg.IdleConnTimeout > 0:
-			tr.IdleConnTimeout = cfg.IdleConnTimeout
-		default:
-			tr.IdleConnTimeout = 0 // no limit
-		}
-		// A connection closed while idle is dialled again for a later
-		// poll: resume its TLS session rather than run a full handshake.
-		tr.TLSClientConfig = &tls.Config{ClientSessionCache: tls.NewLRUClientSessionCache(1024)}
-		cfg.HTTP = &http.Client{Transport: tr}
-	}
-	if cfg.HTTP.CheckRedirect == nil {
-		c := *cfg.HTTP
-		c.CheckRedirect = checkRedirect
-		cfg.HTTP = &c
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	base, _ := cfg.HTTP.Transport.(*http.Transport)
 	if cfg.HTTP.Transport == nil {
 		base = http.DefaultTransport.(*http.Transport)
-	}
-	if cfg.MaxRetryAfter == 0 {
-		cfg.MaxRetryAfter = DefaultMaxRetryAfter
-	}
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = DefaultUserAgent
-	}
-	if cfg.MaxPerHost == 0 {
-		cfg.MaxPerHost = DefaultMaxPerHost
-	}
-	switch {
-	case cfg.StateRefresh == 0:
-		cfg.StateRefresh = DefaultStateRefresh
-	case cfg.StateRefresh < 0:
-		return nil, fmt.Errorf("%w: StateRefresh must be positive, got %v", ErrConfig, cfg.StateRefresh)
-	}
-	if cfg.ErrorBackoff == 0 {
-		cfg.ErrorBackoff = poller.DefaultMaxErrorBackoff
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.ProfileRecheck == 0 {
-		cfg.ProfileRecheck = DefaultProfileRecheck
 	}
 	profiles, err := newProfiles(cfg.Worker, cfg.Profiles, cfg.ProfileRecheck, base, cfg.HTTP.CheckRedirect)
 	if err != nil {
@@ -335,6 +248,111 @@ func New(cfg Config) (*Poller, error) {
 		p.hosts = newHostLimit(cfg.MaxPerHost)
 	}
 	return p, nil
+}
+
+// withDefaults checks cfg's rules and fills in its defaults; errors name
+// the field.
+func (cfg Config) withDefaults() (Config, error) {
+	if err := cfg.validateRecording(); err != nil {
+		return cfg, err
+	}
+	if err := keyspace.ValidateID(cfg.Worker); err != nil {
+		return cfg, fmt.Errorf("%w: Worker: %w", ErrConfig, err)
+	}
+	for _, err := range []error{
+		positiveOr(&cfg.ChangesMemory, DefaultChangesMemory, "ChangesMemory"),
+		positiveOr(&cfg.Timeout, DefaultTimeout, "Timeout"),
+		positiveOr(&cfg.StreamMaxLen, results.DefaultStreamMaxLen, "StreamMaxLen"),
+		positiveOr(&cfg.RecordTimeout, DefaultRecordTimeout, "RecordTimeout"),
+		positiveOr(&cfg.StateRefresh, DefaultStateRefresh, "StateRefresh"),
+	} {
+		if err != nil {
+			return cfg, err
+		}
+	}
+	cfg.HTTP = httpClient(cfg.HTTP, cfg.IdleConnTimeout)
+	cfg.MaxRetryAfter = orDefault(cfg.MaxRetryAfter, DefaultMaxRetryAfter)
+	cfg.MaxPerHost = orDefault(cfg.MaxPerHost, DefaultMaxPerHost)
+	cfg.ErrorBackoff = orDefault(cfg.ErrorBackoff, poller.DefaultMaxErrorBackoff)
+	cfg.ProfileRecheck = orDefault(cfg.ProfileRecheck, DefaultProfileRecheck)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = DefaultUserAgent
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return cfg, nil
+}
+
+// validateRecording checks the settings of what is recorded and where.
+func (cfg Config) validateRecording() error {
+	if cfg.Record < results.RecordAll || cfg.Record > results.RecordNone {
+		return fmt.Errorf("%w: Record must be RecordAll, RecordChanges or RecordNone, got %d", ErrConfig, int(cfg.Record))
+	}
+	if cfg.Client == nil && cfg.Recorder == nil && cfg.Record != results.RecordNone {
+		return fmt.Errorf("%w: Client is required (or a Recorder, or Record: RecordNone)", ErrConfig)
+	}
+	if cfg.RecordBody < 0 || cfg.RecordBody > MaxBodyBytes {
+		return fmt.Errorf("%w: RecordBody must be from 0 to %d, got %d", ErrConfig, MaxBodyBytes, cfg.RecordBody)
+	}
+	if err := cfg.Keys.Validate(); err != nil {
+		return fmt.Errorf("%w: Keys: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// positiveOr sets *v to def when it is zero and refuses a negative value,
+// naming field.
+func positiveOr[T int | int64 | time.Duration](v *T, def T, field string) error {
+	switch {
+	case *v == 0:
+		*v = def
+	case *v < 0:
+		return fmt.Errorf("%w: %s must be positive, got %v", ErrConfig, field, *v)
+	}
+	return nil
+}
+
+// orDefault is v, or def when v is zero (a negative v keeps its meaning).
+func orDefault[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// httpClient is c, or when nil a client whose transport keeps enough idle
+// connections per host (many sessions often poll one host: the default of
+// 2 would open and close a connection for nearly every poll and exhaust
+// ephemeral ports) and resumes TLS sessions; either way with
+// checkRedirect unless c has its own.
+func httpClient(c *http.Client, idle time.Duration) *http.Client {
+	if c == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns = 4096
+		tr.MaxIdleConnsPerHost = 1024
+		switch {
+		case idle == 0:
+			tr.IdleConnTimeout = DefaultIdleConnTimeout
+		case idle > 0:
+			tr.IdleConnTimeout = idle
+		default:
+			tr.IdleConnTimeout = 0 // no limit
+		}
+		// A connection closed while idle is dialled again for a later
+		// poll: resume its TLS session rather than run a full handshake.
+		tr.TLSClientConfig = &tls.Config{ClientSessionCache: tls.NewLRUClientSessionCache(1024)}
+		c = &http.Client{Transport: tr}
+	}
+	if c.CheckRedirect == nil {
+		cc := *c
+		cc.CheckRedirect = checkRedirect
+		c = &cc
+	}
+	return c
 }
 
 // PollGroup implements poller.GroupLimiter: s's polls count against the
@@ -611,62 +629,14 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	if s.Profile != "" {
 		ctx = withProfile(ctx, s.Profile) // checkRedirect keeps its credentials on its host
 	}
-	var body io.Reader
-	if s.Body != "" {
-		body = strings.NewReader(s.Body)
-	}
-	req, err := http.NewRequestWithContext(ctx, s.MethodOrGet(), s.URL, body)
+	req, client, err := p.request(ctx, s, l, prev, conditional)
 	if err != nil {
-		return response{}, withoutURL(err)
-	}
-	req.Header.Set("User-Agent", p.cfg.UserAgent)
-	for name, v := range s.Headers {
-		req.Header.Set(name, v)
-	}
-	client := p.cfg.HTTP
-	if s.Profile != "" {
-		c, err := p.profiles.apply(s.Profile, req)
-		if err != nil {
-			return response{}, err // nothing sent without its credentials
-		}
-		if c != nil {
-			client = c
-		}
-	}
-	// The fencing headers last: nothing overrides them.
-	req.Header.Set(HeaderSession, s.ID)
-	req.Header.Set(HeaderWorker, p.cfg.Worker)
-	if l != nil {
-		req.Header.Set(HeaderToken, strconv.FormatInt(l.Token(), 10))
-	}
-	if slot, ok := poller.SlotOf(ctx); ok {
-		req.Header.Set(HeaderSlot, slot.UTC().Format(time.RFC3339))
-	}
-	// A traced poll (poller.Config.TracerProvider) sends its span as the
-	// W3C traceparent, so the target's own spans join the poll.
-	traced := trace.SpanContextFromContext(ctx).IsValid()
-	if traced {
-		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	}
-	if conditional && prev.ETag != "" {
-		req.Header.Set("If-None-Match", prev.ETag)
-	}
-	if conditional && prev.LastModified != "" {
-		req.Header.Set("If-Modified-Since", prev.LastModified)
+		return response{}, err
 	}
 	if p.hosts != nil {
-		// Wait at most half the timeout, so that a request sent has at
-		// least the other half: a slot taken with a few milliseconds left
-		// would send a request doomed to be abandoned, which the target
-		// would still serve.
-		release, err := p.hosts.acquire(ctx, strings.ToLower(req.URL.Host), timeout/2, func() { p.stats.hostWaits.Add(1) })
+		release, err := p.hostSlot(ctx, req, timeout)
 		if err != nil {
-			if ctx.Err() == nil {
-				// The wait's own bound, not the lease: the target was not
-				// polled for want of a slot, which is no failure of it.
-				err = poller.ErrNoCapacity
-			}
-			return response{}, fmt.Errorf("no slot of the host within %v (%d requests in flight): %w", timeout/2, p.cfg.MaxPerHost, err)
+			return response{}, err
 		}
 		defer release()
 	}
@@ -674,7 +644,7 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	if err != nil {
 		return response{}, withoutURL(err)
 	}
-	if traced {
+	if trace.SpanContextFromContext(ctx).IsValid() {
 		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode),
 			attribute.String("http.request.method", req.Method))
 	}
@@ -689,6 +659,71 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 		return out, fmt.Errorf("read body: %w", withoutURL(err))
 	}
 	return out, nil
+}
+
+// request builds s's request and picks the client that sends it (its
+// profile's, if it has one): the session's method, body and headers, the
+// profile's credentials, then the fencing headers (last: nothing overrides
+// them), the slot, the trace and the validators of prev when conditional.
+func (p *Poller) request(ctx context.Context, s session.Session, l *lease.Lease, prev State, conditional bool) (*http.Request, *http.Client, error) {
+	var body io.Reader
+	if s.Body != "" {
+		body = strings.NewReader(s.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, s.MethodOrGet(), s.URL, body)
+	if err != nil {
+		return nil, nil, withoutURL(err)
+	}
+	req.Header.Set("User-Agent", p.cfg.UserAgent)
+	for name, v := range s.Headers {
+		req.Header.Set(name, v)
+	}
+	client := p.cfg.HTTP
+	if s.Profile != "" {
+		c, err := p.profiles.apply(s.Profile, req)
+		if err != nil {
+			return nil, nil, err // nothing sent without its credentials
+		}
+		if c != nil {
+			client = c
+		}
+	}
+	req.Header.Set(HeaderSession, s.ID)
+	req.Header.Set(HeaderWorker, p.cfg.Worker)
+	if l != nil {
+		req.Header.Set(HeaderToken, strconv.FormatInt(l.Token(), 10))
+	}
+	if slot, ok := poller.SlotOf(ctx); ok {
+		req.Header.Set(HeaderSlot, slot.UTC().Format(time.RFC3339))
+	}
+	// A traced poll (poller.Config.TracerProvider) sends its span as the
+	// W3C traceparent, so the target's own spans join the poll.
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
+	if conditional && prev.ETag != "" {
+		req.Header.Set("If-None-Match", prev.ETag)
+	}
+	if conditional && prev.LastModified != "" {
+		req.Header.Set("If-Modified-Since", prev.LastModified)
+	}
+	return req, client, nil
+}
+
+// hostSlot waits for a slot of req's host (MaxPerHost) for at most half
+// the timeout, so that a request sent has at least the other half: a slot
+// taken with a few milliseconds left would send a request doomed to be
+// abandoned, which the target would still serve. Not getting one within
+// that bound is ErrNoCapacity, no failure of the target.
+func (p *Poller) hostSlot(ctx context.Context, req *http.Request, timeout time.Duration) (release func(), err error) {
+	release, err = p.hosts.acquire(ctx, strings.ToLower(req.URL.Host), timeout/2, func() { p.stats.hostWaits.Add(1) })
+	if err != nil {
+		if ctx.Err() == nil {
+			err = poller.ErrNoCapacity // the wait's own bound, not the lease
+		}
+		return nil, fmt.Errorf("no slot of the host within %v (%d requests in flight): %w", timeout/2, p.cfg.MaxPerHost, err)
+	}
+	return release, nil
 }
 
 // readBody reads at most MaxBodyBytes of resp's body and closes it. It
