@@ -2,8 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,14 +32,7 @@ func TestReapplyAfterRedisRestartTokensGoUp(t *testing.T) {
 	for i := range n {
 		fmt.Fprintf(&b, "  - id: re-%02d\n    url: %s/re-%02d\n    interval: %dms\n", i, rec.URL, i, 200*(1+i%5))
 	}
-	file := filepath.Join(t.TempDir(), "sessions.yaml")
-	require.NoError(t, os.WriteFile(file, []byte(b.String()), 0o600))
-	apply := func() {
-		t.Helper()
-		out, err := pollworker(t, "sessions", "apply", "--redis-url", rds.URL(), "-f", file)
-		require.NoError(t, err, out)
-		require.Contains(t, out, "created 30", "the sessions are (re)created")
-	}
+	apply := fileApplier(t, rds.URL(), b.String(), n)
 	apply()
 	for _, id := range []string{"w1", "w2", "w3"} {
 		startWorker(t, rds.URL(), id, lossFlags...)
