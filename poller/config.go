@@ -3,7 +3,6 @@ package poller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -198,63 +197,6 @@ type Config struct {
 	tracing *tracing
 }
 
-// EventType names a lease event.
-type EventType string
-
-// The lease events reported to Config.OnEvent.
-const (
-	EventAcquired  EventType = "acquired"
-	EventReleased  EventType = "released"
-	EventLost      EventType = "lost"
-	EventUncertain EventType = "uncertain"
-	EventRecovered EventType = "recovered"
-)
-
-// Event is one change of one of this worker's leases.
-type Event struct {
-	Type    EventType
-	Session string
-	Token   int64
-	Reason  string
-	At      time.Time
-}
-
-// withDefaults fills zero fields and validates; errors name the rule.
-func (c Config) withDefaults() (Config, error) {
-	if c.Client == nil {
-		return c, fmt.Errorf("%w: Client is required", ErrConfig)
-	}
-	if c.Poller == nil {
-		return c, fmt.Errorf("%w: Poller is required", ErrConfig)
-	}
-	if err := c.Validate(); err != nil {
-		return c, err
-	}
-	c.defaultTimes()
-	if c.BalanceSlack == 0 {
-		c.BalanceSlack = DefaultBalanceSlack
-	}
-	if c.MaxPolls == 0 {
-		c.MaxPolls = DefaultMaxPolls
-	}
-	if c.MaxErrorBackoff == 0 {
-		c.MaxErrorBackoff = DefaultMaxErrorBackoff
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
-	if c.Observer == nil {
-		c.Observer = nopObserver{}
-	}
-	if _, ok := c.Poller.(StatefulPoller); ok && c.StateStore == nil {
-		c.StateStore = state.NewStore(c.Client, c.Keys, state.WithClock(c.Clock))
-	}
-	return c, nil
-}
-
 // defaultTimes fills the zero durations.
 func (c *Config) defaultTimes() {
 	def := func(d *time.Duration, v time.Duration) {
@@ -296,3 +238,10 @@ func (c Config) WithDefaults() Config {
 func (c Config) FailoverBound() time.Duration {
 	return max(c.LeaseTTL, c.HeartbeatTTL) + c.DiscoveryInterval
 }
+
+// The zero rule of Config, everywhere (in Go and on pollworker run's
+// command line): a setting left zero takes its default, and a setting
+// that can be turned off (LossQuarantine, MaxPolls, MaxErrorBackoff,
+// BalanceSlack) is turned off by a negative value, Off, which a flag
+// spells "off".
+const Off = -1

@@ -50,3 +50,24 @@ func (nopObserver) Round(int, int, int, int, bool)          {}
 func (nopObserver) RedisError(string)                       {}
 func (nopObserver) HandoffGap(time.Duration)                {}
 func (nopObserver) BadData(string)                          {}
+
+// EventType names a lease event.
+type EventType string
+
+// The lease events reported to Config.OnEvent.
+const (
+	EventAcquired  EventType = "acquired"
+	EventReleased  EventType = "released"
+	EventLost      EventType = "lost"
+	EventUncertain EventType = "uncertain"
+	EventRecovered EventType = "recovered"
+)
+
+// Event is one change of one of this worker's leases.
+type Event struct {
+	Type    EventType
+	Session string
+	Token   int64
+	Reason  string
+	At      time.Time
+}

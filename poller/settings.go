@@ -11,14 +11,10 @@ import (
 
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/nodes"
+	"github.com/pollworker/pollworker/state"
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
 )
-
-// The zero rule of Config, everywhere (in Go and on pollworker run's
-// command line): a setting left zero takes its default, and a setting
-// that can be turned off (LossQuarantine, MaxPolls, MaxErrorBackoff,
-// BalanceSlack) is turned off by a negative value, Off, which a flag
-// spells "off".
-const Off = -1
 
 // Bounds of every duration of Config: Redis TTLs count milliseconds, and
 // 24h keeps the derived ones (3 × HeartbeatInterval) from overflowing.
@@ -303,4 +299,40 @@ func (c *Config) validateTimes() error {
 		return configErr("{DriftMargin} (%v) must be in [0, {LeaseTTL}/2)", c.DriftMargin)
 	}
 	return nil
+}
+
+// withDefaults fills zero fields and validates; errors name the rule.
+func (c Config) withDefaults() (Config, error) {
+	if c.Client == nil {
+		return c, fmt.Errorf("%w: Client is required", ErrConfig)
+	}
+	if c.Poller == nil {
+		return c, fmt.Errorf("%w: Poller is required", ErrConfig)
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	c.defaultTimes()
+	if c.BalanceSlack == 0 {
+		c.BalanceSlack = DefaultBalanceSlack
+	}
+	if c.MaxPolls == 0 {
+		c.MaxPolls = DefaultMaxPolls
+	}
+	if c.MaxErrorBackoff == 0 {
+		c.MaxErrorBackoff = DefaultMaxErrorBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+	if _, ok := c.Poller.(StatefulPoller); ok && c.StateStore == nil {
+		c.StateStore = state.NewStore(c.Client, c.Keys, state.WithClock(c.Clock))
+	}
+	return c, nil
 }
