@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os/exec"
 	"strconv"
@@ -17,39 +18,56 @@ type Cluster struct {
 	Servers []*Server
 }
 
+// ClusterArgs are the redis-server options of a cluster master as
+// StartCluster runs it (cluster mode, a 2 s node timeout, nodes.conf in
+// the server's directory).
+var ClusterArgs = []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+	"--cluster-config-file", "nodes.conf"}
+
 // StartCluster starts n redis-server processes in cluster mode and joins
 // them with `redis-cli --cluster create`; all are stopped by t.Cleanup.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	Require(t)
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		t.Fatalf("redistest: redis-cli not found (it comes with redis-server's package): %v", err)
-	}
 	c := &Cluster{}
-	args := []string{"--cluster", "create"}
+	var addrs []string
 	for range n {
-		s := StartPort(t, clusterPort(t), "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
-			"--cluster-config-file", "nodes.conf")
+		s := StartPort(t, clusterPort(t), ClusterArgs...)
 		c.Servers = append(c.Servers, s)
-		args = append(args, s.Addr())
+		addrs = append(addrs, s.Addr())
 	}
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if err := JoinCluster(ctx, addrs); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// JoinCluster makes the empty cluster-mode servers at addrs one cluster of
+// masters without replicas (`redis-cli --cluster create`, which splits the
+// slots in equal ranges in the order of addrs) and waits until every one
+// reports cluster_state:ok. It needs no testing.TB: commands such as
+// bench/cmd/pollbench use it with servers they start themselves.
+func JoinCluster(ctx context.Context, addrs []string) error {
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		return fmt.Errorf("redistest: redis-cli not found (it comes with redis-server's package): %w", err)
+	}
+	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+		return fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, out)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for _, s := range c.Servers {
-		cl := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	for _, addr := range addrs {
+		cl := redis.NewClient(&redis.Options{Addr: addr})
 		for {
 			info, err := cl.ClusterInfo(ctx).Result()
 			if err == nil && strings.Contains(info, "cluster_state:ok") {
 				break
 			}
-			if time.Now().After(deadline) {
+			if time.Now().After(deadline) || ctx.Err() != nil {
 				_ = cl.Close()
-				t.Fatalf("redistest: cluster not ok on %s: %v %s", s.Addr(), err, info)
+				return fmt.Errorf("redistest: cluster not ok on %s: %v %s", addr, err, info)
 			}
 			select {
 			case <-ctx.Done():
@@ -58,7 +76,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		_ = cl.Close()
 	}
-	return c
+	return nil
 }
 
 // Addrs are the host:port of every master.
@@ -78,13 +96,25 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	return cl
 }
 
-// clusterPort returns a loopback port p that was free a moment ago with
-// p+10000 free too: a cluster node also listens on its bus port, p+10000,
-// and a node whose bus port is taken exits at start.
+// clusterPort is PickClusterPort for tests.
 func clusterPort(t testing.TB) int {
 	t.Helper()
+	p, err := PickClusterPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// PickClusterPort returns a loopback port p that was free a moment ago
+// with p+10000 free too: a cluster node also listens on its bus port,
+// p+10000, and a node whose bus port is taken exits at start.
+func PickClusterPort() (int, error) {
 	for range 100 {
-		p := FreePort(t)
+		p, err := PickPort()
+		if err != nil {
+			return 0, err
+		}
 		if p+10000 > 65535 {
 			continue
 		}
@@ -93,10 +123,9 @@ func clusterPort(t testing.TB) int {
 			continue
 		}
 		_ = l.Close()
-		return p
+		return p, nil
 	}
-	t.Fatalf("redistest: no free port p with p+10000 free on 127.0.0.1")
-	return 0
+	return 0, fmt.Errorf("redistest: no free port p with p+10000 free on 127.0.0.1")
 }
 
 // SlotOwner is the index in Servers of the master that serves slot, in
@@ -166,4 +195,32 @@ func (c *Cluster) MigrateSlot(t testing.TB, slot uint16, to int) {
 	for _, cl := range clients {
 		do(cl, "cluster", "setslot", slot, "node", toID)
 	}
+}
+
+// Reshard moves n slots from Servers[from] to Servers[to] with the real
+// `redis-cli --cluster reshard` (which takes the source's lowest slots
+// first: from slot 0 for the first master of a fresh cluster) and returns
+// its run time. Clients follow with the MOVED and ASK redirections they
+// get meanwhile.
+func (c *Cluster) Reshard(t testing.TB, from, to, n int) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id := func(i int) string {
+		cl := redis.NewClient(&redis.Options{Addr: c.Servers[i].Addr()})
+		defer func() { _ = cl.Close() }()
+		v, err := cl.ClusterMyID(ctx).Result()
+		if err != nil {
+			t.Fatalf("redistest: cluster myid of %s: %v", c.Servers[i].Addr(), err)
+		}
+		return v
+	}
+	t0 := time.Now()
+	out, err := exec.CommandContext(ctx, "redis-cli", "--cluster", "reshard", c.Servers[from].Addr(),
+		"--cluster-from", id(from), "--cluster-to", id(to), "--cluster-slots", strconv.Itoa(n),
+		"--cluster-yes").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli --cluster reshard: %v\n%s", err, out)
+	}
+	return time.Since(t0)
 }
