@@ -22,25 +22,12 @@ import (
 //
 // Run: go test -run '^$' -bench BenchmarkPollProfile -benchmem -count 5 ./httppoll
 func BenchmarkPollProfile(b *testing.B) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	b.Cleanup(srv.Close)
-	dir := b.TempDir()
-	token, key := filepath.Join(dir, "token"), filepath.Join(dir, "key")
-	for path, v := range map[string]string{token: "tok-0123456789abcdef", key: "key-0123456789abcdef"} {
-		if err := os.WriteFile(path, []byte(v), 0o600); err != nil {
-			b.Fatal(err)
-		}
-	}
-	p, err := New(Config{Worker: "w1", Record: results.RecordNone, Profiles: map[string]Profile{
-		"api": {BearerTokenFile: token, Headers: map[string]SecretValue{"X-Api-Key": {File: key}}}}})
+	plain, withProfile, profiles := profileBenchSetup(b)
+	p, err := New(Config{Worker: "w1", Record: results.RecordNone, Profiles: profiles})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(p.CloseIdleConnections)
-	plain := sess(srv.URL, time.Second)
-	withProfile := plain
-	withProfile.Profile = "api"
-	withProfile.Headers = map[string]string{"Accept": "application/json", "X-Client": "pollworker-bench"}
 	// The two kinds run interleaved, in batches of 20 polls, so that the
 	// load of a shared machine weighs on both alike; the ratio is what
 	// counts.
@@ -97,4 +84,27 @@ func BenchmarkProfileApply(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// profileBenchSetup starts a local target answering 204 and returns a
+// plain session of it, the same session with the profile "api" (a bearer
+// token and an API key read from files) and two headers, and the
+// profiles.
+func profileBenchSetup(b *testing.B) (plain, withProfile session.Session, profiles map[string]Profile) {
+	b.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	b.Cleanup(srv.Close)
+	dir := b.TempDir()
+	token, key := filepath.Join(dir, "token"), filepath.Join(dir, "key")
+	for path, v := range map[string]string{token: "tok-0123456789abcdef", key: "key-0123456789abcdef"} {
+		if err := os.WriteFile(path, []byte(v), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	plain = sess(srv.URL, time.Second)
+	withProfile = plain
+	withProfile.Profile = "api"
+	withProfile.Headers = map[string]string{"Accept": "application/json", "X-Client": "pollworker-bench"}
+	return plain, withProfile, map[string]Profile{
+		"api": {BearerTokenFile: token, Headers: map[string]SecretValue{"X-Api-Key": {File: key}}}}
 }
