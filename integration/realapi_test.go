@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -111,7 +112,7 @@ func TestRealAPIPoller(t *testing.T) {
 `, tokenFile, keyFile, caFile), 0o600))
 
 	rds := startRedis(t)
-	w := startWorker(t, rds.URL(), "w1", "--profiles", profiles)
+	w := startWorker(t, rds.URL(), "w1", "--profiles", profiles, "--http-addr", "127.0.0.1:0")
 	add := func(id, path string, extra ...string) string {
 		t.Helper()
 		url := srv.URL + path
@@ -264,7 +265,10 @@ func TestRealAPIPoller(t *testing.T) {
 	require.NoError(t, err, status)
 	export, err := pollworker(t, "sessions", "--redis-url", rds.URL(), "export")
 	require.NoError(t, err, export)
+	page, metrics := httpGet(t, w, "/"), httpGet(t, w, "/metrics")
 	for _, s := range secrets {
+		require.NotContains(t, page, s, "the status page")
+		require.NotContains(t, metrics, s, "/metrics")
 		require.NotContains(t, dump.String(), s, "Redis")
 		require.NotContains(t, logText, s, "the worker's log")
 		require.NotContains(t, status, s, "status --json")
@@ -295,4 +299,27 @@ func readKey(t *testing.T, c *redis.Client, k string) string {
 	}
 	require.NoError(t, err, k)
 	return fmt.Sprint(v)
+}
+
+// httpGet returns the body of path on the worker's HTTP server, whose
+// address its log names ("health server listening").
+func httpGet(t *testing.T, w *worker, path string) string {
+	t.Helper()
+	var addr string
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		m := regexp.MustCompile(`"health server listening".*"http_addr":"([^"]+)"`).FindStringSubmatch(w.log.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, 30*time.Second, 20*time.Millisecond, "the worker's HTTP address")
+	resp, err := http.Get("http://" + addr + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, body)
+	return string(body)
 }
