@@ -87,6 +87,17 @@ func (st Stats) Calls() int64 {
 	return n
 }
 
+// Scripts adds up the calls and time of the script commands (EVAL and
+// EVALSHA).
+func (st Stats) Scripts() CommandStat {
+	var out CommandStat
+	for _, name := range []string{"evalsha", "eval"} {
+		out.Calls += st.Commands[name].Calls
+		out.Usec += st.Commands[name].Usec
+	}
+	return out
+}
+
 // CPU is the server's CPU time (user + sys) as a duration.
 func (st Stats) CPU() time.Duration {
 	return time.Duration(st.CPUSeconds * float64(time.Second))

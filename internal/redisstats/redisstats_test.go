@@ -19,3 +19,10 @@ func TestDeltaAndCalls(t *testing.T) {
 	require.Equal(t, int64(60), d.UsedMemory)
 	require.Equal(t, 500*time.Millisecond, d.CPU())
 }
+
+func TestScripts(t *testing.T) {
+	st := Stats{Commands: map[string]CommandStat{
+		"evalsha": {Calls: 7, Usec: 70}, "eval": {Calls: 1, Usec: 30}, "get": {Calls: 5, Usec: 5}}}
+	require.Equal(t, CommandStat{Calls: 8, Usec: 100}, st.Scripts(), "EVAL and EVALSHA, nothing else")
+	require.Equal(t, CommandStat{}, Stats{}.Scripts())
+}

@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	quick := fs.Bool("quick", false, "small sizes and 3 runs (under 2 minutes)")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	mdOut := fs.String("md", "", "write the report as markdown to this file")
-	only := fs.String("only", "", "comma-separated scenarios to run (hrw,renew,handoff,crash,join,steady,cold,adds,e2e,load,overload); default all")
+	only := fs.String("only", "", "comma-separated scenarios to run ("+scenarioNames()+"); default all")
 	cold := fs.String("cold", "", "override the cold-start size as SESSIONSxWORKERS, e.g. 1000000x50")
 	e2eOnly := fs.String("e2e-sizes", "", "run e2e only at these comma-separated sessions per worker, e.g. 1000,5000 (sorted, duplicates dropped): the per-size comparison and the sustainable size among them, without the overload, changes and fleet runs")
 	verbose := fs.Bool("v", false, "log the workers' warnings to stderr")
@@ -242,6 +242,16 @@ var scenarios = []scenario{
 	{"e2e", runE2E},
 	{"load", runLoad},
 	{"overload", runOverload},
+	{"schedules", runSchedules},
+}
+
+// scenarioNames lists the scenarios' names, comma-separated.
+func scenarioNames() string {
+	names := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		names[i] = s.name
+	}
+	return strings.Join(names, ",")
 }
 
 func runBench(ctx context.Context, sz sizes, sel map[string]bool, progress io.Writer) (*Report, error) {

@@ -48,13 +48,8 @@ func runRenew(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 			return nil, err
 		}
 		d := after.Delta(before)
-		var calls, usec int64
-		for _, name := range []string{"evalsha", "eval"} {
-			calls += d.Commands[name].Calls
-			usec += d.Commands[name].Usec
-		}
-		if calls > 0 {
-			perCall = append(perCall, float64(usec)/float64(calls)/1000)
+		if sc := d.Scripts(); sc.Calls > 0 {
+			perCall = append(perCall, float64(sc.Usec)/float64(sc.Calls)/1000)
 		}
 		cpu = append(cpu, d.CPUSeconds*1000)
 	}
