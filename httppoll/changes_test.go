@@ -147,3 +147,9 @@ func TestChangesMemoryIsBounded(t *testing.T) {
 	require.Equal(t, 1, forgotten)
 	require.True(t, c.changed("c", outcome{status: 200, body: "cd"}), "a new body")
 }
+
+// TestEmptyBodyHash: a known-empty body (a 204) is not hashed; its hash
+// is the constant, which must be the SHA-256 of nothing.
+func TestEmptyBodyHash(t *testing.T) {
+	require.Equal(t, sha256Hex(""), emptySHA256)
+}

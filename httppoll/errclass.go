@@ -31,6 +31,16 @@ const (
 
 // classify returns the class of a poll's error.
 func classify(err error) errClass {
+	if err == nil {
+		// Before the targets below, which errors.As makes escape: a
+		// successful poll allocates none of them.
+		return classOK
+	}
+	return classifyFailure(err)
+}
+
+// classifyFailure classifies a non-nil error for classify.
+func classifyFailure(err error) errClass {
 	var se *StatusError
 	var pe *ProfileError
 	var re *RedirectError
@@ -41,8 +51,6 @@ func classify(err error) errClass {
 	var ua x509.UnknownAuthorityError
 	var hn x509.HostnameError
 	switch {
-	case err == nil:
-		return classOK
 	case errors.As(err, &pe):
 		return classProfile
 	case errors.As(err, &re):
