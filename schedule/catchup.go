@@ -98,86 +98,123 @@ const maxCounted = 1000
 // Decide returns what to do at in.Now given the cursor. It is pure: the
 // same arguments give the same decision on every holder.
 func (s *Schedule) Decide(c Cursor, in Input) Decision {
-	policy, window, onTime := in.Policy, in.Window, in.OnTime
-	if policy == "" {
-		policy = DefaultPolicy
-	}
-	if window <= 0 {
-		window = DefaultWindow
-	}
-	if onTime <= 0 {
-		onTime = DefaultOnTime
-	}
-	now := in.Now
-	last := now.Add(-s.off) // slots at or before it are due
-	oldest := now.Add(-window).Add(-s.off)
-	sinceSlot := time.Time{} // slots before it were due before Since
-	if !in.Since.IsZero() {
-		sinceSlot = in.Since.Add(-s.off)
-	}
-	if sinceSlot.After(oldest) {
-		oldest = sinceSlot
-	}
-	d := Decision{Through: c.Through}
-	from := c.Through
-	if from.IsZero() || from.Before(oldest) {
-		if !c.Through.IsZero() {
-			// Slots between Through and the window are skipped (but
-			// not those before Since: there was nothing to miss).
-			floor := c.Through
-			if sinceSlot.After(floor) {
-				floor = sinceSlot.Add(-time.Nanosecond)
-			}
-			d.Skipped = s.countSlots(floor, oldest.Add(-time.Nanosecond))
-		}
-		from = oldest.Add(-time.Nanosecond) // a slot exactly at oldest is in
-		if !c.Through.IsZero() {
-			d.Through = from
-		}
-	}
+	in = in.withDefaults()
+	d, from := s.resumeFrom(c, in)
 	first := s.Next(from)
-	if first.IsZero() || first.After(last) {
-		d.Wake = s.startOf(first)
+	if first.IsZero() || first.After(in.Now.Add(-s.off)) {
+		d.Wake = s.startOf(first) // nothing due
 		return d
 	}
-	// Candidates: first .. latest, all <= last.
-	latest := first
-	n := 1
-	for t := s.Next(first); !t.IsZero() && !t.After(last); t = s.Next(t) {
-		latest = t
-		n++
-		if n > maxCounted {
-			// Jump: the latest due slot is the one before Next(last).
-			latest = s.prev(t, last)
-			n += s.countSlots(t, last) - 1
-			break
-		}
-	}
-	switch {
-	case c.Running:
-		d.Skipped += n
-		d.Through = latest
-	case policy == All:
-		d.Run = first
-		d.Through = first
-	case policy == Latest:
-		d.Run = latest
-		d.Skipped += n - 1
-		d.Through = latest
-	default: // Skip
-		if !now.After(s.Start(latest).Add(onTime)) {
-			d.Run = latest
-			d.Skipped += n - 1
-		} else {
-			d.Skipped += n
-		}
-		d.Through = latest
-	}
+	d = s.pick(d, c, in, s.dueFrom(first, in.Now))
 	if c.Through.IsZero() && !c.Running {
 		// Nothing known: the slots passed over may well have run.
 		d.Skipped = 0
 	}
 	d.Wake = s.startOf(s.Next(d.Through))
+	return d
+}
+
+// withDefaults returns in with the defaults of the fields left zero.
+func (in Input) withDefaults() Input {
+	if in.Policy == "" {
+		in.Policy = DefaultPolicy
+	}
+	if in.Window <= 0 {
+		in.Window = DefaultWindow
+	}
+	if in.OnTime <= 0 {
+		in.OnTime = DefaultOnTime
+	}
+	return in
+}
+
+// sinceSlot is the slot time whose start is in.Since: slots before it were
+// due before Since. Zero when Since is.
+func (s *Schedule) sinceSlot(in Input) time.Time {
+	if in.Since.IsZero() {
+		return time.Time{}
+	}
+	return in.Since.Add(-s.off)
+}
+
+// oldestRunnable is the earliest slot time Decide may still run at in.Now:
+// the start of the catch-up window, or sinceSlot if later.
+func (s *Schedule) oldestRunnable(in Input) time.Time {
+	oldest := in.Now.Add(-in.Window).Add(-s.off)
+	if since := s.sinceSlot(in); since.After(oldest) {
+		return since
+	}
+	return oldest
+}
+
+// resumeFrom returns the decision so far and the time after which Decide
+// looks for due slots: the cursor; or, when nothing is known or the
+// cursor is older than oldestRunnable, just before that. Moving a known
+// cursor up counts the slots it passes as skipped, except those due
+// before Since (there was nothing to miss).
+func (s *Schedule) resumeFrom(c Cursor, in Input) (Decision, time.Time) {
+	d := Decision{Through: c.Through}
+	oldest := s.oldestRunnable(in)
+	if !c.Through.IsZero() && !c.Through.Before(oldest) {
+		return d, c.Through
+	}
+	from := oldest.Add(-time.Nanosecond) // a slot exactly at oldest is in
+	if c.Through.IsZero() {
+		return d, from
+	}
+	floor := c.Through
+	if since := s.sinceSlot(in); since.After(floor) {
+		floor = since.Add(-time.Nanosecond)
+	}
+	d.Skipped = s.countSlots(floor, from)
+	d.Through = from
+	return d, from
+}
+
+// dueSlots are the slots due at a decision: first .. latest, n of them.
+type dueSlots struct {
+	first, latest time.Time
+	n             int
+}
+
+// dueFrom returns the due slots from first, a due slot, to the last whose
+// start is at or before now, walking at most maxCounted of them.
+func (s *Schedule) dueFrom(first, now time.Time) dueSlots {
+	last := now.Add(-s.off) // slots at or before it are due
+	due := dueSlots{first: first, latest: first, n: 1}
+	for t := s.Next(first); !t.IsZero() && !t.After(last); t = s.Next(t) {
+		due.latest = t
+		due.n++
+		if due.n > maxCounted {
+			// Jump: the latest due slot is the one before Next(last).
+			due.latest = s.prev(t, last)
+			due.n += s.countSlots(t, last) - 1
+			break
+		}
+	}
+	return due
+}
+
+// pick returns d with the slot to run among due, if any, the slots it
+// passes over counted, and the cursor moved past them: none while a poll
+// runs (overlap), the oldest under All, the latest under Latest, and
+// under Skip the latest if it is on time (within in.OnTime of its start).
+func (s *Schedule) pick(d Decision, c Cursor, in Input, due dueSlots) Decision {
+	switch {
+	case c.Running:
+		d.Skipped += due.n
+		d.Through = due.latest
+	case in.Policy == All:
+		d.Run = due.first
+		d.Through = due.first
+	case in.Policy == Latest || !in.Now.After(s.Start(due.latest).Add(in.OnTime)):
+		d.Run = due.latest
+		d.Skipped += due.n - 1
+		d.Through = due.latest
+	default: // Skip, and the latest is late
+		d.Skipped += due.n
+		d.Through = due.latest
+	}
 	return d
 }
 
