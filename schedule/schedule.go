@@ -60,20 +60,39 @@ func Parse(id, expr, tz string, jitter time.Duration) (*Schedule, error) {
 		return nil, fmt.Errorf("%w: schedule is empty", ErrInvalid)
 	case strings.HasPrefix(text, "TZ=") || strings.HasPrefix(text, "CRON_TZ="):
 		return nil, fmt.Errorf("%w: schedule %q: give the zone as tz, not in the expression", ErrInvalid, expr)
-	case strings.HasPrefix(text, "@every"):
+	case strings.HasPrefix(text, "@"):
+		return s.parseDescriptor(text)
+	}
+	return s.parseFields(id, text)
+}
+
+// invalid wraps err, a reason the expression is refused, in ErrInvalid
+// with the expression.
+func (s *Schedule) invalid(err error) error {
+	return fmt.Errorf("%w: schedule %q: %v", ErrInvalid, s.expr, err)
+}
+
+// parseDescriptor parses text, an @ descriptor: @every <duration>, or one
+// cron knows (@hourly, @daily, ...).
+func (s *Schedule) parseDescriptor(text string) (*Schedule, error) {
+	if strings.HasPrefix(text, "@every") {
 		d, err := parseEvery(text)
 		if err != nil {
-			return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalid, expr, err)
+			return nil, s.invalid(err)
 		}
 		s.every = d
 		return s, nil
-	case strings.HasPrefix(text, "@"):
-		parsed, err := cron.ParseStandard(text)
-		if err != nil {
-			return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalid, expr, err)
-		}
-		return s.withSpec(parsed.(*cron.SpecSchedule))
 	}
+	parsed, err := cron.ParseStandard(text)
+	if err != nil {
+		return nil, s.invalid(err)
+	}
+	return s.withSpec(parsed.(*cron.SpecSchedule))
+}
+
+// parseFields parses text, a cron expression of 5 or 6 fields, with its H
+// items replaced by the values id picks.
+func (s *Schedule) parseFields(id, text string) (*Schedule, error) {
 	fields := strings.Fields(text)
 	var parser cron.Parser
 	switch len(fields) {
@@ -82,19 +101,19 @@ func Parse(id, expr, tz string, jitter time.Duration) (*Schedule, error) {
 	case 6:
 		parser = cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
 	default:
-		return nil, fmt.Errorf("%w: schedule %q has %d fields, want 5 (minute hour day-of-month month day-of-week) or 6 (seconds first)", ErrInvalid, expr, len(fields))
+		return nil, fmt.Errorf("%w: schedule %q has %d fields, want 5 (minute hour day-of-month month day-of-week) or 6 (seconds first)", ErrInvalid, s.expr, len(fields))
 	}
 	first := 6 - len(fields) // index of fields[0] among second..day-of-week
 	for i, f := range fields {
 		r, err := expandH(f, first+i, id)
 		if err != nil {
-			return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalid, expr, err)
+			return nil, s.invalid(err)
 		}
 		fields[i] = r
 	}
 	parsed, err := parser.Parse(strings.Join(fields, " "))
 	if err != nil {
-		return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalid, expr, err)
+		return nil, s.invalid(err)
 	}
 	return s.withSpec(parsed.(*cron.SpecSchedule))
 }
@@ -340,32 +359,12 @@ func expandH(field string, index int, id string) (string, error) {
 	return strings.Join(items, ","), nil
 }
 
+// expandItem returns the value or range an H item (H, H(a-b), H/n,
+// H(a-b)/n) of field index picks for id.
 func expandItem(item string, index int, id string) (string, error) {
-	lo, hi := fieldBounds[index][0], fieldBounds[index][1]
-	rest := item[1:]
-	if strings.HasPrefix(rest, "(") {
-		inner, after, ok := strings.Cut(rest[1:], ")")
-		if !ok {
-			return "", errors.New("H( without )")
-		}
-		a, b, ok := strings.Cut(inner, "-")
-		if !ok {
-			return "", errors.New("want H(a-b)")
-		}
-		var err error
-		if lo, err = strconv.Atoi(a); err != nil {
-			return "", fmt.Errorf("H(a-b): %q is not a number", a)
-		}
-		if hi, err = strconv.Atoi(b); err != nil {
-			return "", fmt.Errorf("H(a-b): %q is not a number", b)
-		}
-		if lo < fieldBounds[index][0] || hi > fieldBounds[index][1] || lo > hi {
-			// 29-31 are fine in an explicit range of days.
-			if !(index == 3 && lo >= 1 && hi <= 31 && lo <= hi) {
-				return "", fmt.Errorf("H(%d-%d) is not a range within %d-%d", lo, hi, fieldBounds[index][0], fieldBounds[index][1])
-			}
-		}
-		rest = after
+	lo, hi, rest, err := hRange(item[1:], index)
+	if err != nil {
+		return "", err
 	}
 	h := hash(id, fieldNames[index])
 	switch {
@@ -381,6 +380,43 @@ func expandItem(item string, index int, id string) (string, error) {
 		return fmt.Sprintf("%d-%d/%d", start, hi, step), nil
 	}
 	return "", errors.New("want H, H(a-b), H/n or H(a-b)/n")
+}
+
+// hRange reads the range of an H item from rest, what follows the H: an
+// explicit (a-b), or the field's bounds. It returns what follows the
+// range.
+func hRange(rest string, index int) (lo, hi int, after string, err error) {
+	if !strings.HasPrefix(rest, "(") {
+		return fieldBounds[index][0], fieldBounds[index][1], rest, nil
+	}
+	inner, after, ok := strings.Cut(rest[1:], ")")
+	if !ok {
+		return 0, 0, "", errors.New("H( without )")
+	}
+	a, b, ok := strings.Cut(inner, "-")
+	if !ok {
+		return 0, 0, "", errors.New("want H(a-b)")
+	}
+	if lo, err = strconv.Atoi(a); err != nil {
+		return 0, 0, "", fmt.Errorf("H(a-b): %q is not a number", a)
+	}
+	if hi, err = strconv.Atoi(b); err != nil {
+		return 0, 0, "", fmt.Errorf("H(a-b): %q is not a number", b)
+	}
+	if !validHRange(lo, hi, index) {
+		return 0, 0, "", fmt.Errorf("H(%d-%d) is not a range within %d-%d", lo, hi, fieldBounds[index][0], fieldBounds[index][1])
+	}
+	return lo, hi, after, nil
+}
+
+// validHRange says whether lo-hi is a range within field index's bounds;
+// in the day of month 29-31 are fine in an explicit range (H alone picks
+// from 1-28).
+func validHRange(lo, hi, index int) bool {
+	if index == 3 {
+		return lo >= 1 && hi <= 31 && lo <= hi
+	}
+	return lo >= fieldBounds[index][0] && hi <= fieldBounds[index][1] && lo <= hi
 }
 
 // hash is the session id's hash for one purpose (a field, the jitter).
