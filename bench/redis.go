@@ -1,5 +1,5 @@
 // Package bench holds the helpers of the pollbench benchmark command: a
-// throwaway redis-server, a TCP proxy that can be cut to simulate a crashed
+// throwaway redis-server or Redis Cluster, a TCP proxy that can be cut to simulate a crashed
 // worker, a poll recorder, Redis statistics and summary statistics. The naive
 // design that pollworker is compared against lives in bench/baseline.
 //
@@ -30,31 +30,42 @@ type Redis struct {
 // (--bind 127.0.0.1, an empty --save, --appendonly no, --maxmemory-policy
 // noeviction) and waits until it answers PING.
 func StartRedis(ctx context.Context) (*Redis, error) {
+	p, port, err := startServer(ctx, redistest.PickPort)
+	if err != nil {
+		return nil, err
+	}
+	return &Redis{Port: port, proc: p}, nil
+}
+
+// startServer starts a redis-server as StartRedis says, on a port from
+// pick, with args added; it tries three ports, as a picked port may be
+// taken meanwhile.
+func startServer(ctx context.Context, pick func() (int, error), args ...string) (*redistest.Process, int, error) {
 	if _, err := exec.LookPath(redistest.Binary); err != nil {
-		return nil, ErrNoRedis
+		return nil, 0, ErrNoRedis
 	}
 	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ { // a picked port may be taken meanwhile
-		port, err := redistest.PickPort()
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := pick()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		dir, err := os.MkdirTemp("", "pollbench-redis-")
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		p, err := redistest.StartProcess(ctx, redistest.ProcessConfig{Port: port, Dir: dir,
-			Args:   []string{"--maxmemory-policy", "noeviction"},
+			Args:   append([]string{"--maxmemory-policy", "noeviction"}, args...),
 			OnExit: func() { _ = os.RemoveAll(dir) }})
 		if err == nil {
-			return &Redis{Port: port, proc: p}, nil
+			return p, port, nil
 		}
 		if ctx.Err() != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		lastErr = err
 	}
-	return nil, lastErr
+	return nil, 0, lastErr
 }
 
 // Addr is host:port of the server.
@@ -65,6 +76,50 @@ func (r *Redis) Pid() int { return r.proc.Pid() }
 
 // Stop kills the server and waits for it to exit. Safe to call twice.
 func (r *Redis) Stop() { r.proc.Stop() }
+
+// Cluster is a Redis Cluster of masters without replicas, one
+// redis-server process each on loopback ports, for the cluster scenario.
+type Cluster struct {
+	Ports []int
+	procs []*redistest.Process
+}
+
+// StartCluster starts n redis-server processes in cluster mode (as
+// StartRedis starts one, plus redistest.ClusterArgs) and joins them with
+// `redis-cli --cluster create`: the slots split in n equal ranges. On
+// failure every process started is stopped.
+func StartCluster(ctx context.Context, n int) (*Cluster, error) {
+	c := &Cluster{}
+	for len(c.procs) < n {
+		p, port, err := startServer(ctx, redistest.PickClusterPort, redistest.ClusterArgs...)
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.procs, c.Ports = append(c.procs, p), append(c.Ports, port)
+	}
+	if err := redistest.JoinCluster(ctx, c.Addrs()); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Addrs are the masters' host:port, in the order of their slot ranges.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Ports))
+	for i, p := range c.Ports {
+		out[i] = "127.0.0.1:" + strconv.Itoa(p)
+	}
+	return out
+}
+
+// Stop kills every master and waits for them to exit. Safe to call twice.
+func (c *Cluster) Stop() {
+	for _, p := range c.procs {
+		p.Stop()
+	}
+}
 
 // Version returns the output of `redis-server --version`.
 func Version() string {

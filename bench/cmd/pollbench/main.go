@@ -4,7 +4,8 @@
 // start, each side by side with the naive design of package bench/baseline
 // (or, for hashing, github.com/dgryski/go-rendezvous) in the same run; and
 // sessions added one by one to a settled fleet (moves per add, extra polls),
-// next to the planner it replaced.
+// next to the planner it replaced; and the renew, cold and steady workloads
+// on a 3-master Redis Cluster next to the single server (-only cluster).
 //
 //	cd bench   # the benchmarks are a Go module of their own
 //	go run ./cmd/pollbench [-quick] [-json out.json] [-md out.md]
@@ -243,6 +244,7 @@ var scenarios = []scenario{
 	{"load", runLoad},
 	{"overload", runOverload},
 	{"schedules", runSchedules},
+	{"cluster", runCluster},
 }
 
 // scenarioNames lists the scenarios' names, comma-separated.
