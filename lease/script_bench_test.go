@@ -297,3 +297,67 @@ func BenchmarkScriptLeaseRead500(b *testing.B) {
 	}
 	b.Run("unheld", func(b *testing.B) { s.run(b, lua.Unheld, args, nil, replyLen(0)) })
 }
+
+// BenchmarkScriptRenewCalls measures what one renewal script call costs
+// Redis in CPU besides its leases: renew.lua over 500 held leases as calls
+// of k leases each (k = 500: one call, the single-server batch; k = 1:
+// 500 calls, what a Redis Cluster client sends when a worker holds about
+// one lease per hash slot, since each call holds the keys of one slot),
+// all calls of an op in one pipeline. It reports the server CPU (INFO
+// used_cpu_user + used_cpu_sys, reading, parsing and replying included,
+// which INFO commandstats leaves out) per call and per lease; the fixed
+// cost of a call is the difference of the two cases. The pollbench "sim"
+// scenario's cost model is calibrated from it.
+func BenchmarkScriptRenewCalls(b *testing.B) {
+	for _, k := range []int{scriptBatch, 1} {
+		b.Run(fmt.Sprintf("leases-per-call=%d", k), func(b *testing.B) {
+			s := newScriptBench(b)
+			s.hold(b)
+			ctx := context.Background()
+			script := redis.NewScript(lua.Renew)
+			if err := script.Load(ctx, s.rdb).Err(); err != nil {
+				b.Fatal(err)
+			}
+			var lines [][]any
+			for lo := 0; lo < len(s.keys); lo += k {
+				line := []any{"evalsha", script.Hash(), k}
+				for _, key := range s.keys[lo : lo+k] {
+					line = append(line, key)
+				}
+				line = append(line, int64(30000))
+				for _, o := range s.owners[lo : lo+k] {
+					line = append(line, o)
+				}
+				lines = append(lines, line)
+			}
+			b.ResetTimer()
+			var cpu float64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				st, err := redisstats.Read(ctx, s.rdb)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cpu -= st.CPUSeconds
+				b.StartTimer()
+				pipe := s.rdb.Pipeline()
+				for _, line := range lines {
+					pipe.Do(ctx, line...)
+				}
+				_, err = pipe.Exec(ctx)
+				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if st, err = redisstats.Read(ctx, s.rdb); err != nil {
+					b.Fatal(err)
+				}
+				cpu += st.CPUSeconds
+				b.StartTimer()
+			}
+			b.StopTimer()
+			b.ReportMetric(cpu*1e6/float64(b.N*len(lines)), "redis-cpu-µs/call")
+			b.ReportMetric(cpu*1e6/float64(b.N*len(s.keys)), "redis-cpu-µs/lease")
+		})
+	}
+}

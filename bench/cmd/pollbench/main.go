@@ -6,6 +6,10 @@
 // sessions added one by one to a settled fleet (moves per add, extra polls),
 // next to the planner it replaced; and the renew, cold and steady workloads
 // on a 3-master Redis Cluster next to the single server (-only cluster).
+// "-only sim" (not run otherwise) drives the real planner for 10M simulated
+// sessions over 100 to 1,000 workers without Redis, and prices what it
+// places with a Redis cost model calibrated from the measured costs
+// (scen_sim.go, scen_sim_model.go).
 //
 //	cd bench   # the benchmarks are a Go module of their own
 //	go run ./cmd/pollbench [-quick] [-json out.json] [-md out.md]
@@ -53,7 +57,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	quick := fs.Bool("quick", false, "small sizes and 3 runs (under 2 minutes)")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	mdOut := fs.String("md", "", "write the report as markdown to this file")
-	only := fs.String("only", "", "comma-separated scenarios to run ("+scenarioNames()+"); default all")
+	only := fs.String("only", "", "comma-separated scenarios to run ("+scenarioNames()+"); default all but sim")
 	cold := fs.String("cold", "", "override the cold-start size as SESSIONSxWORKERS, e.g. 1000000x50")
 	e2eOnly := fs.String("e2e-sizes", "", "run e2e only at these comma-separated sessions per worker, e.g. 1000,5000 (sorted, duplicates dropped): the per-size comparison and the sustainable size among them, without the overload, changes and fleet runs")
 	verbose := fs.Bool("v", false, "log the workers' warnings to stderr")
@@ -179,6 +183,12 @@ type sizes struct {
 
 	e2eSizes []int // -e2e-sizes: only the per-size comparison at these sizes
 
+	// sim: sessions, fleet sizes, workers sampled for per-worker figures,
+	// joins planned, leaves planned (a sample when below the fleet size).
+	simSessions                    int
+	simWorkers                     []int
+	simSample, simJoins, simLeaves int
+
 	timeout time.Duration // bound on any single wait
 	logger  *zap.Logger   // workers' logger; nil = none
 }
@@ -194,6 +204,7 @@ func fullSizes() sizes {
 		coldSessions: 1_000_000, coldWorkers: 50, coldRuns: 3,
 		addsSessions: 100_000, addsWorkers: 10, addsCount: 200, addsPace: 50 * time.Millisecond,
 		addsInterval: time.Minute, addsTTL: 10 * time.Second,
+		simSessions: 10_000_000, simWorkers: []int{100, 500, 1000}, simSample: 5, simJoins: 5, simLeaves: 60,
 		timeout: 150 * time.Second}
 }
 
@@ -208,6 +219,7 @@ func quickSizes() sizes {
 		coldSessions: 50_000, coldWorkers: 10, coldRuns: 2,
 		addsSessions: 2_000, addsWorkers: 3, addsCount: 100, addsPace: 20 * time.Millisecond,
 		addsInterval: time.Minute, addsTTL: 1500 * time.Millisecond,
+		simSessions: 1_000_000, simWorkers: []int{100, 500, 1000}, simSample: 3, simJoins: 3, simLeaves: 20,
 		timeout: 60 * time.Second}
 }
 
@@ -223,6 +235,7 @@ func tinySizes() sizes {
 		coldSessions: 300, coldWorkers: 3, coldRuns: 1,
 		addsSessions: 200, addsWorkers: 3, addsCount: 20, addsPace: 20 * time.Millisecond,
 		addsInterval: time.Minute, addsTTL: 1500 * time.Millisecond,
+		simSessions: 20_000, simWorkers: []int{4, 16}, simSample: 2, simJoins: 2, simLeaves: 16,
 		timeout: 15 * time.Second}
 }
 
@@ -245,6 +258,7 @@ var scenarios = []scenario{
 	{"overload", runOverload},
 	{"schedules", runSchedules},
 	{"cluster", runCluster},
+	{"sim", runSim},
 }
 
 // scenarioNames lists the scenarios' names, comma-separated.
@@ -256,11 +270,15 @@ func scenarioNames() string {
 	return strings.Join(names, ",")
 }
 
+// optIn are the scenarios that run only when -only names them: "sim" takes
+// minutes at its full size and measures no Redis.
+var optIn = map[string]bool{"sim": true}
+
 func runBench(ctx context.Context, sz sizes, sel map[string]bool, progress io.Writer) (*Report, error) {
 	start := time.Now()
 	rep := &Report{Started: start, Mode: sz.mode, Runs: sz.runs, Machine: machine()}
 	for _, s := range scenarios {
-		if sel != nil && !sel[s.name] {
+		if (sel != nil && !sel[s.name]) || (sel == nil && optIn[s.name]) {
 			continue
 		}
 		if ctx.Err() != nil {
