@@ -289,61 +289,91 @@ func parseEntry(i int, n *yaml.Node, checkURL func(string) error) (Entry, []File
 
 // readField reads field name of an entry from v into e, or says why not.
 func readField(e *Entry, name string, v *yaml.Node) string {
-	switch name {
-	case "id", "url":
+	if read, ok := fieldReaders[name]; ok {
+		return read(e, name, v)
+	}
+	return ""
+}
+
+// fieldReader reads one field of an entry from v into e, or says why not.
+type fieldReader func(e *Entry, name string, v *yaml.Node) string
+
+// fieldReaders are the readers of the fields of an entry (fileFields).
+var fieldReaders = map[string]fieldReader{
+	"id":             readString(func(e *Entry, s string) { e.Session.ID = s }),
+	"url":            readString(func(e *Entry, s string) { e.Session.URL = s }),
+	"interval":       readInterval,
+	"paused":         readPaused,
+	"labels":         readStringMap(func(e *Entry, m map[string]string) { e.Session.Labels = m }),
+	"method":         readRequestField,
+	"body":           readRequestField,
+	"expect":         readRequestField,
+	"profile":        readRequestField,
+	"headers":        readStringMap(func(e *Entry, m map[string]string) { e.Session.Headers = m }),
+	"schedule":       readScheduleField,
+	"tz":             readScheduleField,
+	"jitter":         readScheduleField,
+	"catchup":        readScheduleField,
+	"catchup_window": readScheduleField,
+	"selector":       readSelector,
+}
+
+// readString reads a string field with set.
+func readString(set func(e *Entry, s string)) fieldReader {
+	return func(e *Entry, name string, v *yaml.Node) string {
 		s, ok := scalar(v)
 		if !ok {
 			return name + " must be a string"
 		}
-		if name == "id" {
-			e.Session.ID = s
-		} else {
-			e.Session.URL = s
-		}
-	case "interval":
-		s, ok := scalar(v)
-		if !ok {
-			return `interval must be a duration like "30s"`
-		}
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Sprintf(`interval %.40q is not a duration like "30s" or "1m30s"`, s)
-		}
-		e.Session.Interval = Duration(d)
-	case "paused":
-		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
-			return "paused must be true or false"
-		}
-		b := v.Value == "true" || v.Value == "True" || v.Value == "TRUE"
-		e.Paused = &b
-		e.Session.Paused = b
-	case "labels":
-		labels, p := parseLabels(v)
-		if p != "" {
-			return p
-		}
-		e.Session.Labels = labels
-	case "method", "body", "expect", "profile":
-		return readRequestField(e, name, v)
-	case "headers":
-		headers, p := parseStringMap("headers", v)
-		if p != "" {
-			return p
-		}
-		e.Session.Headers = headers
-	case "schedule", "tz", "jitter", "catchup", "catchup_window":
-		return readScheduleField(e, name, v)
-	case "selector":
-		sel, ok := scalar(v)
-		if !ok {
-			return `selector must be a string like "zone=eu-1,egress=static"`
-		}
-		c, err := nodes.CanonicalSelector(sel)
-		if err != nil {
-			return fmt.Sprintf("selector: %v", err)
-		}
-		e.Session.Selector = c
+		set(e, s)
+		return ""
 	}
+}
+
+func readInterval(e *Entry, _ string, v *yaml.Node) string {
+	s, ok := scalar(v)
+	if !ok {
+		return `interval must be a duration like "30s"`
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Sprintf(`interval %.40q is not a duration like "30s" or "1m30s"`, s)
+	}
+	e.Session.Interval = Duration(d)
+	return ""
+}
+
+func readPaused(e *Entry, _ string, v *yaml.Node) string {
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+		return "paused must be true or false"
+	}
+	b := v.Value == "true" || v.Value == "True" || v.Value == "TRUE"
+	e.Paused = &b
+	e.Session.Paused = b
+	return ""
+}
+
+// readStringMap reads a mapping of strings to strings with set.
+func readStringMap(set func(e *Entry, m map[string]string)) fieldReader {
+	return func(e *Entry, name string, v *yaml.Node) string {
+		m, p := parseStringMap(name, v)
+		if p == "" {
+			set(e, m)
+		}
+		return p
+	}
+}
+
+func readSelector(e *Entry, _ string, v *yaml.Node) string {
+	sel, ok := scalar(v)
+	if !ok {
+		return `selector must be a string like "zone=eu-1,egress=static"`
+	}
+	c, err := nodes.CanonicalSelector(sel)
+	if err != nil {
+		return fmt.Sprintf("selector: %v", err)
+	}
+	e.Session.Selector = c
 	return ""
 }
 

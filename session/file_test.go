@@ -2,6 +2,8 @@ package session
 
 import (
 	"bytes"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -158,4 +160,10 @@ func TestEncodeFileRoundTrip(t *testing.T) {
 		})
 	}
 	require.ErrorContains(t, EncodeFile(&bytes.Buffer{}, sessions, "toml"), "unknown format")
+}
+
+// TestFieldReaders checks that every field a sessions file may hold has
+// its reader, and nothing else has one.
+func TestFieldReaders(t *testing.T) {
+	require.ElementsMatch(t, fileFields, slices.Collect(maps.Keys(fieldReaders)))
 }
