@@ -410,58 +410,95 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 		p.stats.noSlot.Add(1)
 		return fmt.Errorf("poll %s: %w", s.ID, err)
 	}
-	latency := p.cfg.Clock.Since(start)
-	if err == nil && !expected(s, resp.status, st != nil) {
-		err = &StatusError{Code: resp.status, Expect: s.ExpectOrDefault()}
-		if resp.retryAfter > 0 {
-			p.stats.throttled.Add(1)
-			err = &poller.RetryAfterError{Delay: resp.retryAfter, Err: err}
-		}
+	r := polled{s: s, l: l, st: st, prev: prev, hadPrev: hadPrev, resp: resp, start: start, latency: p.cfg.Clock.Since(start)}
+	if err == nil {
+		err = p.statusError(s, resp, st != nil)
 	}
-	class := classify(err)
+	r.err, r.class = err, classify(err)
 	if err != nil && ctx.Err() != nil {
-		class = classCanceled // cut short by the lease ending: neither a failure nor a success
+		r.class = classCanceled // cut short by the lease ending: neither a failure nor a success
 	}
-	p.stats.polls[outcomeOf(resp.status, class)].Add(1)
-	var token int64
-	if l != nil {
-		token = l.Token()
-	}
-	res := results.Result{Session: s.ID, Worker: p.cfg.Worker, Token: token, Status: resp.status, Latency: latency, At: start,
-		Body: resp.body}
-	if err != nil {
-		res.Error = err.Error()
-	}
-	if class == classCanceled { // no observation of the target: no change
+	p.stats.polls[outcomeOf(resp.status, r.class)].Add(1)
+	res := r.result(p.cfg.Worker)
+	if r.class == classCanceled { // no observation of the target: no change
 		p.record(ctx, res)
 	} else {
-		next, outcomeChanged := p.next(prev, hadPrev, s, resp, class, start, latency)
-		if err != nil {
-			next.Message = cutMessage(err.Error())
-		}
-		if hadPrev && outcomeChanged { // hadPrev: a saved state, so st is set
-			p.stats.changes.Add(1)
-		}
-		p.transitions.log(p.log, s.ID, prev, next, p.cfg.Clock.Now())
-		res.BodySHA256 = contentHash(next)
-		switch {
-		case st != nil: // against the saved state, whoever saved it
-			res.Changed = !hadPrev || outcomeChanged
-		default: // against this Poller's memory
-			res.Changed = p.changes.changed(s.ID, changeOf(next))
-		}
-		p.record(ctx, res)
-		if p.cfg.Failures != nil {
-			p.cfg.Failures.Update(s.ID, l, next)
-		}
-		if st != nil && ctx.Err() == nil && needsSave(prev, next, hadPrev, p.cfg.StateRefresh) {
-			p.save(ctx, st, s.ID, next)
-		}
+		p.observe(ctx, r, res)
 	}
 	if err != nil {
 		return fmt.Errorf("poll %s: %w", s.ID, err)
 	}
 	return nil
+}
+
+// polled is one poll that got an answer or an error: what it polled,
+// under which lease and state, and what came back.
+type polled struct {
+	s       session.Session
+	l       *lease.Lease
+	st      stateSlot // nil without saved state
+	prev    State     // the state before the poll (Poller.previous)
+	hadPrev bool      // prev is a saved state
+	resp    response
+	err     error
+	class   errClass
+	start   time.Time
+	latency time.Duration
+}
+
+// result is the poll's result as recorded, before its change is judged.
+func (r polled) result(worker string) results.Result {
+	var token int64
+	if r.l != nil {
+		token = r.l.Token()
+	}
+	res := results.Result{Session: r.s.ID, Worker: worker, Token: token, Status: r.resp.status, Latency: r.latency, At: r.start,
+		Body: r.resp.body}
+	if r.err != nil {
+		res.Error = r.err.Error()
+	}
+	return res
+}
+
+// statusError is the error of an answer whose status s does not expect
+// (a RetryAfterError when the target asked to wait), nil for an expected
+// one.
+func (p *Poller) statusError(s session.Session, resp response, conditional bool) error {
+	if expected(s, resp.status, conditional) {
+		return nil
+	}
+	err := error(&StatusError{Code: resp.status, Expect: s.ExpectOrDefault()})
+	if resp.retryAfter > 0 {
+		p.stats.throttled.Add(1)
+		err = &poller.RetryAfterError{Delay: resp.retryAfter, Err: err}
+	}
+	return err
+}
+
+// observe follows a poll that observed the target: its next state, its
+// change, the result recorded, the failures table and the saved state.
+func (p *Poller) observe(ctx context.Context, r polled, res results.Result) {
+	next, outcomeChanged := p.next(r.prev, r.hadPrev, r.s, r.resp, r.class, r.start, r.latency)
+	if r.err != nil {
+		next.Message = cutMessage(r.err.Error())
+	}
+	if r.hadPrev && outcomeChanged { // hadPrev: a saved state, so st is set
+		p.stats.changes.Add(1)
+	}
+	p.transitions.log(p.log, r.s.ID, r.prev, next, p.cfg.Clock.Now())
+	res.BodySHA256 = contentHash(next)
+	if r.st != nil { // against the saved state, whoever saved it
+		res.Changed = !r.hadPrev || outcomeChanged
+	} else { // against this Poller's memory
+		res.Changed = p.changes.changed(r.s.ID, changeOf(next))
+	}
+	p.record(ctx, res)
+	if p.cfg.Failures != nil {
+		p.cfg.Failures.Update(r.s.ID, r.l, next)
+	}
+	if r.st != nil && ctx.Err() == nil && needsSave(r.prev, next, r.hadPrev, p.cfg.StateRefresh) {
+		p.save(ctx, r.st, r.s.ID, next)
+	}
 }
 
 // expected reports whether status counts as success for s. A 304 to a
@@ -514,33 +551,44 @@ func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response
 	}
 	next.Status, next.Error, next.Message = resp.status, class.String(), ""
 	next.LatencyMS = float64(latency.Microseconds()) / 1000
-	if resp.status >= 200 && resp.status < 300 || resp.status == http.StatusNotModified {
-		// Only successful answers carry validators worth keeping; a 304
-		// may repeat them, else the saved ones stay valid.
-		if resp.status != http.StatusNotModified || resp.etag != "" {
-			next.ETag = resp.etag
-		}
-		if resp.status != http.StatusNotModified || resp.lastModified != "" {
-			next.LastModified = resp.lastModified
-		}
-	}
-	if resp.status >= 200 && resp.status < 300 && resp.bodyHash != "" {
-		next.BodySHA256 = resp.bodyHash
-	}
-	if class == classOK {
-		next.LastSuccess, next.Failures, next.FailingSince = next.Polled, 0, time.Time{}
-	} else {
-		if next.Failures == 0 {
-			next.FailingSince = next.Polled
-		}
-		next.Failures++
-	}
+	next.keepContent(resp)
+	next.count(class == classOK)
 	next.BackoffMS = poller.ErrorBackoff(next.Failures, s.Interval.D(), p.cfg.ErrorBackoff).Milliseconds()
 	outcomeChanged = changed(prev, next)
 	if !hadPrev || outcomeChanged {
 		next.Changed = next.Polled
 	}
 	return next, outcomeChanged
+}
+
+// keepContent takes the validators and the body hash of a successful
+// answer (2xx, or a 304 that may repeat the validators; otherwise the
+// saved ones stay valid).
+func (st *State) keepContent(resp response) {
+	success := resp.status >= 200 && resp.status < 300
+	notModified := resp.status == http.StatusNotModified
+	if success || (notModified && resp.etag != "") {
+		st.ETag = resp.etag
+	}
+	if success || (notModified && resp.lastModified != "") {
+		st.LastModified = resp.lastModified
+	}
+	if success && resp.bodyHash != "" {
+		st.BodySHA256 = resp.bodyHash
+	}
+}
+
+// count records a success (failures reset) or one more failure in a row,
+// at st.Polled.
+func (st *State) count(ok bool) {
+	if ok {
+		st.LastSuccess, st.Failures, st.FailingSince = st.Polled, 0, time.Time{}
+		return
+	}
+	if st.Failures == 0 {
+		st.FailingSince = st.Polled
+	}
+	st.Failures++
 }
 
 // changed reports whether a poll's outcome differs from the saved one in

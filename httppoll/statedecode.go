@@ -65,42 +65,66 @@ func (d *fastDecoder) byte(c byte) bool {
 
 // field decodes the value of key into st.
 func (d *fastDecoder) field(st *State, key []byte) bool {
+	if f := stringField(st, key); f != nil {
+		v, ok := d.string()
+		*f = v
+		return ok
+	}
+	if f := timeField(st, key); f != nil {
+		v, ok := d.time()
+		*f = v
+		return ok
+	}
 	var ok bool
 	switch string(key) { // no allocation: the compiler compares the bytes
 	case "v":
 		st.Version, ok = d.int()
-	case "worker":
-		st.Worker, ok = d.string()
-	case "url_fnv":
-		st.URLHash, ok = d.string()
-	case "polled":
-		st.Polled, ok = d.time()
 	case "status":
 		st.Status, ok = d.int()
-	case "error":
-		st.Error, ok = d.string()
-	case "message":
-		st.Message, ok = d.string()
-	case "latency_ms":
-		st.LatencyMS, ok = d.float()
-	case "etag":
-		st.ETag, ok = d.string()
-	case "last_modified":
-		st.LastModified, ok = d.string()
-	case "body_sha256":
-		st.BodySHA256, ok = d.string()
-	case "last_success":
-		st.LastSuccess, ok = d.time()
 	case "failures":
 		st.Failures, ok = d.int()
-	case "failing_since":
-		st.FailingSince, ok = d.time()
-	case "changed":
-		st.Changed, ok = d.time()
+	case "latency_ms":
+		st.LatencyMS, ok = d.float()
 	case "backoff_ms":
 		st.BackoffMS, ok = d.int64(math.MaxInt64)
 	}
 	return ok
+}
+
+// stringField is the string field of st named key, nil for another key.
+func stringField(st *State, key []byte) *string {
+	switch string(key) {
+	case "worker":
+		return &st.Worker
+	case "url_fnv":
+		return &st.URLHash
+	case "error":
+		return &st.Error
+	case "message":
+		return &st.Message
+	case "etag":
+		return &st.ETag
+	case "last_modified":
+		return &st.LastModified
+	case "body_sha256":
+		return &st.BodySHA256
+	}
+	return nil
+}
+
+// timeField is the time field of st named key, nil for another key.
+func timeField(st *State, key []byte) *time.Time {
+	switch string(key) {
+	case "polled":
+		return &st.Polled
+	case "last_success":
+		return &st.LastSuccess
+	case "failing_since":
+		return &st.FailingSince
+	case "changed":
+		return &st.Changed
+	}
+	return nil
 }
 
 // string reads a JSON string whose only escapes are \" and \\, of valid
