@@ -581,6 +581,33 @@ type Handoff struct {
 // HandOff is Release that also records, in each lease's handoff mark, when
 // the session's next poll is due, for the successor (Lease.NextPoll).
 func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
+	todo := m.markReleased(hs)
+	if len(todo) == 0 {
+		return nil
+	}
+	calls := m.releaseCalls(todo)
+	m.send(ctx, m.release, calls, 1, false, func([]*call, time.Time) {})
+	var errs []error
+	for _, c := range calls {
+		if c.err != nil {
+			errs = append(errs, c.err)
+			continue
+		}
+		for _, i := range c.idx {
+			l := todo[i].Lease
+			m.log.Info("lease released", zap.String("session", l.session), zap.String("event", "released"), zap.Int64("token", l.token))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("release: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// markReleased makes each lease of hs Released locally (OnChange is
+// called for those that were not already) and forgets it, and returns
+// the handoffs with a lease.
+func (m *Manager) markReleased(hs []Handoff) []Handoff {
 	var changes []change
 	var todo []Handoff
 	for _, h := range hs {
@@ -599,9 +626,12 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 		}
 	}
 	m.notify(changes)
-	if len(todo) == 0 {
-		return nil
-	}
+	return todo
+}
+
+// releaseCalls are the release script calls of todo, batched as the
+// manager batches (one slot per call under Redis Cluster).
+func (m *Manager) releaseCalls(todo []Handoff) []*call {
 	idx := make([]int, len(todo))
 	names := make([]string, len(todo))
 	for i, h := range todo {
@@ -620,33 +650,23 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 			args = append(args, todo[i].Lease.ownerArg)
 		}
 		for _, i := range b {
-			due := int64(-1)
-			if next := todo[i].NextPoll; !next.IsZero() {
-				due = max(next.Sub(now).Milliseconds(), 0)
-			}
-			args = append(args, due)
+			args = append(args, dueIn(todo[i].NextPoll, now))
 		}
 		for _, i := range b {
 			args = append(args, todo[i].Lease.token) // the mark counts while it is the record's
 		}
 		calls = append(calls, &call{idx: b, args: args})
 	}
-	m.send(ctx, m.release, calls, 1, false, func([]*call, time.Time) {})
-	var errs []error
-	for _, c := range calls {
-		if c.err != nil {
-			errs = append(errs, c.err)
-			continue
-		}
-		for _, i := range c.idx {
-			l := todo[i].Lease
-			m.log.Info("lease released", zap.String("session", l.session), zap.String("event", "released"), zap.Int64("token", l.token))
-		}
+	return calls
+}
+
+// dueIn is how many milliseconds after now next is (0 when past), -1 for
+// a zero next (unknown).
+func dueIn(next, now time.Time) int64 {
+	if next.IsZero() {
+		return -1
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("release: %w", errors.Join(errs...))
-	}
-	return nil
+	return max(next.Sub(now).Milliseconds(), 0)
 }
 
 // Abandon gives leases up locally without asking Redis: each Held or
