@@ -131,62 +131,97 @@ func (r *Reader) Read(ctx context.Context, q Query) ([]Entry, Cursor, error) {
 		return nil, nil, err
 	}
 	streams := r.streams(q)
-	cur := Cursor{}
-	end := map[string]string{}
-	for _, s := range streams {
-		cur[s], end[s] = "0-0", "+"
-		if start != "-" {
-			cur[s] = start
-		}
-	}
-	// Without a filter, the newest limit entries of each stream hold the
-	// newest limit of all. With one, read chunks until limit matches. The first read of every stream goes in one pipeline (one
-	// round trip per master); further ones only for streams still short.
-	chunk := readChunk
-	if !q.filtered() {
-		chunk = limit
-	}
-	var out []Entry
-	matches := map[string]int{}
+	sc := newScan(q, limit, start, streams)
 	todo := streams
-	for scanned := 0; len(todo) > 0 && scanned < maxScan; scanned += chunk {
-		pipe := r.client.Pipeline()
-		cmds := make([]*redis.XMessageSliceCmd, len(todo))
-		for i, s := range todo {
-			cmds[i] = pipe.XRevRangeN(ctx, s, end[s], start, int64(chunk))
+	for scanned := 0; len(todo) > 0 && scanned < maxScan; scanned += sc.chunk {
+		if todo, err = sc.round(ctx, r.client, todo); err != nil {
+			return nil, nil, err
 		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, nil, fmt.Errorf("read results: %w", err)
-		}
-		var next []string
-		for i, s := range todo {
-			msgs := cmds[i].Val()
-			if len(msgs) > 0 && end[s] == "+" {
-				cur[s] = msgs[0].ID // the newest entry of the stream
-			}
-			for _, m := range msgs {
-				e := Entry{Stream: s, ID: m.ID, Result: parseResult(m.Values)}
-				if q.keeps(e) {
-					out = append(out, e)
-					matches[s]++
-				}
-			}
-			if q.filtered() && matches[s] < limit && len(msgs) == chunk {
-				end[s] = "(" + msgs[len(msgs)-1].ID
-				next = append(next, s)
-			}
-		}
-		todo = next
 	}
-	if len(out) > limit {
-		// The most recently recorded, then shown by poll start.
+	return sc.newest(), sc.cur, nil
+}
+
+// scan is one Read going back through the streams, newest first.
+type scan struct {
+	q      Query
+	limit  int
+	chunk  int    // entries per stream and round
+	start  string // the oldest ID read ("-": from the beginning)
+	cur    Cursor // each stream's newest entry (where Follow continues)
+	end    map[string]string
+	out    []Entry
+	counts map[string]int // matches per stream
+}
+
+// newScan starts a scan of streams. Without a filter, the newest limit
+// entries of each stream hold the newest limit of all; with one, it reads
+// chunks until limit match.
+func newScan(q Query, limit int, start string, streams []string) *scan {
+	sc := &scan{q: q, limit: limit, chunk: readChunk, start: start, cur: Cursor{}, end: map[string]string{}, counts: map[string]int{}}
+	if !q.filtered() {
+		sc.chunk = limit
+	}
+	for _, s := range streams {
+		sc.cur[s], sc.end[s] = "0-0", "+"
+		if start != "-" {
+			sc.cur[s] = start
+		}
+	}
+	return sc
+}
+
+// round reads the next chunk of every stream of todo in one pipeline (one
+// round trip per master) and returns the streams still short of matches.
+func (sc *scan) round(ctx context.Context, client redis.UniversalClient, todo []string) ([]string, error) {
+	pipe := client.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, len(todo))
+	for i, s := range todo {
+		cmds[i] = pipe.XRevRangeN(ctx, s, sc.end[s], sc.start, int64(sc.chunk))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read results: %w", err)
+	}
+	var next []string
+	for i, s := range todo {
+		if sc.take(s, cmds[i].Val()) {
+			next = append(next, s)
+		}
+	}
+	return next, nil
+}
+
+// take keeps the matching entries of msgs, read from stream s, and
+// reports whether s is to be read further.
+func (sc *scan) take(s string, msgs []redis.XMessage) (more bool) {
+	if len(msgs) > 0 && sc.end[s] == "+" {
+		sc.cur[s] = msgs[0].ID // the newest entry of the stream
+	}
+	for _, m := range msgs {
+		e := Entry{Stream: s, ID: m.ID, Result: parseResult(m.Values)}
+		if sc.q.keeps(e) {
+			sc.out = append(sc.out, e)
+			sc.counts[s]++
+		}
+	}
+	if sc.q.filtered() && sc.counts[s] < sc.limit && len(msgs) == sc.chunk {
+		sc.end[s] = "(" + msgs[len(msgs)-1].ID
+		return true
+	}
+	return false
+}
+
+// newest is the limit most recently recorded entries kept, shown by poll
+// start.
+func (sc *scan) newest() []Entry {
+	out := sc.out
+	if len(out) > sc.limit {
 		slices.SortStableFunc(out, func(a, b Entry) int {
 			return cmp.Or(cmp.Compare(idMillis(b.ID), idMillis(a.ID)), b.At.Compare(a.At))
 		})
-		out = out[:limit]
+		out = out[:sc.limit]
 	}
 	sortEntries(out)
-	return out, cur, nil
+	return out
 }
 
 // Follow calls fn with each batch of new matching entries after cur (from
