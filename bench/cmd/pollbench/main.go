@@ -188,6 +188,7 @@ type sizes struct {
 	simSessions                    int
 	simWorkers                     []int
 	simSample, simJoins, simLeaves int
+	simSlacks                      []float64 // what-ifs: other slacks planned
 
 	timeout time.Duration // bound on any single wait
 	logger  *zap.Logger   // workers' logger; nil = none
@@ -204,7 +205,7 @@ func fullSizes() sizes {
 		coldSessions: 1_000_000, coldWorkers: 50, coldRuns: 3,
 		addsSessions: 100_000, addsWorkers: 10, addsCount: 200, addsPace: 50 * time.Millisecond,
 		addsInterval: time.Minute, addsTTL: 10 * time.Second,
-		simSessions: 10_000_000, simWorkers: []int{100, 500, 1000}, simSample: 5, simJoins: 5, simLeaves: 60,
+		simSessions: 10_000_000, simWorkers: []int{100, 500, 1000}, simSample: 5, simJoins: 5, simLeaves: 60, simSlacks: []float64{0.1, 0.25},
 		timeout: 150 * time.Second}
 }
 
@@ -219,7 +220,7 @@ func quickSizes() sizes {
 		coldSessions: 50_000, coldWorkers: 10, coldRuns: 2,
 		addsSessions: 2_000, addsWorkers: 3, addsCount: 100, addsPace: 20 * time.Millisecond,
 		addsInterval: time.Minute, addsTTL: 1500 * time.Millisecond,
-		simSessions: 1_000_000, simWorkers: []int{100, 500, 1000}, simSample: 3, simJoins: 3, simLeaves: 20,
+		simSessions: 1_000_000, simWorkers: []int{100, 500, 1000}, simSample: 3, simJoins: 3, simLeaves: 20, simSlacks: []float64{0.1, 0.25},
 		timeout: 60 * time.Second}
 }
 
@@ -235,7 +236,7 @@ func tinySizes() sizes {
 		coldSessions: 300, coldWorkers: 3, coldRuns: 1,
 		addsSessions: 200, addsWorkers: 3, addsCount: 20, addsPace: 20 * time.Millisecond,
 		addsInterval: time.Minute, addsTTL: 1500 * time.Millisecond,
-		simSessions: 20_000, simWorkers: []int{4, 16}, simSample: 2, simJoins: 2, simLeaves: 16,
+		simSessions: 20_000, simWorkers: []int{4, 16}, simSample: 2, simJoins: 2, simLeaves: 16, simSlacks: []float64{0.25},
 		timeout: 15 * time.Second}
 }
 

@@ -373,6 +373,39 @@ func (f *simFleet) renewCalls(batch int) (calls, leases []int, single int) {
 
 const keyspaceSlots = 16384 // Redis Cluster hash slots
 
+// bucketTaggedCalls is renewCalls for a key layout that is not
+// pollworker's: lease keys hash-tagged by index bucket instead of by
+// session, so that a bucket's leases share one slot (and one owner) and a
+// Cluster call carries up to batch of them. A what-if for the model.
+func (f *simFleet) bucketTaggedCalls(batch int) (calls, leases []int) {
+	calls, leases = make([]int, keyspaceSlots), make([]int, keyspaceSlots)
+	for b, n := range f.pop.sizes {
+		sl := keyspace.Slot("{" + assign.BucketKey(b) + "}")
+		calls[sl] += (n + batch - 1) / batch
+		leases[sl] += n
+	}
+	return calls, leases
+}
+
+// slackWhatIf plans the base fleet and one join at another slack: the
+// balance (most loaded / mean) and the join's moves over the ideal share.
+func (f *simFleet) slackWhatIf(slack float64) (balance, joinRatio float64, err error) {
+	base, err := f.place(f.ids, slack)
+	if err != nil {
+		return 0, 0, err
+	}
+	id := "joiner-slack"
+	joiner := int32(len(f.ids))
+	f.index[id] = joiner
+	after, err := f.place(append(slices.Clone(f.ids), id), slack)
+	delete(f.index, id)
+	if err != nil {
+		return 0, 0, err
+	}
+	all, _ := moved(f.pop, base, after, joiner)
+	return f.balance(base), float64(all) * float64(len(f.ids)+1) / float64(f.pop.n), nil
+}
+
 // sample returns k worker indexes spread evenly over n (all when k >= n).
 func sample(n, k int) []int {
 	if k >= n {
@@ -497,10 +530,25 @@ func simFleetRows(ctx context.Context, pop *simPop, workers int, sz sizes) ([]Ro
 		Row{Figure: pre + "rolling restart: moves per session", Unit: "×", Ours: one(restart / float64(pop.n)), Base: ptr(one(restartFree / float64(pop.n))), BaseName: "unbounded"},
 	)
 
+	for _, slack := range sz.simSlacks {
+		bal, ratio, err := f.slackWhatIf(slack)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, Row{Figure: fmt.Sprintf("%swhat if the slack were %g: sessions moved per join / ideal share (balance most loaded / mean)", pre, slack),
+			Ours: one(ratio), Note: fmt.Sprintf("balance %.2f; one join planned by the real planner at this slack (the workers run %g)", bal, f.slack)})
+	}
+
 	calls, leases, single := f.renewCalls(simBatch)
 	model := simModel{workers: workers, sessions: pop.n, slotCalls: calls, slotLeases: leases, singleCalls: single,
 		joinMoves: mean(joins.all), restartMoves: restart}
 	rows = append(rows, model.rows(pre)...)
+	tagged := model
+	tagged.slotCalls, tagged.slotLeases = f.bucketTaggedCalls(simBatch)
+	if m, busy, ok := tagged.masters(0); ok {
+		rows = append(rows, Row{Figure: pre + "what if lease keys were hash-tagged by bucket: Redis masters needed, leases and rounds only", Ours: one(float64(m)),
+			Note: fmt.Sprintf("not pollworker's key layout: a bucket's leases in one slot, so Cluster calls carry up to %d; busiest master %.0f ops/s, %.0f%% of a core", simBatch, busy.ops, 100*busy.cpu)})
+	}
 	return rows, ctx.Err()
 }
 

@@ -40,6 +40,7 @@ func TestSimTiny(t *testing.T) {
 		calls := get(pre + "renewal calls per worker")
 		require.Greater(t, calls.Ours.Median, calls.Base.Median, "Cluster batches by slot")
 		require.Positive(t, get(pre+"memory per worker: planner").Ours.Median)
+		require.Positive(t, get(pre+"what if the slack were 0.25").Ours.Median)
 	}
 }
 
