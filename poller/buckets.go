@@ -42,7 +42,7 @@ func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
 		return false
 	}
 	if d, ok := c.view.members.NextExpiry(); ok {
-		c.scheduleExpiry(d + 2*retrySlack)
+		c.claims.scheduleExpiry(d + 2*retrySlack)
 	}
 	sizesChanged, ok := c.applyChanges(rctx)
 	if !ok {
@@ -61,7 +61,7 @@ func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
 func (c *Coordinator) readMembers(ctx context.Context, full bool) (changed, ok bool) {
 	m, err := c.registry.Members(ctx)
 	if err != nil {
-		c.discoveryFailed(err)
+		c.health.redisFailed("members", "discovery", err)
 		return false, false
 	}
 	c.bad.noteJunk(c.view.members.Junk, m.Junk)
@@ -69,7 +69,7 @@ func (c *Coordinator) readMembers(ctx context.Context, full bool) (changed, ok b
 	c.view.membersChanged = c.view.membersChanged || changed
 	c.view.members = m
 	if changed {
-		c.watchOrphans()
+		c.claims.watchOrphans()
 		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
 	// The members' weights and labels, from their heartbeats: read for each
@@ -79,7 +79,7 @@ func (c *Coordinator) readMembers(ctx context.Context, full bool) (changed, ok b
 	if full || m.Version != c.view.weighing.readVersion {
 		infos, err := c.registry.Get(ctx, m.Placeable()...)
 		if err != nil {
-			c.discoveryFailed(err)
+			c.health.redisFailed("members", "discovery", err)
 			return false, false
 		}
 		c.view.weighing.readVersion = m.Version
@@ -105,7 +105,7 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 	if c.view.synced {
 		changed, rev, reset, err := c.store.Changes(ctx, c.view.seenRev)
 		if err != nil {
-			c.sessionReadFailed(err)
+			c.health.redisFailed("sessions", "session read", err)
 			return false, false
 		}
 		if len(changed) > 0 && changed[0].Complete != c.view.weighing.complete {
@@ -115,7 +115,7 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 		if !reset {
 			sizesChanged = c.view.applyChanged(changed, len(c.held) > 0)
 			if len(changed) > 0 {
-				c.watchOrphans()
+				c.claims.watchOrphans()
 			}
 			c.view.seenRev = rev
 			return sizesChanged, true
@@ -126,7 +126,7 @@ func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) 
 	}
 	w, err := c.store.Weights(ctx)
 	if err != nil {
-		c.sessionReadFailed(err)
+		c.health.redisFailed("sessions", "session read", err)
 		return false, false
 	}
 	if !w.Complete && w.Rev > 0 { // an index never written has nothing to count
@@ -141,7 +141,7 @@ func (c *Coordinator) unloadAll() {
 	for _, st := range c.view.buckets {
 		st.loaded = false
 	}
-	c.watchOrphans()
+	c.claims.watchOrphans()
 }
 
 // plannable is the bucket weights the plan is computed from: the loads
@@ -260,12 +260,12 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 		// acquires those sessions first: after a peer left, they are its
 		// sessions, due now); the next round goes on from here.
 		if defs >= maxLoadPerRound || (defs > 0 && (c.news.peerNews.Load() || !c.view.buckets[todo[0]].assigned)) {
-			c.trigger()
+			c.news.trigger()
 			return true
 		}
 		n := c.loadChunkLen(todo)
 		if err := c.loadChunk(ctx, todo[:n], &defs); err != nil {
-			c.sessionReadFailed(err)
+			c.health.redisFailed("sessions", "session read", err)
 			return false
 		}
 		todo = todo[n:]
@@ -372,7 +372,7 @@ func (c *Coordinator) recheckHeld(ctx context.Context) bool {
 		sessions, _, err := c.loader.Fetch(rctx, ids)
 		cancel()
 		if err != nil {
-			c.sessionReadFailed(err)
+			c.health.redisFailed("sessions", "session read", err)
 			return false
 		}
 		c.redefine(ids, sessions)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -27,17 +26,17 @@ type Coordinator struct {
 
 	run runOnce // Run's guard and its stop
 
-	news   news   // what other goroutines tell the main loop
-	health health // what the main loop and the background loops tell readers
+	news   *news      // what other goroutines tell the main loop
+	health *health    // what the main loop and the background loops tell readers
+	beat   *heartbeat // keeps this worker a member (its own goroutine)
 
-	shedding shedding // the heartbeat loop's only
-	bad      badData  // bad records reported once each (baddata.go)
+	bad badData // bad records reported once each (baddata.go)
 
 	status published // the snapshot the main loop publishes at the end of a round
 
 	// Owned by the main loop (mainLoop and what it calls; drain after it).
 	view   view             // what the worker knows of the fleet and the sessions
-	claims claims           // its bookkeeping of contended and orphaned sessions
+	claims *claims          // its bookkeeping of contended and orphaned sessions, and its timers
 	held   map[string]*hold // the sessions it holds, by id: their poll loops and what the round decided of them
 	sched  *scheduler       // runs the poll loops of the sessions it holds
 }
@@ -107,21 +106,7 @@ func (c *Coordinator) ID() string { return c.cfg.ID }
 // targets, just when its metrics matter. Behind is reported beside it;
 // an embedder that wants both can use Ready() && !PollStats().Behind.
 func (c *Coordinator) Ready() bool {
-	return c.isLive() && c.health.shareTaken.Load()
-}
-
-// live reports whether the worker holds a fresh heartbeat and reached Redis
-// on its last attempt, and Redis has room (noteMemoryPressure): what it
-// needs to take sessions.
-func (c *Coordinator) isLive() bool {
-	if !c.health.redisOK.Load() || c.health.redisFull.Load() {
-		return false
-	}
-	at := c.health.heartbeatAt.Load()
-	if at == 0 {
-		return false
-	}
-	return c.cfg.Clock.Since(time.Unix(0, at)) < c.cfg.HeartbeatTTL-c.cfg.DriftMargin
+	return c.health.isLive() && c.health.shareTaken.Load()
 }
 
 // Status returns a snapshot for health pages and tests.
@@ -152,15 +137,7 @@ func (c *Coordinator) PollStats() PollStats { return c.pollStats(true) }
 // pollStats is PollStats; without countLoops, Backoff and LeasesHeld are
 // left at 0 (the main loop's checkBehind needs neither).
 func (c *Coordinator) pollStats(countLoops bool) PollStats {
-	st := c.sched.Stats(countLoops)
-	ps := PollStats{Running: st.Running, Waiting: st.Waiting, Deferred: st.Deferred, Late: st.Late,
-		Behind: st.Behind.Behind, BehindReason: st.Behind.Reason, BehindHost: st.Behind.Group,
-		DueRate: st.Behind.Due, AchievedRate: st.Behind.Done, Skipped: st.Skipped,
-		PlannedWeight: c.registry.Info().PlanWeight()}
-	if countLoops {
-		ps.LeasesHeld, ps.Backoff = st.Held, st.Backoff
-	}
-	return ps
+	return pollStatsOf(c.sched.Stats(countLoops), c.registry.Info().PlanWeight(), countLoops)
 }
 
 // Leases is the lease manager, for embedders that want to inspect leases.
@@ -172,87 +149,12 @@ func (c *Coordinator) Leases() *lease.Manager { return c.leases }
 // the same fleet-wide figure.
 func (c *Coordinator) Unplaceable() int { return int(c.view.weighing.unplaceable.Load()) }
 
-// trigger asks for a round as soon as possible; many triggers coalesce.
-func (c *Coordinator) trigger() {
-	select {
-	case c.news.kick <- struct{}{}:
-	default:
-	}
-}
-
 func (c *Coordinator) requestCtx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, c.cfg.RequestTimeout)
 }
 
-func (c *Coordinator) publish(ctx context.Context, ev nodes.Event) {
-	rctx, cancel := c.requestCtx(ctx)
-	defer cancel()
-	if err := nodes.Publish(rctx, c.cfg.Client, c.cfg.Keys, ev); err != nil {
-		c.cfg.Observer.RedisError("publish")
-		c.log.Debug("publish failed", zap.String("type", string(ev.Type)), zap.Error(err))
-	}
-}
-
-func (c *Coordinator) stopTimers() {
-	if c.claims.retryTimer != nil {
-		c.claims.retryTimer.Stop()
-	}
-	if c.claims.expiryTimer != nil {
-		c.claims.expiryTimer.Stop()
-	}
-}
-
-// retrySlack is added to a competing lease's remaining TTL before retrying.
-const retrySlack = 5 * time.Millisecond
-
-// scheduleRetry asks for a round in d, unless one is due sooner already
-// (the round it starts schedules the next retry).
-func (c *Coordinator) scheduleRetry(d time.Duration) {
-	now := c.cfg.Clock.Now()
-	at := now.Add(d)
-	if c.claims.retryTimer != nil && c.claims.retryAt.After(now) && !at.Before(c.claims.retryAt) {
-		return
-	}
-	c.claims.retryAt = at
-	if c.claims.retryTimer == nil {
-		c.claims.retryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
-		return
-	}
-	c.claims.retryTimer.Reset(d)
-}
-
-func (c *Coordinator) scheduleExpiry(d time.Duration) {
-	if c.claims.expiryTimer == nil {
-		c.claims.expiryTimer = c.cfg.Clock.AfterFunc(d, c.trigger)
-		return
-	}
-	c.claims.expiryTimer.Reset(d)
-}
-
 // touch marks a session for the next round to look at.
 func (c *Coordinator) touch(id string) { c.view.touched[id] = struct{}{} }
-
-// orphanFallback × OrphanGrace is the orphan scan period of a steady fleet.
-const orphanFallback = 10
-
-// watchOrphans makes the orphan scan run at full rate for a while: after a
-// change, orphans are possible.
-func (c *Coordinator) watchOrphans() {
-	c.claims.orphanWatchUntil = c.cfg.Clock.Now().Add(3 * c.cfg.OrphanGrace)
-}
-
-// discoveryFailed records a membership read that failed.
-func (c *Coordinator) discoveryFailed(err error) {
-	c.health.redisOK.Store(false)
-	c.cfg.Observer.RedisError("members")
-	c.log.Warn("discovery failed", zap.Error(err))
-}
-
-func (c *Coordinator) sessionReadFailed(err error) {
-	c.health.redisOK.Store(false)
-	c.cfg.Observer.RedisError("sessions")
-	c.log.Warn("session read failed", zap.Error(err))
-}
 
 // matches reports whether this worker may poll s: its labels match the
 // session's selector.

@@ -49,10 +49,6 @@ func baseWorld() *world {
 	}
 }
 
-func newClaims() *claims {
-	return &claims{contended: map[string]contention{}, orphanSince: map[string]time.Time{}, pendingOrphans: map[string]time.Time{}}
-}
-
 // heldSince is a loop of s started at membership version members, its
 // lease acquired at `at`.
 func heldSince(s *session.Session, members uint64, at time.Time) *hold {
@@ -224,7 +220,7 @@ func TestDecide(t *testing.T) {
 			if tt.world != nil {
 				tt.world(w)
 			}
-			cl := newClaims()
+			cl := newClaims(nil, nil, 0)
 			if tt.claims != nil {
 				tt.claims(cl)
 			}
@@ -285,7 +281,7 @@ func TestDecideShedding(t *testing.T) {
 			w.labels = nil
 			w.sessions = map[string]*session.Session{moved: sess(moved)}
 			w.owner = after.OwnerOf
-			got := decide(w, newClaims(), map[string]*hold{moved: heldSince(sess(moved), 2, tt.held)}, t0)
+			got := decide(w, newClaims(nil, nil, 0), map[string]*hold{moved: heldSince(sess(moved), 2, tt.held)}, t0)
 			require.Equal(t, tt.want, got)
 		})
 	}

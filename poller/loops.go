@@ -350,6 +350,6 @@ func (c *Coordinator) releaseWave(ctx context.Context, hs []lease.Handoff) error
 	if len(ids) <= 100 {
 		ev.Sessions = ids
 	}
-	c.publish(ctx, ev)
+	c.beat.announce.publish(ctx, ev.Type, ev.Sessions)
 	return nil
 }

@@ -34,7 +34,7 @@ func newStepped(t *testing.T, client redis.UniversalClient, id string, p Poller)
 	t.Cleanup(func() {
 		_ = c.drain()
 		c.sched.Close()
-		c.stopTimers()
+		c.claims.stopTimers()
 	})
 	return c
 }
@@ -189,14 +189,14 @@ func TestAcquiredSessionPausedMeanwhileIsNotPolled(t *testing.T) {
 	rec := newRecorder()
 	c := newStepped(t, client, "w", rec.poller("w"))
 	// The round's view is read before the pause ...
-	c.startRound()
+	c.claims.startRound()
 	require.True(t, c.refresh(ctx, true))
 	require.Contains(t, c.view.sessions, paused)
 	// ... the peer learns of the pause and hands the session off ...
 	require.NoError(t, store.Pause(ctx, paused))
 	require.NoError(t, peer.Release(ctx, held))
 	// ... and the round acquires what it wants.
-	want := decide(c.world(true), &c.claims, c.held, c.cfg.Clock.Now()).acquire
+	want := decide(c.world(true), c.claims, c.held, c.cfg.Clock.Now()).acquire
 	require.Contains(t, want, paused)
 	c.takeLeases(ctx, want, false)
 

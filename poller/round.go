@@ -21,14 +21,16 @@ import (
 // exits and retries) look only at the sessions touched since the last
 // round, so that their cost follows what changed, not what is owned.
 func (c *Coordinator) round(ctx context.Context, full bool) {
-	c.startRound()
+	if c.claims.startRound() {
+		c.view.sweepAll = true
+	}
 	c.reapLoops(ctx)
 	if !c.refresh(ctx, full) {
 		return
 	}
 	now := c.cfg.Clock.Now()
 	w := c.world(full)
-	c.apply(ctx, w, decide(w, &c.claims, c.held, now), now)
+	c.apply(ctx, w, decide(w, c.claims, c.held, now), now)
 	if w.live && w.member {
 		c.adoptOrphans(ctx)
 	}
@@ -39,12 +41,9 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 // world is what the round decides on: the view refreshed, the touched
 // sessions and the peers' releases since the last round (both consumed).
 func (c *Coordinator) world(full bool) *world {
-	c.news.releasedMu.Lock()
-	released := c.news.releasedBy
-	c.news.releasedBy = make(map[string]struct{})
-	c.news.releasedMu.Unlock()
+	released := c.news.takeReleased()
 	// Only a live worker that its peers count as live takes sessions.
-	live, member := c.isLive(), c.view.members.Contains(c.cfg.ID)
+	live, member := c.health.isLive(), c.view.members.Contains(c.cfg.ID)
 	full = full || c.view.sweepAll || (live && member) != c.view.wasMember
 	c.view.sweepAll, c.view.wasMember = false, live && member
 	touched := c.view.touched
@@ -67,11 +66,11 @@ func (c *Coordinator) apply(ctx context.Context, w *world, a actions, now time.T
 		delete(c.claims.contended, id)
 	}
 	if !a.retryAt.IsZero() {
-		c.scheduleRetry(a.retryAt.Sub(now) + retrySlack)
+		c.claims.scheduleRetry(a.retryAt.Sub(now) + retrySlack)
 	}
 	if !a.settleAt.IsZero() && (c.claims.settleAt.IsZero() || a.settleAt.Before(c.claims.settleAt)) {
 		c.claims.settleAt = a.settleAt
-		c.scheduleRetry(a.settleAt.Sub(now))
+		c.claims.scheduleRetry(a.settleAt.Sub(now))
 	}
 	for _, id := range a.stop {
 		c.stopLoop(c.held[id])
@@ -94,19 +93,6 @@ func (c *Coordinator) apply(ctx context.Context, w *world, a actions, now time.T
 			}
 		}
 		c.checkShare(missing, now)
-	}
-}
-
-// startRound sets the times a round starts from: the orphan watch begins
-// OrphanGrace after the first round, and sessions held back from a handoff
-// are looked at again once their time is up.
-func (c *Coordinator) startRound() {
-	now := c.cfg.Clock.Now()
-	if c.claims.watchFrom.IsZero() {
-		c.claims.watchFrom = now.Add(c.cfg.OrphanGrace)
-	}
-	if !c.claims.settleAt.IsZero() && !now.Before(c.claims.settleAt) {
-		c.claims.settleAt, c.view.sweepAll = time.Time{}, true
 	}
 }
 
@@ -134,7 +120,7 @@ func (c *Coordinator) reapLoops(ctx context.Context) {
 		}
 		switch decideExited(h, l.lease.State(), active) {
 		case exitForget:
-			c.watchOrphans() // lost: others' sessions may be adrift too
+			c.claims.watchOrphans() // lost: others' sessions may be adrift too
 		case exitRestart:
 			c.startLoopAt(h.restartAs, l.lease, l.polled)
 		case exitRelease:
@@ -178,7 +164,7 @@ func (c *Coordinator) takeLeases(ctx context.Context, ids []string, orphan bool)
 			for _, id := range ids[start:] {
 				c.touch(id)
 			}
-			c.trigger()
+			c.news.trigger()
 			break
 		}
 		rctx, cancel := c.requestCtx(ctx)
@@ -202,7 +188,7 @@ func (c *Coordinator) takeLeases(ctx context.Context, ids []string, orphan bool)
 		}
 	}
 	if out.retry >= 0 {
-		c.scheduleRetry(out.retry + retrySlack)
+		c.claims.scheduleRetry(out.retry + retrySlack)
 	}
 }
 
@@ -247,7 +233,7 @@ func (c *Coordinator) confirmDefinitions(ctx context.Context, results []lease.Re
 		sessions, _, err = c.loader.Fetch(rctx, recheck)
 	}
 	if err != nil {
-		c.sessionReadFailed(err)
+		c.health.redisFailed("sessions", "session read", err)
 		for _, id := range recheck {
 			delete(c.view.sessions, id)
 			c.touch(id)
@@ -290,7 +276,7 @@ func (c *Coordinator) applyResult(r lease.Result, orphan bool, now time.Time, ou
 		c.touch(r.Session)
 		c.health.redisOK.Store(false)
 		out.failed = true
-		c.watchOrphans()
+		c.claims.watchOrphans()
 	case acquiredRelease:
 		out.release = append(out.release, lease.Handoff{Lease: r.Lease})
 	case acquiredStart:
@@ -322,7 +308,7 @@ func (c *Coordinator) applyResult(r lease.Result, orphan bool, now time.Time, ou
 // and otherwise once per orphanFallback × OrphanGrace.
 func (c *Coordinator) adoptOrphans(ctx context.Context) {
 	now := c.cfg.Clock.Now()
-	if !c.orphanScanDue(now) {
+	if !c.claims.orphanScanDue(now, c.view.fleet.Len()) {
 		return
 	}
 	c.claims.lastOrphan = now
@@ -364,18 +350,6 @@ func (c *Coordinator) adoptOrphans(ctx context.Context) {
 		c.log.Info("adopting orphans", zap.Int("sessions", len(take)))
 		c.takeLeases(ctx, take, true)
 	}
-}
-
-// orphanScanDue reports whether the orphan watch looks now: not before
-// watchFrom, at most every OrphanGrace/2, and in a steady fleet (nothing
-// changed lately, no suspect pending) only every orphanFallback ×
-// OrphanGrace; never with fewer than two workers.
-func (c *Coordinator) orphanScanDue(now time.Time) bool {
-	if now.Before(c.claims.watchFrom) || now.Sub(c.claims.lastOrphan) < c.cfg.OrphanGrace/2 || c.view.fleet.Len() < 2 {
-		return false
-	}
-	active := now.Before(c.claims.orphanWatchUntil) || len(c.claims.pendingOrphans) > 0
-	return active || now.Sub(c.claims.lastOrphan) >= orphanFallback*c.cfg.OrphanGrace
 }
 
 // watchList returns the sessions of the loaded watched buckets that this

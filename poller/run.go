@@ -41,13 +41,18 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}
+	log := cfg.Logger.With(zap.String("instance", cfg.ID))
+	nw := newNews(cfg.Client, cfg.Keys, cfg.ID, log)
+	hl := newHealth(cfg.Clock, cfg.HeartbeatTTL-cfg.DriftMargin, cfg.Observer, log)
 	c := &Coordinator{
 		cfg:      cfg,
-		log:      cfg.Logger.With(zap.String("instance", cfg.ID)),
+		log:      log,
 		registry: reg,
 		store:    store,
 		loader:   session.NewLoader(store),
-		news:     news{kick: make(chan struct{}, 1), releasedBy: make(map[string]struct{})},
+		news:     nw,
+		health:   hl,
+		claims:   newClaims(cfg.Clock, nw.trigger, cfg.OrphanGrace),
 		bad:      badData{log: cfg.Logger.With(zap.String("instance", cfg.ID)), obs: cfg.Observer, keys: cfg.Keys},
 		view: view{
 			sessions:  make(map[string]*session.Session),
@@ -57,18 +62,17 @@ func New(cfg Config) (*Coordinator, error) {
 			weighing:  weighing{planner: fleet.NewPlanner(cfg.BalanceSlack)},
 		},
 		held: make(map[string]*hold),
-		claims: claims{
-			orphanSince:    make(map[string]time.Time),
-			contended:      make(map[string]contention),
-			pendingOrphans: make(map[string]time.Time),
-		},
 	}
-	sc := schedConfig{Clock: cfg.Clock, Turn: c.turn, Wake: c.trigger, Align: spreadStep,
+	sc := schedConfig{Clock: cfg.Clock, Turn: c.turn, Wake: nw.trigger, Align: spreadStep,
 		Limit: cfg.MaxPolls, MaxBackoff: cfg.MaxErrorBackoff, Pace: true, Slack: TimerSlack}
 	if gl, ok := cfg.Poller.(GroupLimiter); ok {
 		sc.GroupOf = func(s *session.Session) (string, int) { return gl.PollGroup(*s) }
 	}
 	c.sched = newScheduler(sc)
+	c.beat = &heartbeat{registry: reg, health: hl, news: nw, sched: c.sched,
+		announce: &announcer{client: cfg.Client, keys: cfg.Keys, me: cfg.ID, timeout: cfg.RequestTimeout, obs: cfg.Observer, log: log},
+		client:   cfg.Client, clock: cfg.Clock, interval: cfg.HeartbeatInterval, timeout: cfg.RequestTimeout,
+		leaseTTL: cfg.LeaseTTL, weight: cfg.Weight, keep: cfg.KeepWeightWhenBehind, log: log, obs: cfg.Observer}
 	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize, LossQuarantine: cfg.LossQuarantine,
 		WaitReplicas: cfg.WaitReplicas,
@@ -99,8 +103,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	renewCtx, stopRenew := context.WithCancel(context.WithoutCancel(ctx))
 	var member, renew sync.WaitGroup
 	member.Add(2)
-	go func() { defer member.Done(); c.heartbeatLoop(memberCtx) }()
-	go func() { defer member.Done(); c.subscribeLoop(memberCtx) }()
+	go func() { defer member.Done(); c.beat.run(memberCtx, c.run.stop) }()
+	go func() { defer member.Done(); c.news.subscribe(memberCtx) }()
 	renew.Add(1)
 	go func() { defer renew.Done(); c.renewLoop(renewCtx) }()
 
@@ -112,7 +116,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	stopRenew()
 	renew.Wait()
 	c.sched.Close()
-	c.stopTimers()
+	c.claims.stopTimers()
 	if cause := context.Cause(ctx); errors.Is(cause, nodes.ErrDuplicateID) {
 		err = errors.Join(cause, err)
 	}
@@ -122,7 +126,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 func (c *Coordinator) mainLoop(ctx context.Context) {
 	ticker := c.cfg.Clock.NewTicker(c.cfg.DiscoveryInterval)
 	defer ticker.Stop()
-	c.trigger()
+	c.news.trigger()
 	for {
 		full := false
 		select {
@@ -134,101 +138,6 @@ func (c *Coordinator) mainLoop(ctx context.Context) {
 		}
 		c.round(ctx, full)
 	}
-}
-
-func (c *Coordinator) heartbeatLoop(ctx context.Context) {
-	ticker := c.cfg.Clock.NewTicker(c.cfg.HeartbeatInterval)
-	defer ticker.Stop()
-	joined := false
-	for {
-		c.shed()
-		rctx, cancel := c.requestCtx(ctx)
-		err := c.registry.Heartbeat(rctx)
-		cancel()
-		if errors.Is(err, nodes.ErrDuplicateID) {
-			// Another live process claims this id (or took it over while
-			// this one was paused past its heartbeat TTL): two workers of
-			// one identity must not both poll. Stop, draining what this
-			// process holds (its release and leave touch only its own).
-			c.health.redisOK.Store(false)
-			c.log.Error("another worker holds this id; stopping", zap.Error(err))
-			c.run.stop(err)
-			return
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			c.health.redisOK.Store(false)
-			c.cfg.Observer.RedisError("heartbeat")
-			c.log.Warn("heartbeat failed", zap.Error(err))
-		} else {
-			if !joined {
-				c.checkEvictionPolicy(ctx) // before this worker becomes ready
-			}
-			c.health.redisOK.Store(true)
-			c.health.heartbeatAt.Store(c.cfg.Clock.Now().UnixNano())
-			if !joined {
-				joined = true
-				c.publish(ctx, nodes.Event{Type: nodes.EventJoin, Node: c.cfg.ID})
-				c.trigger()
-			}
-		}
-		c.noteMemoryPressure()
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C():
-		}
-	}
-}
-
-// shed sets why the worker is behind in its next heartbeat (nodes.Info.Behind,
-// which status shows), steps c's shedding with whether it is behind now
-// and, on a change, sets the weight its next heartbeat carries. Called
-// from the heartbeat loop, before each heartbeat.
-func (c *Coordinator) shed() {
-	if err := c.registry.SetBehind(c.PollStats().Overload()); err != nil {
-		c.log.Error("behind not published", zap.Error(err))
-	}
-	if c.cfg.KeepWeightWhenBehind {
-		return
-	}
-	st := c.sched.Stats(false)
-	fraction, changed := c.shedding.step(c.cfg.Clock.Now(), st.Behind.Behind, c.cfg.LeaseTTL)
-	if !changed {
-		return
-	}
-	base := nodes.Info{Weight: c.cfg.Weight}.PlanWeight() // 0 means 1
-	w := max(base*fraction, 0.001)                        // the least weight nodes.ValidateWeight takes
-	if err := c.registry.SetWeight(w); err != nil {
-		c.log.Error("planned weight not changed", zap.Float64("weight", w), zap.Error(err))
-		return
-	}
-	if st.Behind.Behind {
-		c.log.Warn("behind: shedding load to the other workers", zap.Float64("planned_weight", w), zap.Float64("weight", base),
-			zap.String("reason", st.Behind.Reason))
-		return
-	}
-	c.log.Info("keeping up: taking load back", zap.Float64("planned_weight", w), zap.Float64("weight", base))
-}
-
-// noteMemoryPressure records what the last heartbeat found: while Redis is
-// over maxmemory (noeviction) nobody can acquire, so the worker is not live
-// (it acquires nothing, Ready is false) and hands nothing off (a peer could
-// not take it), and it keeps polling what it holds: renewals and its own
-// heartbeat allocate nothing and still pass. Each change is logged once.
-func (c *Coordinator) noteMemoryPressure() {
-	full := c.registry.OverMaxmemory()
-	if c.health.redisFull.Swap(full) == full {
-		return
-	}
-	if full {
-		c.log.Warn("Redis is over maxmemory: keeping and polling the sessions held, acquiring and handing off nothing until it has room")
-		return
-	}
-	c.log.Info("Redis has room again: acquiring and handing off as planned")
-	c.trigger()
 }
 
 func (c *Coordinator) renewLoop(ctx context.Context) {
@@ -256,44 +165,8 @@ func (c *Coordinator) renewLoop(ctx context.Context) {
 			c.health.redisOK.Store(true)
 		}
 		if len(rep.Lost) > 0 {
-			c.trigger()
+			c.news.trigger()
 		}
-	}
-}
-
-func (c *Coordinator) subscribeLoop(ctx context.Context) {
-	for ctx.Err() == nil {
-		sub := c.cfg.Client.Subscribe(ctx, c.cfg.Keys.Events())
-		ch := sub.Channel()
-	recv:
-		for {
-			select {
-			case <-ctx.Done():
-				break recv
-			case msg, ok := <-ch:
-				if !ok {
-					break recv
-				}
-				ev, err := nodes.DecodeEvent(msg.Payload)
-				if err != nil {
-					c.log.Debug("ignoring event", zap.Error(err))
-					continue
-				}
-				if ev.Node == c.cfg.ID && ev.Type != nodes.EventCordon {
-					continue // its own announcement (a cordon of this worker is news)
-				}
-				if ev.Type == nodes.EventJoin || ev.Type == nodes.EventLeave || ev.Type == nodes.EventCordon {
-					c.news.peerNews.Store(true)
-				}
-				if ev.Type == nodes.EventRelease || ev.Type == nodes.EventLeave {
-					c.news.releasedMu.Lock()
-					c.news.releasedBy[ev.Node] = struct{}{}
-					c.news.releasedMu.Unlock()
-				}
-				c.trigger()
-			}
-		}
-		_ = sub.Close()
 	}
 }
 
@@ -308,7 +181,7 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 		t = EventUncertain
 	case to == lease.Lost:
 		t = EventLost
-		c.trigger()
+		c.news.trigger()
 	case to == lease.Released:
 		t = EventReleased
 	}
@@ -331,7 +204,7 @@ func (c *Coordinator) drain() error {
 	// that is going away; they take this worker's sessions as it releases
 	// them (its leases are renewed until then).
 	start := c.cfg.Clock.Now()
-	left := c.drainStep(c.leave)
+	left := c.drainStep(c.beat.leave)
 	stopCtx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
 	stopped := c.stopAll(stopCtx)
 	cancel()
@@ -357,7 +230,7 @@ func (c *Coordinator) drain() error {
 		errs = append(errs, fmt.Errorf("poller: drain timed out waiting for %d polls; their leases are left to expire", n))
 	}
 	if left != nil { // try once more
-		if err := c.drainStep(c.leave); err != nil {
+		if err := c.drainStep(c.beat.leave); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -369,14 +242,6 @@ func (c *Coordinator) drain() error {
 		zap.Int("left to expire", owned-released), zap.Errors("errors", errs),
 		zap.Duration("polls stopped in", stoppedAt.Sub(start)), zap.Duration("took", c.cfg.Clock.Since(start)))
 	return errors.Join(errs...)
-}
-
-// leave removes this worker from the membership and announces it.
-func (c *Coordinator) leave(ctx context.Context) error {
-	if err := c.registry.Leave(ctx); err != nil {
-		return err
-	}
-	return nodes.Publish(ctx, c.cfg.Client, c.cfg.Keys, nodes.Event{Type: nodes.EventLeave, Node: c.cfg.ID})
 }
 
 // drainStep runs one step of the drain with a fresh context bounded by

@@ -92,3 +92,17 @@ func logBehind(log *zap.Logger, ps PollStats, maxPolls int) {
 
 // round1 rounds x to one decimal, for logs.
 func round1(x float64) float64 { return math.Round(x*10) / 10 }
+
+// pollStatsOf is PollStats from the scheduler's figures st and the
+// planned weight; without countLoops, Backoff and LeasesHeld are left at
+// 0 (st did not count them).
+func pollStatsOf(st schedStats, planned float64, countLoops bool) PollStats {
+	ps := PollStats{Running: st.Running, Waiting: st.Waiting, Deferred: st.Deferred, Late: st.Late,
+		Behind: st.Behind.Behind, BehindReason: st.Behind.Reason, BehindHost: st.Behind.Group,
+		DueRate: st.Behind.Due, AchievedRate: st.Behind.Done, Skipped: st.Skipped,
+		PlannedWeight: planned}
+	if countLoops {
+		ps.LeasesHeld, ps.Backoff = st.Held, st.Backoff
+	}
+	return ps
+}

@@ -1,11 +1,8 @@
 package poller
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"k8s.io/utils/clock"
 
 	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/fleet"
@@ -17,28 +14,6 @@ import (
 // The Coordinator's state, by owner: what other goroutines tell the main
 // loop (news), what the worker reports about itself (health), and what the
 // main loop alone reads and writes (view, claims).
-
-// news is what the heartbeat, subscription and lease goroutines tell the
-// main loop; each field is safe for concurrent use.
-type news struct {
-	kick       chan struct{} // asks the main loop for a round; capacity 1
-	peerNews   atomic.Bool   // a peer joined or left since membership was last read
-	releasedMu sync.Mutex
-	releasedBy map[string]struct{} // peers that announced a release or leave since the last round
-}
-
-// health is what the worker reports about itself; atomics, read by Ready,
-// Status and the metrics from any goroutine.
-type health struct {
-	redisOK         atomic.Bool
-	heartbeatAt     atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
-	redisFull       atomic.Bool  // the last heartbeat found Redis over maxmemory (nodes.Registry.OverMaxmemory)
-	evictionWarning atomic.Bool  // Redis runs an evicting maxmemory-policy
-	shareTaken      atomic.Bool  // held its planned share once since start (or readyBound passed)
-	pollPanics      atomic.Int64
-	pollErrors      atomic.Int64
-	polls           atomic.Int64
-}
 
 // view is the worker's picture of the fleet and the sessions, refreshed
 // from Redis each round (refresh) and read by the rest of the round. Owned
@@ -65,29 +40,6 @@ type view struct {
 	// again when no bucket read of the round covered them.
 	staleHeld  map[int]struct{}
 	recheckAll bool
-}
-
-// claims is the main loop's bookkeeping of sessions it could not simply
-// acquire or keep: those another worker held (contended), orphans and the
-// watch for them, sessions held back from a handoff, and the timers that
-// ask for a round when one of these is due. Owned by the main loop.
-type claims struct {
-	contended        map[string]contention // sessions another worker held at the last try
-	orphanSince      map[string]time.Time  // owned sessions taken as orphans
-	pendingOrphans   map[string]time.Time  // watched sessions first seen without a lease
-	lastOrphan       time.Time
-	watchFrom        time.Time // no orphan watch before then (set at the first round)
-	orphanWatchUntil time.Time // scan at full rate until then
-	settleAt         time.Time // a session held back from a handoff may move then (settled)
-	retryTimer       clock.Timer
-	retryAt          time.Time // when retryTimer fires
-	expiryTimer      clock.Timer
-}
-
-// contention is what an acquire learned of a session another worker held.
-type contention struct {
-	holder string    // its holder id
-	until  time.Time // when its lease expires unless renewed (local clock)
 }
 
 // bucket is what the worker knows of one index bucket.

@@ -1,0 +1,57 @@
+package poller
+
+import (
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
+)
+
+// health is what the worker reports about itself; atomics, written by the
+// main loop and the background loops, read by Ready, Status and the
+// metrics from any goroutine.
+type health struct {
+	redisOK         atomic.Bool
+	heartbeatAt     atomic.Int64 // clock time (UnixNano) of the last successful heartbeat
+	redisFull       atomic.Bool  // the last heartbeat found Redis over maxmemory (nodes.Registry.OverMaxmemory)
+	evictionWarning atomic.Bool  // Redis runs an evicting maxmemory-policy
+	shareTaken      atomic.Bool  // held its planned share once since start (or readyBound passed)
+	pollPanics      atomic.Int64
+	pollErrors      atomic.Int64
+	polls           atomic.Int64
+
+	// What isLive and redisFailed use: set by newHealth, never changed.
+	clock clock.WithTickerAndDelayedExecution
+	fresh time.Duration // how long a heartbeat counts: HeartbeatTTL - DriftMargin
+	obs   Observer
+	log   *zap.Logger
+}
+
+// newHealth returns the health of a worker whose heartbeats count for
+// fresh on clk, reporting Redis failures to obs and log.
+func newHealth(clk clock.WithTickerAndDelayedExecution, fresh time.Duration, obs Observer, log *zap.Logger) *health {
+	return &health{clock: clk, fresh: fresh, obs: obs, log: log}
+}
+
+// isLive reports whether the worker holds a fresh heartbeat and reached
+// Redis on its last attempt, and Redis has room (noteMemoryPressure):
+// what it needs to take sessions.
+func (h *health) isLive() bool {
+	if !h.redisOK.Load() || h.redisFull.Load() {
+		return false
+	}
+	at := h.heartbeatAt.Load()
+	if at == 0 {
+		return false
+	}
+	return h.clock.Since(time.Unix(0, at)) < h.fresh
+}
+
+// redisFailed records a Redis read of the round that failed: op names it
+// to the Observer ("members", "sessions"), what in the log.
+func (h *health) redisFailed(op, what string, err error) {
+	h.redisOK.Store(false)
+	h.obs.RedisError(op)
+	h.log.Warn(what+" failed", zap.Error(err))
+}
