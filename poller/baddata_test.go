@@ -80,7 +80,7 @@ func TestStatefulCorruptStateIsPolledAsNeverSaved(t *testing.T) {
 func TestNoteStateOncePerSessionAndProblem(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	obs := &badDataObserver{}
-	c := &Coordinator{bad: badData{obs: obs, log: zap.New(core)}}
+	c := &turns{bad: &badData{obs: obs, log: zap.New(core)}}
 	steps := []struct {
 		session, problem string
 		wantLogs         int
@@ -138,7 +138,7 @@ func TestJunkMembersTakeNoSessions(t *testing.T) {
 func TestNoteJunkOnceSeenTwice(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	obs := &badDataObserver{}
-	c := &Coordinator{bad: badData{obs: obs, log: zap.New(core)}}
+	c := &turns{bad: &badData{obs: obs, log: zap.New(core)}}
 	j := func(ms ...string) []nodes.Junk {
 		var out []nodes.Junk
 		for _, m := range ms {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/session"
 )
@@ -33,66 +34,66 @@ const maxLoadPerRound = 20_000
 // this worker needs (at most maxLoadPerRound definitions per round; a
 // round that stops short asks for another). It reports false when Redis
 // could not be read.
-func (c *Coordinator) refresh(ctx context.Context, full bool) bool {
-	rctx, cancel := c.requestCtx(ctx)
+func (v *view) refresh(ctx context.Context, full bool) bool {
+	rctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
-	c.news.peerNews.Store(false) // news from now on asks for another round
-	membersChanged, ok := c.readMembers(rctx, full)
+	v.news.peerNews.Store(false) // news from now on asks for another round
+	membersChanged, ok := v.readMembers(rctx, full)
 	if !ok {
 		return false
 	}
-	if d, ok := c.view.members.NextExpiry(); ok {
-		c.claims.scheduleExpiry(d + 2*retrySlack)
+	if d, ok := v.members.NextExpiry(); ok {
+		v.claims.scheduleExpiry(d + 2*retrySlack)
 	}
-	sizesChanged, ok := c.applyChanges(rctx)
+	sizesChanged, ok := v.applyChanges(rctx)
 	if !ok {
 		return false
 	}
 	if membersChanged || sizesChanged {
-		c.assignBuckets()
-		c.view.sweepAll = true
+		v.assignBuckets()
+		v.sweepAll = true
 	}
-	return c.loadBuckets(ctx) && c.recheckHeld(ctx)
+	return v.loadBuckets(ctx) && v.recheckHeld(ctx)
 }
 
 // readMembers reads the membership and, for a new one or in a full round,
 // the members' weights and labels, and builds the fleet anew when they
 // changed; changed asks for a new plan.
-func (c *Coordinator) readMembers(ctx context.Context, full bool) (changed, ok bool) {
-	m, err := c.registry.Members(ctx)
+func (v *view) readMembers(ctx context.Context, full bool) (changed, ok bool) {
+	m, err := v.registry.Members(ctx)
 	if err != nil {
-		c.health.redisFailed("members", "discovery", err)
+		v.health.redisFailed("members", "discovery", err)
 		return false, false
 	}
-	c.bad.noteJunk(c.view.members.Junk, m.Junk)
-	changed = m.Version != c.view.members.Version || c.view.fleet == nil
-	c.view.membersChanged = c.view.membersChanged || changed
-	c.view.members = m
+	v.bad.noteJunk(v.members.Junk, m.Junk)
+	changed = m.Version != v.members.Version || v.fleet == nil
+	v.membersChanged = v.membersChanged || changed
+	v.members = m
 	if changed {
-		c.claims.watchOrphans()
-		c.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
+		v.claims.watchOrphans()
+		v.log.Info("membership changed", zap.Strings("nodes", m.Nodes), zap.Uint64("version", m.Version))
 	}
 	// The members' weights and labels, from their heartbeats: read for each
 	// new membership (until a read succeeds), and in every full round (a
 	// worker restarted at once under the same id, with other flags, or one
 	// shedding load, changes no membership).
-	if full || m.Version != c.view.weighing.readVersion {
-		infos, err := c.registry.Get(ctx, m.Placeable()...)
+	if full || m.Version != v.weighing.readVersion {
+		infos, err := v.registry.Get(ctx, m.Placeable()...)
 		if err != nil {
-			c.health.redisFailed("members", "discovery", err)
+			v.health.redisFailed("members", "discovery", err)
 			return false, false
 		}
-		c.view.weighing.readVersion = m.Version
-		c.view.weighing.members = fleet.WeighMembers(m.Placeable(), infos) // cordoned workers take nothing
+		v.weighing.readVersion = m.Version
+		v.weighing.members = fleet.WeighMembers(m.Placeable(), infos) // cordoned workers take nothing
 	}
-	ms, key := c.view.weighing.members, c.view.weighing.members.Key()
-	if key != c.view.weighing.fleetKey || c.view.fleet == nil {
-		f, err := c.view.weighing.planner.Fleet(ms, fleet.Selector{})
+	ms, key := v.weighing.members, v.weighing.members.Key()
+	if key != v.weighing.fleetKey || v.fleet == nil {
+		f, err := v.weighing.planner.Fleet(ms, fleet.Selector{})
 		if err != nil { // WeighMembers makes only valid weights
-			c.log.Error("planner refused the fleet", zap.Error(err))
+			v.log.Error("planner refused the fleet", zap.Error(err))
 			return false, false
 		}
-		c.view.fleet, c.view.weighing.fleetKey = f, key
+		v.fleet, v.weighing.fleetKey = f, key
 		changed = true // a new fleet: plan again
 	}
 	return changed, true
@@ -101,56 +102,56 @@ func (c *Coordinator) readMembers(ctx context.Context, full bool) (changed, ok b
 // applyChanges marks the buckets changed since the last round for reading
 // and updates the bucket sizes and loads; sizesChanged asks for a new
 // assignment (what the plan weighs changed).
-func (c *Coordinator) applyChanges(ctx context.Context) (sizesChanged, ok bool) {
-	if c.view.synced {
-		changed, rev, reset, err := c.store.Changes(ctx, c.view.seenRev)
+func (v *view) applyChanges(ctx context.Context) (sizesChanged, ok bool) {
+	if v.synced {
+		changed, rev, reset, err := v.store.Changes(ctx, v.seenRev)
 		if err != nil {
-			c.health.redisFailed("sessions", "session read", err)
+			v.health.redisFailed("sessions", "session read", err)
 			return false, false
 		}
-		if len(changed) > 0 && changed[0].Complete != c.view.weighing.complete {
+		if len(changed) > 0 && changed[0].Complete != v.weighing.complete {
 			reset = true // the loads were rebuilt: read them all
-			c.log.Info("session loads complete: planning by poll load", zap.Bool("complete", changed[0].Complete))
+			v.log.Info("session loads complete: planning by poll load", zap.Bool("complete", changed[0].Complete))
 		}
 		if !reset {
-			sizesChanged = c.view.applyChanged(changed, len(c.held) > 0)
+			sizesChanged = v.applyChanged(changed, len(v.held) > 0)
 			if len(changed) > 0 {
-				c.claims.watchOrphans()
+				v.claims.watchOrphans()
 			}
-			c.view.seenRev = rev
+			v.seenRev = rev
 			return sizesChanged, true
 		}
-		if rev < c.view.seenRev {
-			c.log.Warn("session change record lost; rereading every bucket", zap.Int64("seen", c.view.seenRev), zap.Int64("now", rev))
+		if rev < v.seenRev {
+			v.log.Warn("session change record lost; rereading every bucket", zap.Int64("seen", v.seenRev), zap.Int64("now", rev))
 		}
 	}
-	w, err := c.store.Weights(ctx)
+	w, err := v.store.Weights(ctx)
 	if err != nil {
-		c.health.redisFailed("sessions", "session read", err)
+		v.health.redisFailed("sessions", "session read", err)
 		return false, false
 	}
 	if !w.Complete && w.Rev > 0 { // an index never written has nothing to count
-		c.log.Info("session loads incomplete (an index written before loads were kept): planning by session counts; `pollworker sessions reweigh` counts them")
+		v.log.Info("session loads incomplete (an index written before loads were kept): planning by session counts; `pollworker sessions reweigh` counts them")
 	}
-	c.view.resetWeights(w)
-	c.unloadAll()
+	v.resetWeights(w)
+	v.unloadAll()
 	return true, true
 }
 
-func (c *Coordinator) unloadAll() {
-	for _, st := range c.view.buckets {
+func (v *view) unloadAll() {
+	for _, st := range v.buckets {
 		st.loaded = false
 	}
-	c.claims.watchOrphans()
+	v.claims.watchOrphans()
 }
 
 // plannable is the bucket weights the plan is computed from: the loads
 // when the writers' loads are complete, else the sizes.
-func (c *Coordinator) plannable() []int {
-	if c.view.weighing.complete {
-		return c.view.weighing.loads
+func (v *view) plannable() []int {
+	if v.weighing.complete {
+		return v.weighing.loads
 	}
-	return c.view.sizes
+	return v.sizes
 }
 
 // planSpaces plans the units of every selector this worker matches (each
@@ -158,19 +159,19 @@ func (c *Coordinator) plannable() []int {
 // only what it must, one of another zone nothing) and the default space,
 // and counts the active sessions of the selectors no placeable member
 // matches (fleet.Planner.Place).
-func (c *Coordinator) planSpaces() bool {
-	w := &c.view.weighing
-	mine := nodes.Labels(c.cfg.Labels)
-	pl, err := w.planner.Place(w.members, c.plannable(), w.spaces, func(sel fleet.Selector) bool { return sel.Matches(mine) })
+func (v *view) planSpaces() bool {
+	w := &v.weighing
+	mine := nodes.Labels(v.labels)
+	pl, err := w.planner.Place(w.members, v.plannable(), w.spaces, func(sel fleet.Selector) bool { return sel.Matches(mine) })
 	if err != nil { // WeighMembers makes only valid weights
-		c.log.Error("planner refused the fleet", zap.Error(err))
+		v.log.Error("planner refused the fleet", zap.Error(err))
 		return false
 	}
 	w.placement = pl
-	c.view.plan = pl.Default
+	v.plan = pl.Default
 	unplaceable := pl.Unplaceable()
 	if old := w.unplaceable.Swap(int64(unplaceable)); old != int64(unplaceable) && unplaceable > 0 {
-		c.log.Warn("sessions with a selector that no live worker matches are polled by nobody", zap.Int("sessions", unplaceable))
+		v.log.Warn("sessions with a selector that no live worker matches are polled by nobody", zap.Int("sessions", unplaceable))
 	}
 	return true
 }
@@ -179,19 +180,19 @@ func (c *Coordinator) planSpaces() bool {
 // and decides which buckets this worker reads: those assigned to it, with
 // definitions, and those it watches for orphans (it is the best ranked
 // after their owner), ids only.
-func (c *Coordinator) assignBuckets() {
-	if !c.planSpaces() {
+func (v *view) assignBuckets() {
+	if !v.planSpaces() {
 		return
 	}
-	me := c.cfg.ID
+	me := v.me
 	want := make(map[int]bool) // bucket -> assigned
-	if c.view.members.Contains(me) {
-		want = c.view.weighing.placement.Buckets(me)
+	if v.members.Contains(me) {
+		want = v.weighing.placement.Buckets(me)
 	}
-	for b, st := range c.view.buckets {
+	for b, st := range v.buckets {
 		assigned, ok := want[b]
 		if !ok {
-			c.dropBucket(b, st)
+			v.dropBucket(b, st)
 			continue
 		}
 		if assigned && !st.assigned {
@@ -201,23 +202,23 @@ func (c *Coordinator) assignBuckets() {
 	}
 	var polled map[int][]string // bucket -> sessions polled here, for new records
 	for b, assigned := range want {
-		if _, ok := c.view.buckets[b]; !ok {
+		if _, ok := v.buckets[b]; !ok {
 			if polled == nil {
-				polled = c.polledByBucket()
+				polled = v.polledByBucket()
 			}
 			// A new record starts from the sessions polled here, so that
 			// the first read of the bucket stops those no longer in it
 			// (the record of an earlier assignment may have been dropped,
 			// say while this worker was briefly not a member).
-			c.view.buckets[b] = &bucket{assigned: assigned, ids: polled[b]}
+			v.buckets[b] = &bucket{assigned: assigned, ids: polled[b]}
 		}
 	}
 }
 
 // polledByBucket returns the sessions polled here, by bucket.
-func (c *Coordinator) polledByBucket() map[int][]string {
+func (v *view) polledByBucket() map[int][]string {
 	out := make(map[int][]string)
-	for id := range c.held {
+	for id := range v.held {
 		b := keyspace.BucketOf(id)
 		out[b] = append(out[b], id)
 	}
@@ -226,24 +227,24 @@ func (c *Coordinator) polledByBucket() map[int][]string {
 
 // dropBucket forgets a bucket that this worker no longer reads; the
 // definitions of sessions it still polls are kept until they stop
-// (reapLoops forgets them then).
-func (c *Coordinator) dropBucket(b int, st *bucket) {
+// (holder.reap forgets them then).
+func (v *view) dropBucket(b int, st *bucket) {
 	for _, id := range st.ids {
-		if _, running := c.held[id]; !running {
-			delete(c.view.sessions, id)
+		if _, running := v.held[id]; !running {
+			delete(v.sessions, id)
 		}
 	}
-	delete(c.view.buckets, b)
+	delete(v.buckets, b)
 }
 
 // loadBuckets reads the buckets marked for reading, assigned ones first
 // (watched ones only once the orphan watch has begun), in chunks. It stops
 // after maxLoadPerRound definitions, or when a peer joins or leaves, and
 // asks for another round. Progress is kept chunk by chunk.
-func (c *Coordinator) loadBuckets(ctx context.Context) bool {
+func (v *view) loadBuckets(ctx context.Context) bool {
 	var todo []int
-	watching := !c.cfg.Clock.Now().Before(c.claims.watchFrom)
-	for b, st := range c.view.buckets {
+	watching := !v.clock.Now().Before(v.claims.watchFrom)
+	for b, st := range v.buckets {
 		if !st.loaded && (st.assigned || watching) {
 			todo = append(todo, b)
 		}
@@ -251,7 +252,7 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 	if len(todo) == 0 {
 		return true
 	}
-	sortBuckets(todo, c.view.buckets) // assigned first
+	sortBuckets(todo, v.buckets) // assigned first
 	defs := 0
 	for len(todo) > 0 {
 		// Stop after maxLoadPerRound definitions, or when a peer joined or
@@ -259,13 +260,13 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 		// the buckets only watched once definitions were read (this round
 		// acquires those sessions first: after a peer left, they are its
 		// sessions, due now); the next round goes on from here.
-		if defs >= maxLoadPerRound || (defs > 0 && (c.news.peerNews.Load() || !c.view.buckets[todo[0]].assigned)) {
-			c.news.trigger()
+		if defs >= maxLoadPerRound || (defs > 0 && (v.news.peerNews.Load() || !v.buckets[todo[0]].assigned)) {
+			v.news.trigger()
 			return true
 		}
-		n := c.loadChunkLen(todo)
-		if err := c.loadChunk(ctx, todo[:n], &defs); err != nil {
-			c.health.redisFailed("sessions", "session read", err)
+		n := v.loadChunkLen(todo)
+		if err := v.loadChunk(ctx, todo[:n], &defs); err != nil {
+			v.health.redisFailed("sessions", "session read", err)
 			return false
 		}
 		todo = todo[n:]
@@ -279,12 +280,12 @@ func (c *Coordinator) loadBuckets(ctx context.Context) bool {
 // Small reads let a join or leave interrupt a stale plan soon; a few
 // thousand sessions spread over the 16,384 buckets leave most buckets
 // with one session or none, so the bucket bound ends most reads.
-func (c *Coordinator) loadChunkLen(bs []int) int {
+func (v *view) loadChunkLen(bs []int) int {
 	const maxBuckets = session.PipelineLen
 	n, sessions := 0, 0
-	for n < len(bs) && n < maxBuckets && (n == 0 || sessions < loadChunkSessions && c.view.buckets[bs[n]].assigned == c.view.buckets[bs[0]].assigned) {
-		if c.view.sizes != nil {
-			sessions += c.view.sizes[bs[n]]
+	for n < len(bs) && n < maxBuckets && (n == 0 || sessions < loadChunkSessions && v.buckets[bs[n]].assigned == v.buckets[bs[0]].assigned) {
+		if v.sizes != nil {
+			sessions += v.sizes[bs[n]]
 		}
 		n++
 	}
@@ -296,22 +297,22 @@ const loadChunkSessions = 2000
 
 // loadChunk reads the ids of some buckets, then the definitions of the
 // sessions of the assigned ones and of those polled here.
-func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error {
-	rctx, cancel := context.WithTimeout(ctx, max(c.cfg.RequestTimeout, 2*time.Second))
+func (v *view) loadChunk(ctx context.Context, bs []int, defs *int) error {
+	rctx, cancel := context.WithTimeout(ctx, max(v.timeout, 2*time.Second))
 	defer cancel()
-	perBucket, err := c.store.BucketIDs(rctx, bs)
+	perBucket, err := v.store.BucketIDs(rctx, bs)
 	if err != nil {
 		return err
 	}
 	var fetch []string
 	for i, b := range bs {
 		for _, id := range perBucket[i] {
-			if _, running := c.held[id]; running || c.view.buckets[b].assigned {
+			if _, running := v.held[id]; running || v.buckets[b].assigned {
 				fetch = append(fetch, id)
 			}
 		}
 	}
-	sessions, problems, err := c.loader.Fetch(rctx, fetch)
+	sessions, problems, err := v.loader.Fetch(rctx, fetch)
 	if err != nil {
 		return err
 	}
@@ -321,19 +322,19 @@ func (c *Coordinator) loadChunk(ctx context.Context, bs []int, defs *int) error 
 		bad[keyspace.BucketOf(p.ID)]++
 	}
 	for i, b := range bs {
-		st := c.view.buckets[b]
+		st := v.buckets[b]
 		for _, id := range st.ids {
-			if _, known := c.view.sessions[id]; known {
-				delete(c.view.sessions, id)
-				c.touch(id)
+			if _, known := v.sessions[id]; known {
+				delete(v.sessions, id)
+				v.touch(id)
 			}
 		}
 		st.ids, st.loaded, st.malformed = perBucket[i], true, bad[b]
 	}
 	for _, s := range sessions {
-		c.touch(s.ID)
+		v.touch(s.ID)
 		if !s.Paused {
-			c.view.sessions[s.ID] = c.definition(s)
+			v.sessions[s.ID] = v.definition(s)
 		}
 	}
 	return nil
@@ -359,26 +360,26 @@ func sortBuckets(bs []int, st map[int]*bucket) {
 // then). Every held session thus sees a pause, a removal or a new
 // definition in the round that reads its change, wherever its bucket went.
 // It reports false when Redis could not be read (the buckets stay stale).
-func (c *Coordinator) recheckHeld(ctx context.Context) bool {
-	if len(c.view.staleHeld) == 0 && !c.view.recheckAll {
+func (v *view) recheckHeld(ctx context.Context) bool {
+	if len(v.staleHeld) == 0 && !v.recheckAll {
 		return true
 	}
-	ids := heldToRecheck(c.held, c.view.staleHeld, c.view.recheckAll, func(b int) bool {
-		st, ok := c.view.buckets[b]
+	ids := heldToRecheck(v.held, v.staleHeld, v.recheckAll, func(b int) bool {
+		st, ok := v.buckets[b]
 		return ok && st.loaded
 	})
 	if len(ids) > 0 {
-		rctx, cancel := c.requestCtx(ctx)
-		sessions, _, err := c.loader.Fetch(rctx, ids)
+		rctx, cancel := context.WithTimeout(ctx, v.timeout)
+		sessions, _, err := v.loader.Fetch(rctx, ids)
 		cancel()
 		if err != nil {
-			c.health.redisFailed("sessions", "session read", err)
+			v.health.redisFailed("sessions", "session read", err)
 			return false
 		}
-		c.redefine(ids, sessions)
+		v.redefine(ids, sessions)
 	}
-	clear(c.view.staleHeld)
-	c.view.recheckAll = false
+	clear(v.staleHeld)
+	v.recheckAll = false
 	return true
 }
 
@@ -401,14 +402,161 @@ func heldToRecheck[W any](held map[string]W, stale map[int]struct{}, all bool, l
 // ones among them): an active one replaces the one kept, one paused,
 // missing or malformed is dropped; each is looked at again this round
 // (decide stops, restarts or keeps its loop).
-func (c *Coordinator) redefine(ids []string, sessions []session.Session) {
+func (v *view) redefine(ids []string, sessions []session.Session) {
 	for _, id := range ids {
-		delete(c.view.sessions, id)
-		c.touch(id)
+		delete(v.sessions, id)
+		v.touch(id)
 	}
 	for _, s := range sessions {
 		if !s.Paused {
-			c.view.sessions[s.ID] = c.definition(s)
+			v.sessions[s.ID] = v.definition(s)
 		}
 	}
+}
+
+// touch marks a session for the next round to look at.
+func (v *view) touch(id string) { v.touched[id] = struct{}{} }
+
+// matches reports whether this worker may poll s: its labels match the
+// session's selector.
+func (v *view) matches(s session.Session) bool {
+	return fleet.SelectorOf(s).Matches(v.labels)
+}
+
+// onlyMatching returns the ids whose known definition this worker
+// matches (defence in depth: the plan never gives a worker a session it
+// does not match).
+func (v *view) onlyMatching(ids []string) []string {
+	out := ids[:0:0]
+	for _, id := range ids {
+		if s, ok := v.sessions[id]; ok && !v.matches(*s) {
+			v.log.Warn("not acquiring a session whose selector this worker does not match", zap.String("session", id), zap.String("selector", s.Selector))
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// isUnmatched reports whether id was found, in a watched bucket, to have
+// a selector this worker does not match.
+func (v *view) isUnmatched(id string) bool {
+	_, ok := v.weighing.unmatched[id]
+	return ok
+}
+
+// ownerOf returns the preferred live worker of a session, "" with no live
+// worker (or, for a session with a selector, none that matches it or when
+// this worker does not match it: it plans only the selectors it matches).
+func (v *view) ownerOf(id string) string {
+	sel := fleet.Selector{}
+	if s, ok := v.sessions[id]; ok && s.Selector != "" {
+		sel = fleet.SelectorOf(*s)
+	}
+	p, ok := v.weighing.placement.Planned(sel)
+	if !ok || p == nil {
+		return ""
+	}
+	return p.OwnerOf(id)
+}
+
+// definition returns s to keep in view.sessions: the definition its
+// worker polls with when that is the same, so that the two share one copy,
+// else a new one.
+func (v *view) definition(s session.Session) *session.Session {
+	if h := v.held[s.ID]; h != nil && sameSession(s, *h.sess) {
+		return h.sess
+	}
+	return &s
+}
+
+// malformedCount counts the malformed entries of the assigned buckets.
+func (v *view) malformedCount() int {
+	n := 0
+	for _, st := range v.buckets {
+		if st.assigned {
+			n += st.malformed
+		}
+	}
+	return n
+}
+
+// confirmDefinitions makes the sessions just acquired (results) start
+// from definitions at least as new as the change that let them go: a
+// holder releases a session as soon as it learns of its pause or removal,
+// and the lease can reach this worker before its view, read earlier in the
+// round, has that change. It reads the changes since the view's revision
+// (one round trip, a short reply when nothing changed) and, for the
+// acquired sessions whose bucket changed, their definitions (redefine).
+// When that cannot be read, their definitions are dropped, so that
+// acquired releases their leases, and their buckets read again.
+func (v *view) confirmDefinitions(ctx context.Context, results []lease.Result) {
+	var got []string
+	for _, r := range results {
+		if _, running := v.held[r.Session]; r.Lease != nil && !running && r.Lease.State() == lease.Held {
+			got = append(got, r.Session)
+		}
+	}
+	if len(got) == 0 || !v.synced {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, v.timeout)
+	defer cancel()
+	changed, _, reset, err := v.store.Changes(rctx, v.seenRev)
+	recheck := got
+	if err == nil && !reset {
+		recheck = inChangedBuckets(got, changed)
+	}
+	if len(recheck) == 0 {
+		return
+	}
+	var sessions []session.Session
+	if err == nil {
+		sessions, _, err = v.loader.Fetch(rctx, recheck)
+	}
+	if err != nil {
+		v.health.redisFailed("sessions", "session read", err)
+		for _, id := range recheck {
+			delete(v.sessions, id)
+			v.touch(id)
+			if st, ok := v.buckets[keyspace.BucketOf(id)]; ok {
+				st.loaded = false
+			}
+		}
+		return
+	}
+	v.redefine(recheck, sessions)
+}
+
+// inChangedBuckets returns the ids (in order) whose bucket is among the
+// changed ones.
+func inChangedBuckets(ids []string, changed []session.BucketSize) []string {
+	buckets := make(map[int]struct{}, len(changed))
+	for _, ch := range changed {
+		buckets[ch.Bucket] = struct{}{}
+	}
+	var out []string
+	for _, id := range ids {
+		if _, ok := buckets[keyspace.BucketOf(id)]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// watchList returns the sessions of the loaded watched buckets that this
+// worker does not poll.
+func (v *view) watchList() []string {
+	var watch []string
+	for _, st := range v.buckets {
+		if st.assigned || !st.loaded {
+			continue
+		}
+		for _, id := range st.ids {
+			if _, ok := v.held[id]; !ok && keyspace.ValidateID(id) == nil && !v.isUnmatched(id) {
+				watch = append(watch, id)
+			}
+		}
+	}
+	return watch
 }

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"time"
 
-	"github.com/pollworker/pollworker/nodes"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
+
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // heartbeat keeps this worker a member: its loop (run) heartbeats every

@@ -28,12 +28,12 @@ func newStepped(t *testing.T, client redis.UniversalClient, id string, p Poller)
 	cfg.HeartbeatInterval, cfg.OrphanGrace = 20*time.Second, time.Minute
 	c, err := New(cfg)
 	require.NoError(t, err)
-	require.NoError(t, c.registry.Heartbeat(context.Background()))
+	require.NoError(t, c.beat.registry.Heartbeat(context.Background()))
 	c.health.redisOK.Store(true)
 	c.health.heartbeatAt.Store(c.cfg.Clock.Now().UnixNano())
 	t.Cleanup(func() {
 		_ = c.drain()
-		c.sched.Close()
+		c.holder.sched.Close()
 		c.claims.stopTimers()
 	})
 	return c
@@ -65,8 +65,8 @@ func TestPausedSessionHeldOutsideItsBucketsStopsAtOnce(t *testing.T) {
 	rec := newRecorder()
 	c := newStepped(t, client, "w", rec.poller("w"))
 	c.round(ctx, true)
-	require.NotEmpty(t, c.held, "w holds its share")
-	share := slices.Sorted(keysOf(c.held))
+	require.NotEmpty(t, c.holder.held, "w holds its share")
+	share := slices.Sorted(keysOf(c.holder.held))
 
 	// Find a held session and a session to add that makes the balance
 	// bound move the held one's bucket to the ghost.
@@ -80,14 +80,14 @@ func TestPausedSessionHeldOutsideItsBucketsStopsAtOnce(t *testing.T) {
 	require.NotEmpty(t, held, "the test needs an addition that moves a held session's bucket")
 	require.NoError(t, store.PutMany(ctx, extra))
 	c.round(ctx, false)
-	require.Equal(t, "ghost", c.ownerOf(held), "the bound moved its bucket")
-	require.Contains(t, c.held, held, "held back for a lease TTL (settle rule)")
-	require.False(t, c.held[held].stopping)
+	require.Equal(t, "ghost", c.view.ownerOf(held), "the bound moved its bucket")
+	require.Contains(t, c.holder.held, held, "held back for a lease TTL (settle rule)")
+	require.False(t, c.holder.held[held].stopping)
 
 	require.NoError(t, store.Pause(ctx, held))
 	c.round(ctx, false) // the round the change's announcement asks for
-	require.Equal(t, "ghost", c.ownerOf(held), "its bucket stays with the ghost")
-	if w, ok := c.held[held]; ok {
+	require.Equal(t, "ghost", c.view.ownerOf(held), "its bucket stays with the ghost")
+	if w, ok := c.holder.held[held]; ok {
 		require.True(t, w.stopping, "the paused session's loop is stopped in the round that read the pause")
 	}
 	require.Eventually(t, func() bool {
@@ -136,7 +136,7 @@ func balanceMove(c *Coordinator, held string) ([]session.Session, bool) {
 		}
 		tried++
 		for n := 1; n <= 3; n++ {
-			weights := slices.Clone(c.plannable())
+			weights := slices.Clone(c.view.plannable())
 			weights[b] += weight(heavy)
 			weights[b2] += n * weight(heavy)
 			if !elsewhere(weights) {
@@ -190,20 +190,20 @@ func TestAcquiredSessionPausedMeanwhileIsNotPolled(t *testing.T) {
 	c := newStepped(t, client, "w", rec.poller("w"))
 	// The round's view is read before the pause ...
 	c.claims.startRound()
-	require.True(t, c.refresh(ctx, true))
+	require.True(t, c.view.refresh(ctx, true))
 	require.Contains(t, c.view.sessions, paused)
 	// ... the peer learns of the pause and hands the session off ...
 	require.NoError(t, store.Pause(ctx, paused))
 	require.NoError(t, peer.Release(ctx, held))
 	// ... and the round acquires what it wants.
-	want := decide(c.world(true), c.claims, c.held, c.cfg.Clock.Now()).acquire
+	want := decide(c.world(true), c.claims, c.holder.held, c.cfg.Clock.Now()).acquire
 	require.Contains(t, want, paused)
-	c.takeLeases(ctx, want, false)
+	c.holder.take(ctx, want, false)
 
-	require.NotContains(t, c.held, paused, "a session paused before it was acquired is not polled")
+	require.NotContains(t, c.holder.held, paused, "a session paused before it was acquired is not polled")
 	require.Empty(t, owners(t, client, []string{paused}), "its lease is given back at once")
 	for _, id := range ids[1:] {
-		require.Contains(t, c.held, id, "the active ones are polled")
+		require.Contains(t, c.holder.held, id, "the active ones are polled")
 	}
 	require.Zero(t, rec.polled(paused))
 	rec.check(t)
@@ -228,10 +228,10 @@ func TestReaddedSessionIgnoresTheRemovedOnesBackoff(t *testing.T) {
 	rec := newRecorder()
 	c := newStepped(t, client, "w", rec.poller("w"))
 	c.round(ctx, true)
-	h := c.held[id]
+	h := c.holder.held[id]
 	require.NotNil(t, h)
 	w := h.loop
-	require.Less(t, c.sched.DueOf(w).Sub(w.lease.Acquired()), 10*time.Second,
+	require.Less(t, c.holder.sched.DueOf(w).Sub(w.lease.Acquired()), 10*time.Second,
 		"the first poll comes within the new definition's first interval, not on the removed one's backoff (a minute)")
 	require.Eventually(t, func() bool { return rec.polled(id) > 0 }, 10*time.Second, 10*time.Millisecond)
 }

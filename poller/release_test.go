@@ -44,7 +44,7 @@ func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("s%04d", i)
 	}
-	got := c.leases.Acquire(context.Background(), ids)
+	got := c.holder.leases.Acquire(context.Background(), ids)
 	now := time.Now()
 	hs := make([]lease.Handoff, n)
 	for i, r := range got {
@@ -61,7 +61,7 @@ func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
 	_, err = sub.Receive(context.Background())
 	require.NoError(t, err)
 
-	count, err := c.release(context.Background(), hs, 5*time.Second)
+	count, err := c.holder.release(context.Background(), hs, 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, n, count)
 	require.Equal(t, ids, released, "soonest due first")
@@ -118,14 +118,14 @@ func TestLoadReadsAssignedBucketsFirst(t *testing.T) {
 	}
 	drainKick()
 
-	require.True(t, c.loadBuckets(context.Background()))
+	require.True(t, c.view.loadBuckets(context.Background()))
 	a, w := loaded()
 	require.Positive(t, a)
 	require.Zero(t, w, "the watched buckets wait for the next round")
 	require.True(t, drainKick(), "another round is asked for")
 	require.NotEmpty(t, c.view.sessions)
 
-	require.True(t, c.loadBuckets(context.Background()))
+	require.True(t, c.view.loadBuckets(context.Background()))
 	a2, w2 := loaded()
 	require.Equal(t, a, a2)
 	require.Equal(t, len(c.view.buckets)-a, w2, "the next round reads the rest")

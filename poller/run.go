@@ -41,46 +41,62 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}
+	return assemble(cfg, reg, store)
+}
+
+// assemble makes the Coordinator's parts and wires them, each to the few
+// others it uses: the shared outlets (news, health, the announcer, bad
+// data), the reading (view), the bookkeeping (claims), the scheduler and
+// the turns it runs, the holder of the leases and loops, and the
+// background loops (heartbeat, renewer) and the reporter.
+func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinator, error) {
 	log := cfg.Logger.With(zap.String("instance", cfg.ID))
 	nw := newNews(cfg.Client, cfg.Keys, cfg.ID, log)
 	hl := newHealth(cfg.Clock, cfg.HeartbeatTTL-cfg.DriftMargin, cfg.Observer, log)
-	c := &Coordinator{
-		cfg:      cfg,
-		log:      log,
-		registry: reg,
-		store:    store,
-		loader:   session.NewLoader(store),
-		news:     nw,
-		health:   hl,
-		claims:   newClaims(cfg.Clock, nw.trigger, cfg.OrphanGrace),
-		bad:      badData{log: cfg.Logger.With(zap.String("instance", cfg.ID)), obs: cfg.Observer, keys: cfg.Keys},
-		view: view{
-			sessions:  make(map[string]*session.Session),
-			buckets:   make(map[int]*bucket),
-			touched:   make(map[string]struct{}),
-			staleHeld: make(map[int]struct{}),
-			weighing:  weighing{planner: fleet.NewPlanner(cfg.BalanceSlack)},
-		},
-		held: make(map[string]*hold),
+	announce := &announcer{client: cfg.Client, keys: cfg.Keys, me: cfg.ID, timeout: cfg.RequestTimeout, obs: cfg.Observer, log: log}
+	bad := &badData{log: log, obs: cfg.Observer, keys: cfg.Keys}
+	cl := newClaims(cfg.Clock, nw.trigger, cfg.OrphanGrace)
+	held := make(map[string]*hold)
+	v := &view{
+		me: cfg.ID, labels: cfg.Labels, clock: cfg.Clock, timeout: cfg.RequestTimeout, log: log,
+		registry: reg, store: store, loader: session.NewLoader(store), news: nw, health: hl, claims: cl, bad: bad, held: held,
+		sessions:  make(map[string]*session.Session),
+		buckets:   make(map[int]*bucket),
+		touched:   make(map[string]struct{}),
+		staleHeld: make(map[int]struct{}),
+		weighing:  weighing{planner: fleet.NewPlanner(cfg.BalanceSlack)},
 	}
-	sc := schedConfig{Clock: cfg.Clock, Turn: c.turn, Wake: nw.trigger, Align: spreadStep,
+	tn := &turns{poller: cfg.Poller, states: cfg.StateStore, clock: cfg.Clock, timeout: cfg.RequestTimeout,
+		tracing: cfg.tracing, obs: cfg.Observer, log: log, health: hl, bad: bad}
+	tn.stateful, _ = cfg.Poller.(StatefulPoller)
+	sc := schedConfig{Clock: cfg.Clock, Turn: tn.turn, Wake: nw.trigger, Align: spreadStep,
 		Limit: cfg.MaxPolls, MaxBackoff: cfg.MaxErrorBackoff, Pace: true, Slack: TimerSlack}
 	if gl, ok := cfg.Poller.(GroupLimiter); ok {
 		sc.GroupOf = func(s *session.Session) (string, int) { return gl.PollGroup(*s) }
 	}
-	c.sched = newScheduler(sc)
-	c.beat = &heartbeat{registry: reg, health: hl, news: nw, sched: c.sched,
-		announce: &announcer{client: cfg.Client, keys: cfg.Keys, me: cfg.ID, timeout: cfg.RequestTimeout, obs: cfg.Observer, log: log},
-		client:   cfg.Client, clock: cfg.Clock, interval: cfg.HeartbeatInterval, timeout: cfg.RequestTimeout,
-		leaseTTL: cfg.LeaseTTL, weight: cfg.Weight, keep: cfg.KeepWeightWhenBehind, log: log, obs: cfg.Observer}
-	c.leases, err = lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
+	sched := newScheduler(sc)
+	tn.sched = sched
+	c := &Coordinator{
+		cfg: cfg, log: log, news: nw, health: hl, view: v, claims: cl,
+		holder: &holder{held: held, sched: sched, turns: tn, view: v, claims: cl, news: nw, health: hl,
+			announce: announce, clock: cfg.Clock, timeout: cfg.RequestTimeout, log: log, obs: cfg.Observer},
+		beat: &heartbeat{registry: reg, health: hl, news: nw, sched: sched, announce: announce,
+			client: cfg.Client, clock: cfg.Clock, interval: cfg.HeartbeatInterval, timeout: cfg.RequestTimeout,
+			leaseTTL: cfg.LeaseTTL, weight: cfg.Weight, keep: cfg.KeepWeightWhenBehind, log: log, obs: cfg.Observer},
+		report: &reporter{health: hl, sched: sched, registry: reg, readyBound: cfg.LeaseTTL + 2*cfg.DiscoveryInterval,
+			maxPolls: cfg.MaxPolls, obs: cfg.Observer, log: log},
+	}
+	c.report.status.last.ID = cfg.ID
+	leases, err := lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize, LossQuarantine: cfg.LossQuarantine,
 		WaitReplicas: cfg.WaitReplicas,
 		Clock:        cfg.Clock, Logger: cfg.Logger, OnChange: c.onLeaseChange})
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}
-	c.status.last.ID = cfg.ID
+	c.holder.leases = leases
+	c.renew = &renewer{leases: leases, health: hl, news: nw, clock: cfg.Clock, interval: cfg.RenewInterval,
+		timeout: cfg.RequestTimeout, obs: cfg.Observer}
 	return c, nil
 }
 
@@ -106,7 +122,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	go func() { defer member.Done(); c.beat.run(memberCtx, c.run.stop) }()
 	go func() { defer member.Done(); c.news.subscribe(memberCtx) }()
 	renew.Add(1)
-	go func() { defer renew.Done(); c.renewLoop(renewCtx) }()
+	go func() { defer renew.Done(); c.renew.run(renewCtx) }()
 
 	c.mainLoop(ctx)
 
@@ -115,7 +131,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	err := c.drain()
 	stopRenew()
 	renew.Wait()
-	c.sched.Close()
+	c.holder.sched.Close()
 	c.claims.stopTimers()
 	if cause := context.Cause(ctx); errors.Is(cause, nodes.ErrDuplicateID) {
 		err = errors.Join(cause, err)
@@ -140,36 +156,6 @@ func (c *Coordinator) mainLoop(ctx context.Context) {
 	}
 }
 
-func (c *Coordinator) renewLoop(ctx context.Context) {
-	ticker := c.cfg.Clock.NewTicker(c.cfg.RenewInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C():
-		}
-		rctx, cancel := c.requestCtx(ctx)
-		rep := c.leases.RenewAll(rctx)
-		cancel()
-		if rep.Renewed+len(rep.Lost)+len(rep.Uncertain) > 0 {
-			c.cfg.Observer.RenewCycle(rep.RoundTrip, rep.Renewed, len(rep.Lost), len(rep.Uncertain))
-		}
-		if rep.Err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			c.health.redisOK.Store(false)
-			c.cfg.Observer.RedisError("renew")
-		} else if rep.Renewed > 0 {
-			c.health.redisOK.Store(true)
-		}
-		if len(rep.Lost) > 0 {
-			c.news.trigger()
-		}
-	}
-}
-
 func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 	var t EventType
 	switch {
@@ -185,7 +171,7 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 	case to == lease.Released:
 		t = EventReleased
 	}
-	c.sched.LeaseChanged(l, to)
+	c.holder.sched.LeaseChanged(l, to)
 	c.cfg.Observer.LeaseEvent(t, l.Reason())
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent(Event{Type: t, Session: l.Session(), Token: l.Token(), Reason: l.Reason(), At: c.cfg.Clock.Now()})
@@ -198,7 +184,7 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 // poll that outlives the drain costs only its own lease (left to expire),
 // never the release of the others or the leave.
 func (c *Coordinator) drain() error {
-	owned := len(c.held)
+	owned := len(c.holder.held)
 	// Leave first: the peers plan without this worker at once, so that
 	// no session released by another worker meanwhile is planned onto one
 	// that is going away; they take this worker's sessions as it releases
@@ -206,27 +192,27 @@ func (c *Coordinator) drain() error {
 	start := c.cfg.Clock.Now()
 	left := c.drainStep(c.beat.leave)
 	stopCtx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
-	stopped := c.stopAll(stopCtx)
+	stopped := c.holder.stopAll(stopCtx)
 	cancel()
 	stoppedAt := c.cfg.Clock.Now()
 	var errs []error
 	released := 0
 	if len(stopped) > 0 {
 		var err error
-		released, err = c.release(context.Background(), stopped, c.drainStepTimeout())
+		released, err = c.holder.release(context.Background(), stopped, c.drainStepTimeout())
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if n := len(c.held); n > 0 {
+	if n := len(c.holder.held); n > 0 {
 		// Their polls ignored the cancellation: the leases are left to
 		// expire in Redis, and given up here at once, so that no deadline
 		// timer of theirs fires after Run has returned.
 		stuck := make([]*lease.Lease, 0, n)
-		for _, h := range c.held {
+		for _, h := range c.holder.held {
 			stuck = append(stuck, h.loop.lease)
 		}
-		c.leases.Abandon(stuck...)
+		c.holder.leases.Abandon(stuck...)
 		errs = append(errs, fmt.Errorf("poller: drain timed out waiting for %d polls; their leases are left to expire", n))
 	}
 	if left != nil { // try once more

@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"context"
 	"time"
 
 	"github.com/pollworker/pollworker/schedule"
@@ -78,4 +79,15 @@ func (sl *slotLoop) next(now time.Time, cut bool) time.Time {
 		return now.Add(time.Second) // the turn did not get to decide (a failed state load): try again soon
 	}
 	return sl.wake
+}
+
+type slotKey struct{}
+
+// SlotOf returns the slot a poll runs for, when its session is scheduled:
+// the coordinator puts it in the poll's context. The built-in HTTP poller
+// sends it as X-Poll-Slot, so that a target can make each slot's effect
+// happen once.
+func SlotOf(ctx context.Context) (slot time.Time, ok bool) {
+	slot, ok = ctx.Value(slotKey{}).(time.Time)
+	return slot, ok
 }

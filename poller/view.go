@@ -4,6 +4,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
+
 	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
@@ -15,10 +18,28 @@ import (
 // loop (news), what the worker reports about itself (health), and what the
 // main loop alone reads and writes (view, claims).
 
-// view is the worker's picture of the fleet and the sessions, refreshed
-// from Redis each round (refresh) and read by the rest of the round. Owned
-// by the main loop.
+// view is the worker's read model: its picture of the fleet and the
+// sessions, and the reading that refreshes it from Redis each round
+// (refresh, buckets.go: membership, the change record, the buckets this
+// worker reads, the held sessions to recheck), read by the rest of the
+// round (ownerOf, the sessions). Owned by the main loop.
 type view struct {
+	// What it reads with: set by New, never changed.
+	me       string
+	labels   nodes.Labels // this worker's labels (selectors)
+	clock    clock.WithTickerAndDelayedExecution
+	timeout  time.Duration // Config.RequestTimeout
+	log      *zap.Logger
+	registry *nodes.Registry  // the membership and the members' infos
+	store    *session.Store   // the change record, sizes and loads, the buckets' ids
+	loader   *session.Loader  // the definitions
+	news     *news            // peer news stops a long read; a read that stops short asks for a round
+	health   *health          // a failed read is Redis unreachable
+	claims   *claims          // the orphan watch (its start, its rate) and the members' expiry timer
+	bad      *badData         // junk members, reported once
+	held     map[string]*hold // the sessions held (their loops'; the view only reads it)
+
+	// The picture.
 	members        nodes.Membership
 	fleet          *assign.Fleet               // the live members, ranked per bucket
 	plan           *assign.Plan                // where every bucket goes
@@ -32,8 +53,6 @@ type view struct {
 	touched        map[string]struct{}         // sessions whose standing may have changed since the last round
 	sweepAll       bool                        // the next round looks at every session (assignment changed)
 	wasMember      bool                        // member at the last round
-	memberSince    time.Time                   // first round as a member (readiness bound)
-	behind         PollStats                   // PollStats at the last change of Behind or its reason (logged)
 	// staleHeld are the buckets changed since the sessions polled here
 	// in them were last read, and recheckAll says every bucket may have
 	// (the change record was lost): recheckHeld reads those sessions

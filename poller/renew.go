@@ -1,0 +1,55 @@
+package poller
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/pollworker/pollworker/lease"
+)
+
+// renewer renews every held lease each RenewInterval, in one batched
+// round trip (lease.Manager.RenewAll), on its own goroutine until Run's
+// drain has released the leases. It writes health (Redis reachable) and
+// asks for a round when a lease was lost; its fields are set by New.
+type renewer struct {
+	leases   *lease.Manager
+	health   *health
+	news     *news
+	clock    clock.WithTickerAndDelayedExecution
+	interval time.Duration // Config.RenewInterval
+	timeout  time.Duration // Config.RequestTimeout
+	obs      Observer
+}
+
+// run renews until ctx is done.
+func (rn *renewer) run(ctx context.Context) {
+	ticker := rn.clock.NewTicker(rn.interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+		rctx, cancel := context.WithTimeout(ctx, rn.timeout)
+		rep := rn.leases.RenewAll(rctx)
+		cancel()
+		if rep.Renewed+len(rep.Lost)+len(rep.Uncertain) > 0 {
+			rn.obs.RenewCycle(rep.RoundTrip, rep.Renewed, len(rep.Lost), len(rep.Uncertain))
+		}
+		if rep.Err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			rn.health.redisOK.Store(false)
+			rn.obs.RedisError("renew")
+		} else if rep.Renewed > 0 {
+			rn.health.redisOK.Store(true)
+		}
+		if len(rep.Lost) > 0 {
+			rn.news.trigger()
+		}
+	}
+}
