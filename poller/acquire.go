@@ -19,7 +19,7 @@ const acquireChunk = 1000
 // or leaves meanwhile. A lease held by another worker is asked for again
 // when it would expire (a retry timer), or sooner if its holder announces
 // a release.
-func (ho *holder) take(ctx context.Context, ids []string, orphan bool) {
+func (ho *holdings) take(ctx context.Context, ids []string, orphan bool) {
 	ids = ho.view.onlyMatching(ids)
 	var out acquireOutcome
 	out.retry = -1
@@ -72,7 +72,7 @@ type acquireOutcome struct {
 // applyResult applies one acquire result, received at now (decideAcquired):
 // starts the poll loop of a new lease, or records the contention (or
 // quarantine) to try again when it ends.
-func (ho *holder) applyResult(r lease.Result, orphan bool, now time.Time, out *acquireOutcome) {
+func (ho *holdings) applyResult(r lease.Result, orphan bool, now time.Time, out *acquireOutcome) {
 	if r.Lease != nil {
 		delete(ho.claims.contended, r.Session)
 	}
@@ -113,7 +113,7 @@ func (ho *holder) applyResult(r lease.Result, orphan bool, now time.Time, out *a
 // OrphanGrace/2 only for a while after something changed (membership, the
 // sessions, a lost lease, a failed acquire) or while a suspect is pending,
 // and otherwise once per orphanFallback × OrphanGrace.
-func (ho *holder) adoptOrphans(ctx context.Context) {
+func (ho *holdings) adoptOrphans(ctx context.Context) {
 	now := ho.clock.Now()
 	if !ho.claims.orphanScanDue(now, ho.view.fleet.Len()) {
 		return

@@ -227,7 +227,7 @@ func (v *view) polledByBucket() map[int][]string {
 
 // dropBucket forgets a bucket that this worker no longer reads; the
 // definitions of sessions it still polls are kept until they stop
-// (holder.reap forgets them then).
+// (holdings.reap forgets them then).
 func (v *view) dropBucket(b int, st *bucket) {
 	for _, id := range st.ids {
 		if _, running := v.held[id]; !running {

@@ -12,6 +12,11 @@ import (
 // Coordinator runs one worker: heartbeat, membership, session list,
 // ownership by rendezvous hashing, leases, and the polls of the owned
 // sessions (one timer for all of them; a goroutine only while a poll runs).
+//
+// It is the thin owner of its parts (ARCHITECTURE.md, "The Coordinator
+// and its parts"): it wires them (New), runs the main loop and each round
+// (read: view; decide: decide; act: holdings, claims, reporter) and the
+// drain; none of the parts refers to it.
 type Coordinator struct {
 	cfg Config
 	log *zap.Logger
@@ -26,9 +31,9 @@ type Coordinator struct {
 	renew  *renewer  // renews the held leases (its own goroutine)
 
 	// Owned by the main loop (mainLoop and what it calls; drain after it).
-	view   *view   // what the worker knows of the fleet and the sessions, and its reading
-	claims *claims // its bookkeeping of contended and orphaned sessions, and its timers
-	holder *holder // the sessions it holds: their leases and poll loops
+	view     *view     // what the worker knows of the fleet and the sessions, and its reading
+	claims   *claims   // its bookkeeping of contended and orphaned sessions, and its timers
+	holdings *holdings // the sessions it holds: their leases and poll loops
 }
 
 // runOnce guards Run (it runs once) and holds its stop.
@@ -59,7 +64,7 @@ func (c *Coordinator) Ready() bool {
 }
 
 // Status returns a snapshot for health pages and tests.
-func (c *Coordinator) Status() Status { return c.report.snapshot(c.holder.leases) }
+func (c *Coordinator) Status() Status { return c.report.snapshot(c.holdings.leases) }
 
 // PollStats returns the scheduler's figures now. Backoff and LeasesHeld
 // are counted from the poll loops (O(sessions held)): read them at scrape
@@ -67,7 +72,7 @@ func (c *Coordinator) Status() Status { return c.report.snapshot(c.holder.leases
 func (c *Coordinator) PollStats() PollStats { return c.report.pollStats(true) }
 
 // Leases is the lease manager, for embedders that want to inspect leases.
-func (c *Coordinator) Leases() *lease.Manager { return c.holder.leases }
+func (c *Coordinator) Leases() *lease.Manager { return c.holdings.leases }
 
 // Unplaceable is the number of active sessions whose selector no live,
 // placeable worker's labels match, as of this worker's last plan: they

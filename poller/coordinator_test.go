@@ -358,7 +358,7 @@ func TestFailClosedWhenRedisGoesAway(t *testing.T) {
 	frozen := polls
 	mu.Unlock()
 	// The worker must stay quiet: wait until the lease TTL has certainly passed.
-	require.Eventually(t, func() bool { return time.Since(stoppedAt) > 900*time.Millisecond && r.c.holder.leases.Count() == 0 },
+	require.Eventually(t, func() bool { return time.Since(stoppedAt) > 900*time.Millisecond && r.c.holdings.leases.Count() == 0 },
 		5*time.Second, 10*time.Millisecond)
 	mu.Lock()
 	require.Equal(t, frozen, polls, "no poll while Redis is down")

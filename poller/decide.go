@@ -27,7 +27,7 @@ type world struct {
 	me     string
 	labels nodes.Labels // this worker's labels (selectors)
 	// live: a fresh heartbeat and Redis reachable with room
-	// (Coordinator.isLive); member: counted live by its peers
+	// (health.isLive); member: counted live by its peers
 	// (Membership.Contains). Only a live member takes sessions.
 	live, member bool
 	// cordoned: placed nothing (Membership.Placeable); it takes nothing

@@ -17,12 +17,12 @@ import (
 	"github.com/pollworker/pollworker/session"
 )
 
-// holder keeps the sessions this worker holds: it takes their leases
+// holdings keeps the sessions this worker holds: it takes their leases
 // (take, adoptOrphans: acquire.go), starts their poll loops in the
 // scheduler, restarts, stops and reaps them, and releases their leases
 // once their polls returned, handing their schedules on. Owned by the
 // main loop (and the drain after it); its collaborators are set by New.
-type holder struct {
+type holdings struct {
 	held     map[string]*hold // the sessions held, by id: their poll loops and what the round decided of them
 	sched    *scheduler       // runs the held sessions' poll loops
 	leases   *lease.Manager
@@ -42,13 +42,13 @@ type holder struct {
 // (paced when many start together: scheduler.paceLocked), unless l was
 // handed over gracefully by a holder whose next poll of s was due later:
 // then it keeps that schedule, so a handoff never polls a session early.
-func (ho *holder) start(s *session.Session, l *lease.Lease) {
+func (ho *holdings) start(s *session.Session, l *lease.Lease) {
 	ho.startAt(s, l, new(atomic.Bool))
 }
 
 // startAt starts the poll loop of s under l; polled says whether a
 // poll already began under l (a loop restarted for a new definition).
-func (ho *holder) startAt(s *session.Session, l *lease.Lease, polled *atomic.Bool) {
+func (ho *holdings) startAt(s *session.Session, l *lease.Lease, polled *atomic.Bool) {
 	pl := &pollLoop{sess: s, lease: l, polled: polled}
 	if ho.turns.stateful != nil {
 		pl.state = &State{store: ho.turns.states, lease: l}
@@ -69,7 +69,7 @@ func (ho *holder) startAt(s *session.Session, l *lease.Lease, polled *atomic.Boo
 }
 
 // forget forgets the held session id whose loop (h) exited.
-func (ho *holder) forget(id string, h *hold) {
+func (ho *holdings) forget(id string, h *hold) {
 	if ho.held[id] == h {
 		delete(ho.held, id)
 	}
@@ -78,7 +78,7 @@ func (ho *holder) forget(id string, h *hold) {
 
 // stop ends h's loop after its current poll; the main loop releases
 // the lease when the loop has exited (reap).
-func (ho *holder) stop(h *hold) {
+func (ho *holdings) stop(h *hold) {
 	h.stopping = true
 	h.restartAs = nil // a pending restart gives way: the lease is released
 	ho.sched.Stop(h.loop)
@@ -87,15 +87,15 @@ func (ho *holder) stop(h *hold) {
 // restart restarts the loop of the held session id, redefined as s,
 // under the same lease once its current poll has finished (reap starts it
 // again).
-func (ho *holder) restart(id string, s *session.Session) {
+func (ho *holdings) restart(id string, s *session.Session) {
 	h := ho.held[id]
 	h.restartAs = s
 	ho.sched.Stop(h.loop)
 }
 
-// handoff is what a successor of w's lease is told: the lease to release,
+// handoffOf is what a successor of w's lease is told: the lease to release,
 // and when w's next poll was due.
-func (ho *holder) handoff(w *pollLoop) lease.Handoff {
+func (ho *holdings) handoffOf(w *pollLoop) lease.Handoff {
 	return lease.Handoff{Lease: w.lease, NextPoll: ho.sched.DueOf(w)}
 }
 
@@ -103,7 +103,7 @@ func (ho *holder) handoff(w *pollLoop) lease.Handoff {
 // it aborts the polls still running and waits for them a little longer. It
 // returns the handoffs of the loops that exited, whose polls have
 // returned, and forgets those workers.
-func (ho *holder) stopAll(ctx context.Context) []lease.Handoff {
+func (ho *holdings) stopAll(ctx context.Context) []lease.Handoff {
 	for _, h := range ho.held {
 		ho.stop(h)
 	}
@@ -123,7 +123,7 @@ func (ho *holder) stopAll(ctx context.Context) []lease.Handoff {
 					continue
 				}
 			}
-			exited = append(exited, ho.handoff(h.loop))
+			exited = append(exited, ho.handoffOf(h.loop))
 			ho.forget(id, h)
 		}
 	}
@@ -153,7 +153,7 @@ const abortGrace = time.Second
 // own. It returns how many leases the waves that succeeded released (a
 // wave that failed counts none, though some of its leases may be released
 // in Redis; the others expire by their TTL).
-func (ho *holder) release(ctx context.Context, hs []lease.Handoff, waveTimeout time.Duration) (released int, err error) {
+func (ho *holdings) release(ctx context.Context, hs []lease.Handoff, waveTimeout time.Duration) (released int, err error) {
 	slices.SortFunc(hs, func(a, b lease.Handoff) int { return a.NextPoll.Compare(b.NextPoll) }) // unknown (zero) first
 	var errs []error
 	for wave := 0; len(hs) > 0; wave++ {
@@ -184,7 +184,7 @@ const (
 )
 
 // releaseWave releases hs and announces it.
-func (ho *holder) releaseWave(ctx context.Context, hs []lease.Handoff) error {
+func (ho *holdings) releaseWave(ctx context.Context, hs []lease.Handoff) error {
 	ids := make([]string, len(hs))
 	for i, h := range hs {
 		ids[i] = h.Lease.Session()
@@ -204,7 +204,7 @@ func (ho *holder) releaseWave(ctx context.Context, hs []lease.Handoff) error {
 // lease; a stopped loop's lease is released now that its poll has
 // returned (and the peers are told); a loop that ended because its lease
 // was lost is forgotten.
-func (ho *holder) reap(ctx context.Context) {
+func (ho *holdings) reap(ctx context.Context) {
 	var release []lease.Handoff
 	for _, l := range ho.sched.Ended() {
 		id := l.sess.ID
@@ -230,7 +230,7 @@ func (ho *holder) reap(ctx context.Context) {
 			// Paused or removed: the mark keeps no schedule for a successor.
 			release = append(release, lease.Handoff{Lease: l.lease})
 		case exitHandOff:
-			release = append(release, ho.handoff(l))
+			release = append(release, ho.handoffOf(l))
 		}
 	}
 	if len(release) == 0 {

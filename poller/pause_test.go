@@ -33,7 +33,7 @@ func newStepped(t *testing.T, client redis.UniversalClient, id string, p Poller)
 	c.health.heartbeatAt.Store(c.cfg.Clock.Now().UnixNano())
 	t.Cleanup(func() {
 		_ = c.drain()
-		c.holder.sched.Close()
+		c.holdings.sched.Close()
 		c.claims.stopTimers()
 	})
 	return c
@@ -65,8 +65,8 @@ func TestPausedSessionHeldOutsideItsBucketsStopsAtOnce(t *testing.T) {
 	rec := newRecorder()
 	c := newStepped(t, client, "w", rec.poller("w"))
 	c.round(ctx, true)
-	require.NotEmpty(t, c.holder.held, "w holds its share")
-	share := slices.Sorted(keysOf(c.holder.held))
+	require.NotEmpty(t, c.holdings.held, "w holds its share")
+	share := slices.Sorted(keysOf(c.holdings.held))
 
 	// Find a held session and a session to add that makes the balance
 	// bound move the held one's bucket to the ghost.
@@ -81,13 +81,13 @@ func TestPausedSessionHeldOutsideItsBucketsStopsAtOnce(t *testing.T) {
 	require.NoError(t, store.PutMany(ctx, extra))
 	c.round(ctx, false)
 	require.Equal(t, "ghost", c.view.ownerOf(held), "the bound moved its bucket")
-	require.Contains(t, c.holder.held, held, "held back for a lease TTL (settle rule)")
-	require.False(t, c.holder.held[held].stopping)
+	require.Contains(t, c.holdings.held, held, "held back for a lease TTL (settle rule)")
+	require.False(t, c.holdings.held[held].stopping)
 
 	require.NoError(t, store.Pause(ctx, held))
 	c.round(ctx, false) // the round the change's announcement asks for
 	require.Equal(t, "ghost", c.view.ownerOf(held), "its bucket stays with the ghost")
-	if w, ok := c.holder.held[held]; ok {
+	if w, ok := c.holdings.held[held]; ok {
 		require.True(t, w.stopping, "the paused session's loop is stopped in the round that read the pause")
 	}
 	require.Eventually(t, func() bool {
@@ -196,14 +196,14 @@ func TestAcquiredSessionPausedMeanwhileIsNotPolled(t *testing.T) {
 	require.NoError(t, store.Pause(ctx, paused))
 	require.NoError(t, peer.Release(ctx, held))
 	// ... and the round acquires what it wants.
-	want := decide(c.world(true), c.claims, c.holder.held, c.cfg.Clock.Now()).acquire
+	want := decide(c.world(true), c.claims, c.holdings.held, c.cfg.Clock.Now()).acquire
 	require.Contains(t, want, paused)
-	c.holder.take(ctx, want, false)
+	c.holdings.take(ctx, want, false)
 
-	require.NotContains(t, c.holder.held, paused, "a session paused before it was acquired is not polled")
+	require.NotContains(t, c.holdings.held, paused, "a session paused before it was acquired is not polled")
 	require.Empty(t, owners(t, client, []string{paused}), "its lease is given back at once")
 	for _, id := range ids[1:] {
-		require.Contains(t, c.holder.held, id, "the active ones are polled")
+		require.Contains(t, c.holdings.held, id, "the active ones are polled")
 	}
 	require.Zero(t, rec.polled(paused))
 	rec.check(t)
@@ -228,10 +228,10 @@ func TestReaddedSessionIgnoresTheRemovedOnesBackoff(t *testing.T) {
 	rec := newRecorder()
 	c := newStepped(t, client, "w", rec.poller("w"))
 	c.round(ctx, true)
-	h := c.holder.held[id]
+	h := c.holdings.held[id]
 	require.NotNil(t, h)
 	w := h.loop
-	require.Less(t, c.holder.sched.DueOf(w).Sub(w.lease.Acquired()), 10*time.Second,
+	require.Less(t, c.holdings.sched.DueOf(w).Sub(w.lease.Acquired()), 10*time.Second,
 		"the first poll comes within the new definition's first interval, not on the removed one's backoff (a minute)")
 	require.Eventually(t, func() bool { return rec.polled(id) > 0 }, 10*time.Second, 10*time.Millisecond)
 }

@@ -44,7 +44,7 @@ func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("s%04d", i)
 	}
-	got := c.holder.leases.Acquire(context.Background(), ids)
+	got := c.holdings.leases.Acquire(context.Background(), ids)
 	now := time.Now()
 	hs := make([]lease.Handoff, n)
 	for i, r := range got {
@@ -61,7 +61,7 @@ func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
 	_, err = sub.Receive(context.Background())
 	require.NoError(t, err)
 
-	count, err := c.holder.release(context.Background(), hs, 5*time.Second)
+	count, err := c.holdings.release(context.Background(), hs, 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, n, count)
 	require.Equal(t, ids, released, "soonest due first")

@@ -18,18 +18,18 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 	if c.claims.startRound() {
 		c.view.sweepAll = true
 	}
-	c.holder.reap(ctx)
+	c.holdings.reap(ctx)
 	if !c.view.refresh(ctx, full) {
 		return
 	}
 	now := c.cfg.Clock.Now()
 	w := c.world(full)
-	c.apply(ctx, w, decide(w, c.claims, c.holder.held, now), now)
+	c.apply(ctx, w, decide(w, c.claims, c.holdings.held, now), now)
 	if w.live && w.member {
-		c.holder.adoptOrphans(ctx)
+		c.holdings.adoptOrphans(ctx)
 	}
 	c.report.checkBehind()
-	c.report.publish(c.view, len(c.holder.held))
+	c.report.publish(c.view, len(c.holdings.held))
 }
 
 // world is what the round decides on: the view refreshed, the touched
@@ -67,18 +67,18 @@ func (c *Coordinator) apply(ctx context.Context, w *world, a actions, now time.T
 		c.claims.scheduleRetry(a.settleAt.Sub(now))
 	}
 	for _, id := range a.stop {
-		c.holder.stop(c.holder.held[id])
+		c.holdings.stop(c.holdings.held[id])
 	}
 	for _, id := range a.restart {
-		c.holder.restart(id, w.sessions[id])
+		c.holdings.restart(id, w.sessions[id])
 	}
 	if len(a.acquire) > 0 {
-		c.holder.take(ctx, a.acquire, false)
+		c.holdings.take(ctx, a.acquire, false)
 	}
 	if w.share {
 		missing := a.missing
 		for _, id := range a.acquire {
-			if _, ok := c.holder.held[id]; ok {
+			if _, ok := c.holdings.held[id]; ok {
 				missing-- // taken just now
 			}
 		}

@@ -47,7 +47,7 @@ func New(cfg Config) (*Coordinator, error) {
 // assemble makes the Coordinator's parts and wires them, each to the few
 // others it uses: the shared outlets (news, health, the announcer, bad
 // data), the reading (view), the bookkeeping (claims), the scheduler and
-// the turns it runs, the holder of the leases and loops, and the
+// the turns it runs, the holdings (the leases and loops), and the
 // background loops (heartbeat, renewer) and the reporter.
 func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinator, error) {
 	log := cfg.Logger.With(zap.String("instance", cfg.ID))
@@ -78,7 +78,7 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 	tn.sched = sched
 	c := &Coordinator{
 		cfg: cfg, log: log, news: nw, health: hl, view: v, claims: cl,
-		holder: &holder{held: held, sched: sched, turns: tn, view: v, claims: cl, news: nw, health: hl,
+		holdings: &holdings{held: held, sched: sched, turns: tn, view: v, claims: cl, news: nw, health: hl,
 			announce: announce, clock: cfg.Clock, timeout: cfg.RequestTimeout, log: log, obs: cfg.Observer},
 		beat: &heartbeat{registry: reg, health: hl, news: nw, sched: sched, announce: announce,
 			client: cfg.Client, clock: cfg.Clock, interval: cfg.HeartbeatInterval, timeout: cfg.RequestTimeout,
@@ -94,7 +94,7 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}
-	c.holder.leases = leases
+	c.holdings.leases = leases
 	c.renew = &renewer{leases: leases, health: hl, news: nw, clock: cfg.Clock, interval: cfg.RenewInterval,
 		timeout: cfg.RequestTimeout, obs: cfg.Observer}
 	return c, nil
@@ -131,7 +131,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	err := c.drain()
 	stopRenew()
 	renew.Wait()
-	c.holder.sched.Close()
+	c.holdings.sched.Close()
 	c.claims.stopTimers()
 	if cause := context.Cause(ctx); errors.Is(cause, nodes.ErrDuplicateID) {
 		err = errors.Join(cause, err)
@@ -171,7 +171,7 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 	case to == lease.Released:
 		t = EventReleased
 	}
-	c.holder.sched.LeaseChanged(l, to)
+	c.holdings.sched.LeaseChanged(l, to)
 	c.cfg.Observer.LeaseEvent(t, l.Reason())
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent(Event{Type: t, Session: l.Session(), Token: l.Token(), Reason: l.Reason(), At: c.cfg.Clock.Now()})
@@ -184,7 +184,7 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 // poll that outlives the drain costs only its own lease (left to expire),
 // never the release of the others or the leave.
 func (c *Coordinator) drain() error {
-	owned := len(c.holder.held)
+	owned := len(c.holdings.held)
 	// Leave first: the peers plan without this worker at once, so that
 	// no session released by another worker meanwhile is planned onto one
 	// that is going away; they take this worker's sessions as it releases
@@ -192,27 +192,27 @@ func (c *Coordinator) drain() error {
 	start := c.cfg.Clock.Now()
 	left := c.drainStep(c.beat.leave)
 	stopCtx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
-	stopped := c.holder.stopAll(stopCtx)
+	stopped := c.holdings.stopAll(stopCtx)
 	cancel()
 	stoppedAt := c.cfg.Clock.Now()
 	var errs []error
 	released := 0
 	if len(stopped) > 0 {
 		var err error
-		released, err = c.holder.release(context.Background(), stopped, c.drainStepTimeout())
+		released, err = c.holdings.release(context.Background(), stopped, c.drainStepTimeout())
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if n := len(c.holder.held); n > 0 {
+	if n := len(c.holdings.held); n > 0 {
 		// Their polls ignored the cancellation: the leases are left to
 		// expire in Redis, and given up here at once, so that no deadline
 		// timer of theirs fires after Run has returned.
 		stuck := make([]*lease.Lease, 0, n)
-		for _, h := range c.holder.held {
+		for _, h := range c.holdings.held {
 			stuck = append(stuck, h.loop.lease)
 		}
-		c.holder.leases.Abandon(stuck...)
+		c.holdings.leases.Abandon(stuck...)
 		errs = append(errs, fmt.Errorf("poller: drain timed out waiting for %d polls; their leases are left to expire", n))
 	}
 	if left != nil { // try once more

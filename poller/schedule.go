@@ -66,7 +66,7 @@ type scheduler struct {
 	queue    dueQueue     // queued loops by next poll time
 	// loops are the poll loops by session id, for LeaseChanged and
 	// Stats; Start and Forget change it. (The owner keeps its own record
-	// of what it holds: Coordinator.held.)
+	// of what it holds: holdings.held.)
 	loops map[string]*pollLoop
 	timer clock.Timer
 	armed time.Time   // when the timer fires; zero when it is not armed
@@ -444,7 +444,7 @@ func (s *scheduler) record(l *pollLoop, end turnEnd, began time.Time) {
 	s.mu.Unlock()
 	s.launchAll(launch)
 	if changed {
-		s.cfg.Wake() // the owner logs the change (Coordinator.checkBehind)
+		s.cfg.Wake() // the owner logs the change (reporter.checkBehind)
 	}
 }
 

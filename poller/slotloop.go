@@ -30,8 +30,8 @@ const (
 // slotLoop is the schedule of a scheduled session's poll loop: the worker's
 // next poll time (pollLoop.next) is the start of the next slot to decide,
 // and each turn decides with schedule.Decide which slot, if any, runs.
-// Its fields are used by the runner of the loop's turn only (runPoll, then
-// scheduler.polled, in that goroutine), one turn at a time.
+// Its fields are used by the runner of the loop's turn only (turns.turn, then
+// scheduler.record, in that goroutine), one turn at a time.
 type slotLoop struct {
 	sch     *schedule.Schedule // nil when the schedule does not parse (never polled)
 	policy  schedule.Policy

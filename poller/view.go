@@ -14,10 +14,6 @@ import (
 	"github.com/pollworker/pollworker/session"
 )
 
-// The Coordinator's state, by owner: what other goroutines tell the main
-// loop (news), what the worker reports about itself (health), and what the
-// main loop alone reads and writes (view, claims).
-
 // view is the worker's read model: its picture of the fleet and the
 // sessions, and the reading that refreshes it from Redis each round
 // (refresh, buckets.go: membership, the change record, the buckets this
