@@ -4,29 +4,37 @@
 # and the binary need).
 GO ?= go
 # -count=1: integration/ tests a binary built from source the test cache does
-# not track, so cached results could hide a regression.
-TESTFLAGS ?= -race -count=1 -timeout 9m
+# not track, so cached results could hide a regression. -vet=all: go test
+# runs every vet check on what it compiles for the tests, so make test needs
+# no separate `go vet` (which compiles every package again without -race:
+# about 4 minutes of CPU from an empty cache); vet-untested vets the few
+# packages without tests.
+TESTFLAGS ?= -race -vet=all -count=1 -timeout 9m
 
-.PHONY: test test-main test-bench chart-check check fmt vet redis-server chromium build image demo chaos bench
+.PHONY: test test-main test-bench vet-untested chart-check check fmt vet redis-server chromium build image demo chaos bench
 
-# The vet of both modules and the tests of each run side by side (-j3):
-# much of the tests' time is waiting on real timers, and the three
-# together fit the suite in its 10 minutes on 2 cores from an empty cache.
-# -O prints each one's output in one piece when it ends.
+# The two modules' tests run side by side (-j3): much of the tests' time is
+# waiting on real timers and child processes. -O prints each one's output in
+# one piece when it ends. deploy/'s tests lint and render the Helm chart and
+# build the container image.
 test: redis-server chromium fmt
-	@$(MAKE) --no-print-directory -j3 -O test-main test-bench vet
+	@$(MAKE) --no-print-directory -j3 -O test-main test-bench vet-untested
 
 test-main:
 	$(GO) test $(TESTFLAGS) ./...
 
-# The Helm chart checked with Helm's own lint and template code
-# (deploy/tools/chartcheck): its cold build costs about 3 minutes of CPU,
-# which make test's 10 minutes on 2 cores cannot spare, so it runs here.
-chart-check:
-	POLLWORKER_CHART_CHECK=1 $(GO) test -count=1 -run 'TestHelmChart' ./deploy/
-
 test-bench:
 	cd bench && $(GO) test $(TESTFLAGS) ./...
+
+# go vet of the packages go test does not compile (no test files).
+vet-untested:
+	$(GO) vet $$($(GO) list -f '{{if not .TestGoFiles}}{{if not .XTestGoFiles}}{{.ImportPath}}{{end}}{{end}}' ./...)
+	cd bench && $(GO) vet $$($(GO) list -f '{{if not .TestGoFiles}}{{if not .XTestGoFiles}}{{.ImportPath}}{{end}}{{end}}' ./...)
+
+# The Helm chart alone, checked with Helm's own lint and template code
+# (deploy/tools/chartcheck): the test make test runs with the others.
+chart-check:
+	$(GO) test -count=1 -run 'TestHelmChart' ./deploy/
 
 check: fmt vet
 
