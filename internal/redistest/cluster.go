@@ -19,9 +19,13 @@ type Cluster struct {
 }
 
 // ClusterArgs are the redis-server options of a cluster master as
-// StartCluster runs it (cluster mode, a 2 s node timeout, nodes.conf in
-// the server's directory).
-var ClusterArgs = []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+// StartCluster runs it: cluster mode, nodes.conf in the server's
+// directory, and a node timeout of 15 s. With the 2 s it had, a master
+// starved of CPU on a loaded 2-core machine was marked failed by the
+// others, and the whole cluster (no replicas) answered CLUSTERDOWN until
+// it was back: pollbench's cluster cold start under load average 14 saw
+// 160,000 renewals fail so. No test stops a master of a cluster.
+var ClusterArgs = []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "15000",
 	"--cluster-config-file", "nodes.conf"}
 
 // StartCluster starts n redis-server processes in cluster mode and joins
