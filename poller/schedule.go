@@ -461,7 +461,7 @@ func (s *scheduler) nextDue(l *pollLoop, end turnEnd, backoff time.Duration, now
 		return l.next
 	}
 	if l.slots != nil {
-		return l.slots.next(now, end.out == pollCancelled) // a scheduled session: the next slot's start (slots.go)
+		return l.slots.next(now, end.out == pollCancelled) // a scheduled session: the next slot's start (slotloop.go)
 	}
 	iv := l.sess.Interval.D()
 	next := l.next.Add(iv)

@@ -22,7 +22,7 @@ import (
 const TimerSlack = 2 * time.Millisecond
 
 // One turn of a poll loop, top to bottom: the timer finds it due (fire),
-// settleLocked and takeSlotsLocked admit it (schedule_slots.go), a runner
+// settleLocked and takeSlotsLocked admit it (schedule.go), a runner
 // runs it (run → turn: the owner's Turn hook loads the state and polls),
 // polled records its outcome, and nextDue says when the next turn is due.
 
