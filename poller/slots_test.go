@@ -239,3 +239,48 @@ func TestScheduledOverlapSkips(t *testing.T) {
 	require.GreaterOrEqual(t, polls[1].slot.Sub(polls[0].slot), 2*time.Second, "the slots due during the first poll were skipped")
 	require.GreaterOrEqual(t, obs.overlap.Load(), int64(2), "and counted")
 }
+
+// TestScheduledSlotsCaughtUpAfterAFleetStop: with catchup all, the slots
+// due while the whole fleet was stopped run once each, in order, when a
+// worker comes back within the lease TTL, while the graceful handoff mark
+// of the last holder still stands. The mark's next poll time is overdue
+// then, and Redis reports it as "now": it used to set the successor's
+// cursor to the latest slot before now, so every slot of the outage was
+// silently dropped (seen by hand with the default 30 s TTL and a 10 s stop).
+func TestScheduledSlotsCaughtUpAfterAFleetStop(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := []string{"out-1", "out-2"}
+	addScheduled(t, client, ids, session.Session{Schedule: "* * * * * *", CatchUp: "all"})
+	log := newSlotLog()
+	store := state.NewStore(client, keyspace.Space{})
+	cfg := func(id string) Config {
+		c := fastConfig(client, id, log.poller(id))
+		c.StateStore = store
+		c.LeaseTTL = 20 * time.Second // the handoff mark outlives the outage
+		return c
+	}
+	a := start(t, cfg("a"))
+	require.Eventually(t, func() bool { return len(log.slots("out-1")) >= 2 && len(log.slots("out-2")) >= 2 },
+		20*time.Second, 10*time.Millisecond)
+	a.stop(t)
+	stopped := time.Now()
+	// The outage: at least two slots pass with nobody running.
+	require.Eventually(t, func() bool { return time.Since(stopped) > 2500*time.Millisecond }, 10*time.Second, 10*time.Millisecond)
+	start(t, cfg("b"))
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if n := len(log.slots(id)); n == 0 || log.slots(id)[n-1].started.Before(stopped.Add(4*time.Second)) {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "b runs slots after the outage")
+	for _, id := range ids {
+		polls := log.slots(id)
+		requireSlotsOnce(t, id, polls)
+		for i := 1; i < len(polls); i++ {
+			require.Equal(t, time.Second, polls[i].slot.Sub(polls[i-1].slot), "%s: slot after %v missing (or out of order)", id, polls[i-1].slot)
+		}
+	}
+}

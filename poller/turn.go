@@ -233,7 +233,12 @@ func (t *turns) newSlotLoop(s *session.Session, l *lease.Lease) (*slotLoop, time
 	if next := sch.Next(now); !next.IsZero() {
 		bound = sch.Start(next).Sub(now) + time.Second
 	}
-	if at, ok := l.NextPoll(); ok && !at.After(l.Acquired().Add(bound)) {
+	// Only a mark whose slot is still ahead says which slots are done: an
+	// overdue one reads as "now" (the acquisition reports how long until
+	// it, at least 0), which would pass over every slot due since the
+	// release; then the slots the state records finished decide
+	// (loadSlots).
+	if at, ok := l.NextPoll(); ok && at.After(l.Acquired()) && !at.After(l.Acquired().Add(bound)) {
 		// The mark crossed through the Redis clock: allow it 100 ms.
 		if prev := sch.Prev(at.Add(-sch.Offset() - 100*time.Millisecond)); !prev.IsZero() {
 			sl.through = prev
