@@ -1,6 +1,8 @@
 package poller
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -49,8 +51,13 @@ func (h *health) isLive() bool {
 }
 
 // redisFailed records a Redis read of the round that failed: op names it
-// to the Observer ("members", "sessions"), what in the log.
+// to the Observer ("members", "sessions"), what in the log. A read cut
+// short because the worker is stopping (context.Canceled) is no Redis
+// failure: it is neither counted nor logged.
 func (h *health) redisFailed(op, what string, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
 	h.redisOK.Store(false)
 	h.obs.RedisError(op)
 	h.log.Warn(what+" failed", zap.Error(err))
