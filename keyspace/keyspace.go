@@ -236,6 +236,12 @@ func (s Space) Node(node string) string { return s.prefix() + ":node:" + node }
 // capped list that expires when the worker stops writing it.
 func (s Space) Timeline(node string) string { return s.prefix() + ":timeline:" + node }
 
+// Failing is where a worker keeps the sessions it polls whose last poll
+// failed, for every worker's status page (the failing table of the whole
+// fleet): a string of JSON, rewritten with its timeline, that expires when
+// the worker stops writing it.
+func (s Space) Failing(node string) string { return s.prefix() + ":failing:" + node }
+
 // NodeIndex is the sorted set of live workers, scored by expiry in ms.
 func (s Space) NodeIndex() string { return s.prefix() + ":nodes" }
 

@@ -13,6 +13,8 @@ import (
 // failingSession is a session this worker polls whose last poll failed,
 // as the status page lists it.
 type failingSession struct {
+	// Worker is the worker that polls it (on the fleet's table).
+	Worker string `json:"worker,omitempty"`
 	// Session is the session id.
 	Session string
 	// Failures counts the polls that failed in a row (httppoll.State.Failures).

@@ -219,6 +219,14 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 			Handler: healthHandler(ready.Ready, behind, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 				statusPageConfig{self: coord.ID(), ready: ready.Ready, read: (&pageReader{client: client, keys: cfg.Keys}).read,
 					events: events, failing: failing.list, behind: behind,
+					fleetFailing: func(ctx context.Context, st clusterStatus) ([]failingSession, int, error) {
+						ids := make([]string, 0, len(st.Nodes))
+						for _, n := range st.Nodes {
+							ids = append(ids, n.ID)
+						}
+						rows, total, _, err := readFleetFailing(ctx, client, cfg.Keys, ids)
+						return rows, total, err
+					},
 					charts: func(ctx context.Context, st clusterStatus) (pageCharts, error) {
 						return readCharts(ctx, client, cfg.Keys, st, time.Now())
 					}}.handler(), cfg.Profiles),
@@ -263,7 +271,11 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		defer close(tlDone)
 		_ = (&timeline.Writer{Client: client, Key: cfg.Keys.Timeline(coord.ID()),
 			Read:    func() timeline.Counters { return workerCounters(coord, hp) },
-			OnError: func(err error) { log.Debug("timeline append failed", zap.Error(err)) }}).Run(tlCtx)
+			OnError: func(err error) { log.Debug("timeline append failed", zap.Error(err)) },
+			// The failing sessions, for the status pages' fleet table.
+			Also: func(ctx context.Context, pipe redis.Pipeliner, ttl time.Duration) {
+				publishFailing(ctx, pipe, cfg.Keys.Failing(coord.ID()), failing.list(), ttl)
+			}}).Run(tlCtx)
 	}()
 	runErr := coord.Run(ctx)
 	stopTimeline()

@@ -72,9 +72,9 @@ Balance (max/mean): {{printf "%.2f" .Status.Balance.MaxOverMean}} of leases, {{p
 {{end}}</table>{{end}}
 {{with .Status.UnknownLeases}}{{if .Scanned}}<p>Leases of sessions not in the store (SCAN at {{clock .At}}): <b id="unknown-leases">{{.Count}}</b>{{range .Lease}} {{.Session}} by {{.Holder}}{{end}}.</p>{{end}}{{end}}
 {{end}}
-{{if .FailingShown}}<h2>Failing sessions polled by this worker ({{.FailingCount}})</h2>
-{{if .Failing}}<table id="failing"><tr><th>session</th><th>failures in a row</th><th>last status</th><th>message</th><th>failing since</th><th>last poll</th><th>token</th></tr>
-{{range .Failing}}<tr class="failing"><td>{{.Session}}</td><td>{{.Failures}}</td><td>{{if .Status}}{{.Status}}{{else}}{{.Error}}{{end}}</td><td class="message">{{.Message}}</td><td>{{stamp .Since}}</td><td>{{stamp .LastPoll}}</td><td>{{.Token}}</td></tr>
+{{if .FailingShown}}<h2>Failing sessions {{if .FailingFleet}}of the fleet{{else}}polled by this worker{{end}} ({{.FailingCount}})</h2>
+{{if .Failing}}<table id="failing"><tr>{{if $.FailingFleet}}<th>worker</th>{{end}}<th>session</th><th>failures in a row</th><th>last status</th><th>message</th><th>failing since</th><th>last poll</th><th>token</th></tr>
+{{range .Failing}}<tr class="failing">{{if $.FailingFleet}}<td>{{.Worker}}</td>{{end}}<td>{{.Session}}</td><td>{{.Failures}}</td><td>{{if .Status}}{{.Status}}{{else}}{{.Error}}{{end}}</td><td class="message">{{.Message}}</td><td>{{stamp .Since}}</td><td>{{stamp .LastPoll}}</td><td>{{.Token}}</td></tr>
 {{end}}</table>{{if gt .FailingMore 0}}<p>… and {{.FailingMore}} more (<code>pollworker sessions list --wide</code>).</p>{{end}}{{else}}<p id="failing-none">None: every session's last poll succeeded.</p>{{end}}{{end}}
 <h2>Recent lease events of this worker</h2>
 <table id="events"><tr><th>time</th><th>event</th><th>session</th><th>token</th><th>reason</th></tr>
@@ -170,7 +170,11 @@ type statusPageConfig struct {
 	read    func(ctx context.Context) (clusterStatus, error)
 	events  *recentEvents
 	failing func() []failingSession
-	behind  func() string
+	// fleetFailing, if set, reads the failing sessions of the whole fleet
+	// (readFleetFailing) and how many there are: the table shows them,
+	// and this worker's own (failing) only when that read fails.
+	fleetFailing func(ctx context.Context, st clusterStatus) ([]failingSession, int, error)
+	behind       func() string
 	// charts, if set, draws the live workers' timelines (readCharts).
 	charts func(ctx context.Context, st clusterStatus) (pageCharts, error)
 }
@@ -193,12 +197,13 @@ func (c statusPageConfig) handler() http.Handler {
 			Err          error
 			Events       []poller.Event
 			FailingShown bool
+			FailingFleet bool
 			Failing      []failingSession
 			FailingMore  int
 			FailingCount int
 			Charts       *pageCharts
 			ChartsErr    error
-		}{Self: self, Status: st, Err: err, Events: events.list(), FailingShown: c.failing != nil}
+		}{Self: self, Status: st, Err: err, Events: events.list(), FailingShown: c.failing != nil || c.fleetFailing != nil}
 		if c.charts != nil && err == nil {
 			pc, cerr := c.charts(ctx, st)
 			if cerr == nil {
@@ -206,13 +211,11 @@ func (c statusPageConfig) handler() http.Handler {
 			}
 			data.ChartsErr = cerr
 		}
-		if c.failing != nil {
-			data.Failing = c.failing()
-			data.FailingCount = len(data.Failing)
-			if n := len(data.Failing); n > pageFailingMax {
-				data.Failing, data.FailingMore = data.Failing[:pageFailingMax], n-pageFailingMax
-			}
+		data.Failing, data.FailingCount, data.FailingFleet = c.failingRows(ctx, st, err)
+		if n := len(data.Failing); n > pageFailingMax {
+			data.Failing = data.Failing[:pageFailingMax]
 		}
+		data.FailingMore = data.FailingCount - len(data.Failing)
 		// A page that could not read Redis does not call the worker ready
 		// right above the error; /readyz (the same ready func) agrees
 		// within its PING's second.
@@ -226,4 +229,20 @@ func (c statusPageConfig) handler() http.Handler {
 		}
 		_ = statusPage.Execute(w, data)
 	})
+}
+
+// failingRows returns the failing table's rows and how many sessions fail
+// in all: the whole fleet's when fleetFailing is set and the page read
+// the live workers (readErr nil) and their lists, else this worker's.
+func (c statusPageConfig) failingRows(ctx context.Context, st clusterStatus, readErr error) (rows []failingSession, total int, fleet bool) {
+	if c.fleetFailing != nil && readErr == nil {
+		if rows, total, err := c.fleetFailing(ctx, st); err == nil {
+			return rows, total, true
+		}
+	}
+	if c.failing == nil {
+		return nil, 0, false
+	}
+	rows = c.failing()
+	return rows, len(rows), false
 }

@@ -85,6 +85,10 @@ type Writer struct {
 	// OnError, if set, is told of a failed append; the next step tries
 	// again (a timeline is best effort: a gap in a chart, nothing else).
 	OnError func(error)
+	// Also, if set, adds its commands to each step's pipeline: other data
+	// a worker keeps for the status pages, at no extra round trip. ttl is
+	// how long the timeline itself is kept.
+	Also func(ctx context.Context, pipe redis.Pipeliner, ttl time.Duration)
 }
 
 // Run appends a point every Step until ctx is done; it returns nil then.
@@ -125,6 +129,9 @@ func (w *Writer) append(ctx context.Context, p Point, keep int, step time.Durati
 	pipe.LPush(ctx, w.Key, b)
 	pipe.LTrim(ctx, w.Key, 0, int64(keep-1))
 	pipe.PExpire(ctx, w.Key, time.Duration(keep+1)*step)
+	if w.Also != nil {
+		w.Also(ctx, pipe, time.Duration(keep+1)*step)
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("timeline: append to %s: %w", w.Key, err)
 	}

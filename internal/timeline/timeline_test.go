@@ -56,7 +56,10 @@ func TestWriterAppendsAndReadReturnsEveryWorker(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	var polls atomic.Uint64
 	w := &Writer{Client: c, Key: "poll:timeline:w1", Step: 5 * time.Millisecond, Keep: 3,
-		Read: func() Counters { return Counters{Polls: polls.Add(10), Held: 2} }}
+		Read: func() Counters { return Counters{Polls: polls.Add(10), Held: 2} },
+		Also: func(ctx context.Context, pipe redis.Pipeliner, ttl time.Duration) {
+			pipe.Set(ctx, "poll:failing:w1", "[]", ttl)
+		}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -65,6 +68,8 @@ func TestWriterAppendsAndReadReturnsEveryWorker(t *testing.T) {
 	require.NoError(t, <-done)
 	require.LessOrEqual(t, c.LLen(context.Background(), w.Key).Val(), int64(3), "capped at Keep")
 	require.Greater(t, mr.TTL(w.Key), time.Duration(0), "expires when the worker stops writing")
+	require.Equal(t, "[]", c.Get(context.Background(), "poll:failing:w1").Val(), "Also's commands run with each step")
+	require.Equal(t, mr.TTL(w.Key), mr.TTL("poll:failing:w1"), "kept as long as the timeline")
 
 	bg := context.Background()
 	require.NoError(t, c.Set(bg, "poll:timeline:wrong", "a string", 0).Err())
