@@ -2,7 +2,6 @@ package main
 
 import (
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -101,12 +100,7 @@ func (f *failing) list() []failingSession {
 		out = append(out, e.failingSession)
 	}
 	f.mu.Unlock()
-	slices.SortFunc(out, func(a, b failingSession) int {
-		if c := a.Since.Compare(b.Since); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Session, b.Session)
-	})
+	slices.SortFunc(out, byFailingSince)
 	return out
 }
 

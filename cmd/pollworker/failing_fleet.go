@@ -32,7 +32,7 @@ func publishFailing(ctx context.Context, pipe redis.Pipeliner, key string, list 
 	pipe.Set(ctx, key, b, ttl)
 }
 
-// readFleetFailing reads the failing sessions the live workers ids keep
+// readFleetFailing reads the failing sessions the workers ids keep
 // (publishFailing), in one pipeline: every worker's, longest failing
 // first, each with its worker, and how many there are in all. A value that
 // does not decode, or a key of another type, is skipped and counted in
@@ -62,13 +62,20 @@ func readFleetFailing(ctx context.Context, client redis.Cmdable, keys keyspace.S
 			rows = append(rows, s)
 		}
 	}
-	slices.SortFunc(rows, func(a, b failingSession) int {
-		if c := a.Since.Compare(b.Since); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Session, b.Session)
-	})
+	slices.SortFunc(rows, byFailingSince)
 	return rows, total, skipped, nil
+}
+
+// byFailingSince orders failing sessions longest failing first, then by
+// worker and session.
+func byFailingSince(a, b failingSession) int {
+	if c := a.Since.Compare(b.Since); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Worker, b.Worker); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Session, b.Session)
 }
 
 // isWrongType reports whether err is Redis' WRONGTYPE error.

@@ -222,7 +222,9 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 					fleetFailing: func(ctx context.Context, st clusterStatus) ([]failingSession, int, error) {
 						ids := make([]string, 0, len(st.Nodes))
 						for _, n := range st.Nodes {
-							ids = append(ids, n.ID)
+							if n.ID != coord.ID() { // this worker's own: from memory (failing.list)
+								ids = append(ids, n.ID)
+							}
 						}
 						rows, total, _, err := readFleetFailing(ctx, client, cfg.Keys, ids)
 						return rows, total, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"html/template"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -233,16 +234,23 @@ func (c statusPageConfig) handler() http.Handler {
 
 // failingRows returns the failing table's rows and how many sessions fail
 // in all: the whole fleet's when fleetFailing is set and the page read
-// the live workers (readErr nil) and their lists, else this worker's.
+// the live workers (readErr nil) and their lists — this worker's own from
+// memory (failing), as fresh as its last poll, the others' as published
+// at most a timeline step ago —, else this worker's alone.
 func (c statusPageConfig) failingRows(ctx context.Context, st clusterStatus, readErr error) (rows []failingSession, total int, fleet bool) {
+	var own []failingSession
+	if c.failing != nil {
+		own = c.failing()
+	}
 	if c.fleetFailing != nil && readErr == nil {
-		if rows, total, err := c.fleetFailing(ctx, st); err == nil {
-			return rows, total, true
+		if others, n, err := c.fleetFailing(ctx, st); err == nil {
+			for _, f := range own {
+				f.Worker = c.self
+				others = append(others, f)
+			}
+			slices.SortFunc(others, byFailingSince)
+			return others, n + len(own), true
 		}
 	}
-	if c.failing == nil {
-		return nil, 0, false
-	}
-	rows = c.failing()
-	return rows, len(rows), false
+	return own, len(own), false
 }
