@@ -26,8 +26,10 @@ const (
 	BehindHostLimit = "host-limit"
 	// BehindMaxPolls: polls wait for one of Config.MaxPolls's slots.
 	BehindMaxPolls = "max-polls"
-	// BehindCPU: polls start late without waiting for any slot: the
-	// process cannot start them in time (CPU, or the Go runtime).
+	// BehindCPU: the process cannot run the polls due in time (CPU, or
+	// the Go runtime): they start late without waiting for a slot, or
+	// wait for the limit of polls at once lowered while the CPU is busy
+	// (PollStats.PollLimit below Config.MaxPolls).
 	BehindCPU = "cpu"
 )
 
@@ -83,7 +85,19 @@ type waitKind uint8
 const (
 	waitSlot  waitKind = iota // one of the limit's slots (Config.MaxPolls)
 	waitGroup                 // a slot of its group (GroupLimiter)
+	waitCPU                   // one of the limit's slots, lowered for the CPU (cpuLimit)
 )
+
+// reason is the reason a worker whose polls wait for this is behind.
+func (k waitKind) reason() string {
+	switch k {
+	case waitGroup:
+		return BehindHostLimit
+	case waitCPU:
+		return BehindCPU
+	}
+	return BehindMaxPolls
+}
 
 // meterCounts are the counts of one step of the meter, or of the window.
 type meterCounts struct {
@@ -91,6 +105,7 @@ type meterCounts struct {
 	done        int     // polls run
 	slotWaits   int     // polls that waited for one of the limit's slots
 	groupWaits  int     // polls that waited for a slot of their group
+	cpuWaits    int     // polls that waited for one of the limit's slots, lowered for the CPU
 }
 
 func (c *meterCounts) add(o meterCounts) {
@@ -99,6 +114,7 @@ func (c *meterCounts) add(o meterCounts) {
 	c.done += o.done
 	c.slotWaits += o.slotWaits
 	c.groupWaits += o.groupWaits
+	c.cpuWaits += o.cpuWaits
 }
 
 // judgeBehind decides whether a worker is behind from its window's counts,
@@ -121,11 +137,13 @@ func judgeBehind(c meterCounts, was, stuck bool) bool {
 }
 
 // behindReason names what held the polls of a window back: the limit most
-// polls waited for, or the CPU when fewer than one poll in ten waited for
-// a slot.
+// polls waited for (the CPU for the limit lowered for it), or the CPU when
+// fewer than one poll in ten waited for a slot.
 func behindReason(c meterCounts) string {
 	switch {
-	case (c.slotWaits+c.groupWaits)*10 < c.done:
+	case (c.slotWaits+c.groupWaits+c.cpuWaits)*10 < c.done:
+		return BehindCPU
+	case c.cpuWaits >= c.slotWaits && c.cpuWaits >= c.groupWaits:
 		return BehindCPU
 	case c.groupWaits >= c.slotWaits:
 		return BehindHostLimit
@@ -178,11 +196,14 @@ func (m *pollMeter) polled(now time.Time, due, judged float64) {
 // waited counts a poll that began waiting for a slot at now.
 func (m *pollMeter) waited(now time.Time, kind waitKind) {
 	m.advance(now)
-	if kind == waitGroup {
+	switch kind {
+	case waitGroup:
 		m.buckets[m.cur].groupWaits++
-		return
+	case waitCPU:
+		m.buckets[m.cur].cpuWaits++
+	default:
+		m.buckets[m.cur].slotWaits++
 	}
-	m.buckets[m.cur].slotWaits++
 }
 
 // window returns the counts of the window ending at now and how long it

@@ -71,6 +71,9 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 	tn.stateful, _ = cfg.Poller.(StatefulPoller)
 	sc := schedConfig{Clock: cfg.Clock, Turn: tn.turn, Wake: nw.trigger, Align: spreadStep,
 		Limit: cfg.MaxPolls, MaxBackoff: cfg.MaxErrorBackoff, Pace: true, Slack: TimerSlack}
+	if rc := newRuntimeCPU(); rc != nil {
+		sc.CPU = rc.sample
+	}
 	if gl, ok := cfg.Poller.(GroupLimiter); ok {
 		sc.GroupOf = func(s *session.Session) (string, int) { return gl.PollGroup(*s) }
 	}

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -62,6 +63,7 @@ type scheduler struct {
 	crowded  map[*pollGroup]struct{} // groups with polls waiting for a slot
 	stats    schedStats
 	meter    pollMeter    // polls due and run over the last behindWindow (behind.go)
+	limit    cpuLimit     // how many polls may run at once now: Limit, lower while the CPU is the bound (cpulimit.go)
 	judged   behindReport // the last judgement of the meter
 	queue    dueQueue     // queued loops by next poll time
 	// loops are the poll loops by session id, for LeaseChanged and
@@ -92,6 +94,9 @@ type schedConfig struct {
 	// Limit, if positive, bounds the polls running at once; due polls
 	// beyond it wait in admit, earliest due first.
 	Limit int
+	// CPU, if set with Limit, samples the process's CPU: while it is the
+	// bound, fewer polls than Limit run at once (cpuLimit).
+	CPU func() cpuSample
 	// GroupOf, if set, returns the group of a session's polls and how many
 	// of them may run at once (GroupLimiter); due polls of a full group
 	// wait in its heap, earliest due first.
@@ -115,6 +120,7 @@ type schedStats struct {
 	Late     int64        // polls that started later than a tenth of their interval after they were due
 	Skipped  int64        // polls the Poller did not send for want of a local resource (ErrNoCapacity)
 	Behind   behindReport // whether the worker keeps up, and if not why (set by Stats)
+	Limit    int          // polls that may run at once now (0: no limit)
 	Running  int          // polls running now
 	Waiting  int          // polls due and waiting for a slot now
 	Held     int          // loops running under a Held lease (Stats with countLoops)
@@ -125,7 +131,8 @@ type schedStats struct {
 func newScheduler(cfg schedConfig) *scheduler {
 	_, real := cfg.Clock.(clock.RealClock)
 	return &scheduler{cfg: cfg, loops: make(map[string]*pollLoop), ownGoroutine: real,
-		quit: make(chan struct{}), groups: make(map[string]*pollGroup), crowded: make(map[*pollGroup]struct{})}
+		quit: make(chan struct{}), groups: make(map[string]*pollGroup), crowded: make(map[*pollGroup]struct{}),
+		limit: newCPULimit(cfg.Limit, runtime.GOMAXPROCS(0))}
 }
 
 // Start schedules w's first poll at `at`, or now if that has passed. A
@@ -297,14 +304,17 @@ func (s *scheduler) Close() {
 // scrape or status time, not a hot loop).
 func (s *scheduler) Stats(countLoops bool) schedStats {
 	s.mu.Lock()
-	changed := s.judgeLocked(s.cfg.Clock.Now(), true)
+	now := s.cfg.Clock.Now()
+	launch := s.adaptLocked(now)
+	changed := s.judgeLocked(now, true)
 	st := s.stats
 	st.Behind = s.judged
-	st.Running, st.Waiting = s.active, s.waiting
+	st.Running, st.Waiting, st.Limit = s.active, s.waiting, max(0, s.limit.limit())
 	if countLoops {
 		st.Held, st.Backoff = s.holdingLocked()
 	}
 	s.mu.Unlock()
+	s.launchAll(launch)
 	if changed {
 		s.cfg.Wake()
 	}
@@ -440,6 +450,7 @@ func (s *scheduler) record(l *pollLoop, end turnEnd, began time.Time) {
 	if s.settleLocked(l, now, next) {
 		launch = append(launch, l)
 	}
+	launch = append(launch, s.adaptLocked(now)...)
 	changed := s.judgeLocked(now, false)
 	s.mu.Unlock()
 	s.launchAll(launch)
@@ -603,12 +614,13 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 		}
 		g.active++
 	}
-	if s.cfg.Limit > 0 && s.active >= s.cfg.Limit {
+	if limit := s.limit.limit(); limit > 0 && s.active >= limit {
 		// Every slot is taken: wait for one rather than start a poll the
 		// worker cannot sustain.
 		w.phase = admitting
 		heap.Push(&s.admit, w)
-		s.waitedLocked(now, waited, waitSlot)
+		s.limit.waited = true
+		s.waitedLocked(now, waited, s.slotKindLocked())
 		return false
 	}
 	ctx, cancel, ok := pollContext(w.lease)
@@ -661,7 +673,7 @@ func (s *scheduler) admitLocked(now time.Time) []*pollLoop {
 				}
 			}
 		}
-		for s.admit.Len() > 0 && (s.cfg.Limit <= 0 || s.active < s.cfg.Limit) {
+		for s.admit.Len() > 0 && (s.limit.limit() <= 0 || s.active < s.limit.limit()) {
 			w := heap.Pop(&s.admit).(*pollLoop)
 			s.waiting--
 			if s.settleLocked(w, now, w.next) {
@@ -760,6 +772,29 @@ func (s *scheduler) armLocked(now time.Time) {
 	s.timer.Reset(d)
 }
 
+// adaptLocked steps the limit of polls running at once when a step is
+// due (cpuLimit.step) and returns the waiting polls a raised limit
+// admits, to launch.
+func (s *scheduler) adaptLocked(now time.Time) []*pollLoop {
+	if s.cfg.CPU == nil || !s.limit.due(now) {
+		return nil
+	}
+	if s.limit.step(now, s.cfg.CPU(), s.active, s.admit.Len() > 0) {
+		return s.admitLocked(now)
+	}
+	return nil
+}
+
+// slotKindLocked is what a poll waiting for one of the limit's slots
+// waits for: the CPU while it is the bound (cpuLimit.cpuBound), else
+// MaxPolls.
+func (s *scheduler) slotKindLocked() waitKind {
+	if s.limit.cpuBound() {
+		return waitCPU
+	}
+	return waitSlot
+}
+
 // judgeLocked judges whether the worker is behind now, at most once per
 // half meterBucket unless always, and reports whether the judgement
 // changed (behind or not, its reason or group).
@@ -777,10 +812,11 @@ func (s *scheduler) judgeLocked(now time.Time, always bool) bool {
 	if r.Behind {
 		r.Reason = behindReason(c)
 		if stuck && c.done < behindEvidence {
-			r.Reason = BehindMaxPolls
-			if stuckKind == waitGroup {
-				r.Reason = BehindHostLimit
-			}
+			r.Reason = stuckKind.reason()
+		}
+		if r.Reason == BehindMaxPolls && s.limit.cpuBound() {
+			// More polls at once would not run more while the CPU is busy.
+			r.Reason = BehindCPU
 		}
 		if r.Reason == BehindHostLimit {
 			r.Group = s.mostCrowdedLocked(s.judged.Group)
@@ -796,7 +832,7 @@ func (s *scheduler) judgeLocked(now time.Time, always bool) bool {
 func (s *scheduler) oldestWaitLocked(now time.Time) (bool, waitKind) {
 	tooLong := func(w *pollLoop) bool { return now.Sub(w.next) > oldestWaitBound(w.sess.Interval.D()) }
 	if s.admit.Len() > 0 && tooLong(s.admit[0]) {
-		return true, waitSlot
+		return true, s.slotKindLocked()
 	}
 	for g := range s.crowded {
 		if tooLong(g.waiting[0]) {

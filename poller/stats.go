@@ -11,8 +11,13 @@ import (
 // list), for metrics.
 type PollStats struct {
 	// Running and Waiting are the polls running now and those due but
-	// waiting for a slot (Config.MaxPolls).
+	// waiting for a slot (PollLimit, or a slot of their host).
 	Running, Waiting int
+	// PollLimit is how many polls may run at once now (0: no limit):
+	// Config.MaxPolls, lower while the CPU is the bound — the process has
+	// more goroutines ready to run than processors — so that due polls
+	// wait in order of due time rather than crowd the CPU.
+	PollLimit int
 	// Deferred and Late count, since start, the polls that waited for a
 	// slot and those that started later than a tenth of their interval
 	// after they were due.
@@ -85,6 +90,8 @@ func logBehind(log *zap.Logger, ps PollStats, maxPolls int) {
 		fields = append(fields, zap.String("host", ps.BehindHost))
 	case BehindMaxPolls:
 		fields = append(fields, zap.Int("max_polls", maxPolls))
+	case BehindCPU:
+		fields = append(fields, zap.Int("poll_limit", ps.PollLimit), zap.Int("max_polls", maxPolls))
 	}
 	log.Warn("behind: this worker cannot keep up with its share; every session is polled less often alike, "+
 		"at about interval × due/achieved; it sheds load to its peers", fields...)
@@ -97,7 +104,7 @@ func round1(x float64) float64 { return math.Round(x*10) / 10 }
 // planned weight; without countLoops, Backoff and LeasesHeld are left at
 // 0 (st did not count them).
 func pollStatsOf(st schedStats, planned float64, countLoops bool) PollStats {
-	ps := PollStats{Running: st.Running, Waiting: st.Waiting, Deferred: st.Deferred, Late: st.Late,
+	ps := PollStats{Running: st.Running, Waiting: st.Waiting, PollLimit: st.Limit, Deferred: st.Deferred, Late: st.Late,
 		Behind: st.Behind.Behind, BehindReason: st.Behind.Reason, BehindHost: st.Behind.Group,
 		DueRate: st.Behind.Due, AchievedRate: st.Behind.Done, Skipped: st.Skipped,
 		PlannedWeight: planned}

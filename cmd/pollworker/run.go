@@ -773,9 +773,11 @@ func pollMetrics(c *poller.Coordinator) []prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return v(c.PollStats()) })
 	}
 	return []prometheus.Collector{
-		gauge("pollworker_polls_running", "Polls running now (at most --max-polls).",
+		gauge("pollworker_polls_running", "Polls running now (at most pollworker_polls_limit).",
 			func(s poller.PollStats) float64 { return float64(s.Running) }),
-		gauge("pollworker_polls_waiting", "Due polls waiting for a slot (all --max-polls run).",
+		gauge("pollworker_polls_limit", "Polls that may run at once now: --max-polls, lower while the CPU is the bound (more goroutines ready to run than processors), so that due polls wait in order of due time.",
+			func(s poller.PollStats) float64 { return float64(s.PollLimit) }),
+		gauge("pollworker_polls_waiting", "Due polls waiting for a slot (pollworker_polls_limit, or their host's --max-per-host).",
 			func(s poller.PollStats) float64 { return float64(s.Waiting) }),
 		counter("pollworker_polls_deferred_total", "Polls that waited for a slot.",
 			func(s poller.PollStats) float64 { return float64(s.Deferred) }),
@@ -808,7 +810,7 @@ func pollMetrics(c *poller.Coordinator) []prometheus.Collector {
 type behindReasonMetric struct{ c *poller.Coordinator }
 
 var behindReasonDesc = prometheus.NewDesc("pollworker_behind_reason",
-	"1 while this worker is behind, labelled with why: reason host-limit (with the host whose --max-per-host bound most polls wait for), max-polls (--max-polls) or cpu (polls start late without waiting for a slot).",
+	"1 while this worker is behind, labelled with why: reason host-limit (with the host whose --max-per-host bound most polls wait for), max-polls (--max-polls) or cpu (polls start late without waiting for a slot, or wait for pollworker_polls_limit lowered while the CPU is the bound).",
 	[]string{"reason", "host"}, nil)
 
 // Describe implements prometheus.Collector.
