@@ -41,8 +41,11 @@ func Decode(id string, raw []byte) (Session, error) {
 		return Session{}, fmt.Errorf("%w: not a JSON object", ErrMalformed)
 	}
 	var doc document
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		return Session{}, fmt.Errorf("%w: %s", ErrMalformed, jsonReason(err))
+	if !decodeFast(raw, &doc) {
+		doc = document{}
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			return Session{}, fmt.Errorf("%w: %s", ErrMalformed, jsonReason(err))
+		}
 	}
 	if doc.ID != nil && *doc.ID != id {
 		return Session{}, fmt.Errorf("%w: id %.64q in the value differs from the key's id %q", ErrMalformed, *doc.ID, id)
