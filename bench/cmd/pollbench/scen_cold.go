@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/pollworker/pollworker/bench"
 	"github.com/pollworker/pollworker/internal/redisstats"
+	"github.com/pollworker/pollworker/scripts/lua"
 )
 
 // runCold seeds coldSessions sessions, starts coldWorkers coordinators at
@@ -18,7 +21,7 @@ import (
 // Redis memory per session (definition, index entry, lease and fence).
 func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	var secs, mem, churn, redisCPU, perLease []float64
-	var busiest string
+	var busiest, scripts string
 	for r := 0; r < sz.coldRuns; r++ {
 		if err := e.reset(ctx); err != nil {
 			return nil, err
@@ -37,6 +40,7 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		rec := bench.NewRecorder()
 		all := rec.WaitPolled(sz.coldSessions)
 		acquiredBefore := e.acquired.Load()
+		scriptsBefore := e.counter.Scripts()
 		t0 := time.Now()
 		var ms []*member
 		for _, id := range workerIDs("w", sz.coldWorkers) {
@@ -59,6 +63,7 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 				redisCPU = append(redisCPU, d.CPUSeconds)
 				perLease = append(perLease, d.CPUSeconds*1e6/float64(max(acquired, 1)))
 				busiest = busiestCommands(d, 12)
+				scripts = scriptCalls(scriptsBefore, e.counter.Scripts())
 			}
 		}
 		stopAll(ms)
@@ -79,7 +84,7 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		{Figure: "leases acquired per session until all polled (1 = no churn)", Target: "reported", Unit: "x", Ours: bench.Summarize(churn),
 			Note: "workers start together and see each other join one by one; sessions taken before the fleet is complete move again"},
 		{Figure: "Redis CPU during the cold start", Target: "reported", Unit: "s", Ours: bench.Summarize(redisCPU),
-			Note: "busiest commands (last run, Redis CPU): " + busiest},
+			Note: "busiest commands (last run, Redis CPU): " + busiest + "; the script calls (evalsha) by script, with the keys they passed: " + scripts},
 		{Figure: "Redis CPU per lease acquired during the cold start, all commands", Target: "reported", Unit: "µs", Ours: bench.Summarize(perLease),
 			Note: "the CPU time of everything Redis ran (session loads, heartbeats, renewals included) over the leases acquired; the script alone: lease BenchmarkScriptAcquire1000"},
 		{Figure: "Redis memory per session (definition + index + lease + fencing record)", Target: "reported", Unit: "B", Ours: bench.Summarize(mem)},
@@ -95,6 +100,45 @@ func busiestCommands(d redisstats.Stats, n int) string {
 	for _, name := range names[:min(n, len(names))] {
 		c := d.Commands[name]
 		parts = append(parts, fmt.Sprintf("%s %d calls %.2f s", name, c.Calls, float64(c.Usec)/1e6))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// scriptCalls names the script calls made between two counts, busiest
+// first: "acquire 2,046 calls 2,001,400 keys, ...".
+func scriptCalls(before, after map[string]bench.ScriptCalls) string {
+	names := map[string]string{}
+	for name, src := range map[string]string{
+		"acquire": lua.Acquire, "renew": lua.Renew, "release": lua.Release, "unheld": lua.Unheld, "fresh": lua.Fresh,
+		"inspect": lua.Inspect, "session_changes": lua.SessionChanges, "session_changed": lua.SessionChanged,
+		"session_loads": lua.SessionLoads, "node_heartbeat": lua.NodeHeartbeat, "node_members": lua.NodeMembers,
+		"node_claim": lua.NodeClaim, "node_unclaim": lua.NodeUnclaim, "node_leave": lua.NodeLeave, "node_holder": lua.NodeHolder,
+		"state_slot": lua.StateSlot,
+	} {
+		sum := sha1.Sum([]byte(src))
+		names[hex.EncodeToString(sum[:])] = name
+	}
+	type row struct {
+		name string
+		c    bench.ScriptCalls
+	}
+	var rows []row
+	for sha, c := range after {
+		c.Calls -= before[sha].Calls
+		c.Keys -= before[sha].Keys
+		if c.Calls == 0 {
+			continue
+		}
+		name, ok := names[sha]
+		if !ok {
+			name = "other " + sha[:min(8, len(sha))]
+		}
+		rows = append(rows, row{name, c})
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Or(cmp.Compare(b.c.Calls, a.c.Calls), strings.Compare(a.name, b.name)) })
+	var parts []string
+	for _, r := range rows {
+		parts = append(parts, fmt.Sprintf("%s %d calls %d keys", r.name, r.c.Calls, r.c.Keys))
 	}
 	return strings.Join(parts, ", ")
 }
