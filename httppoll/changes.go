@@ -19,7 +19,7 @@ type outcome struct {
 // with the session's definition), to tell whether their response changed.
 // When full, a new session evicts an arbitrary one (Go's map iteration
 // order), whose next poll then counts as a change: the memory costs extra
-// changes, never a missed one. With saved state (PollState) the saved
+// changes, never a missed one. With saved state (Turn.State) the saved
 // State is compared instead, across handoffs.
 type changes struct {
 	max int

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/results"
 )
 
@@ -68,7 +69,7 @@ func TestRecordChanges(t *testing.T) {
 	}{{200, "a"}, {200, "a"}, {200, "b"}, {200, "b"}, {503, "b"}, {503, "b"}, {200, "b"}, {404, "b"}, {404, "b"}} {
 		status.Store(int64(step.code))
 		body.Store(step.body)
-		_ = p.Poll(ctxT(t), s, f.lease)
+		_ = p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil))
 	}
 	for _, r := range recorded(t, f.client) {
 		got = append(got, r["status"].(string)+"/"+r["changed"].(string))
@@ -80,15 +81,15 @@ func TestRecordChanges(t *testing.T) {
 	require.Empty(t, entries[2]["body_sha256"], "no content hash for a 5xx")
 
 	// Another lease (after a handoff and back): no change.
-	_ = p.Poll(ctxT(t), s, nil)
+	_ = p.Poll(ctxT(t), poller.NewTurn(s, nil, nil))
 	require.Len(t, recorded(t, f.client), 5)
 
 	// Same status, another error class: a refused connection vs a timeout.
 	addr := srv.Listener.Addr().String()
 	srv.Close()
 	down := sess("http://"+addr+"/", time.Second)
-	_ = p.Poll(ctxT(t), down, nil)
-	_ = p.Poll(ctxT(t), down, nil)
+	_ = p.Poll(ctxT(t), poller.NewTurn(down, nil, nil))
+	_ = p.Poll(ctxT(t), poller.NewTurn(down, nil, nil))
 	require.Len(t, recorded(t, f.client), 6)
 }
 
@@ -104,16 +105,16 @@ func TestRecordBody(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	p := newPoller(t, Config{Client: f.client, RecordBody: 12})
-	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), f.lease, nil)))
 	status.Store(503)
-	require.Error(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+	require.Error(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), f.lease, nil)))
 	entries := recorded(t, f.client)
 	require.Equal(t, "012345678901", entries[0]["body"])
 	require.Equal(t, sha256Hex(strings.Repeat("0123456789", 10_000)[:MaxBodyBytes]), entries[0]["body_sha256"])
 	require.Equal(t, "012345678901", entries[1]["body"])
 
 	p = newPoller(t, Config{Client: f.client})
-	require.Error(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+	require.Error(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), f.lease, nil)))
 	require.NotContains(t, recorded(t, f.client)[2], "body")
 
 	_, err := New(Config{Client: f.client, Worker: "w1", RecordBody: MaxBodyBytes + 1})
@@ -124,7 +125,7 @@ func TestRecordNone(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(srv.Close)
 	p := newPoller(t, Config{Record: results.RecordNone})
-	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), nil))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), nil, nil)))
 }
 
 // TestChangesMemoryIsBounded: a full memory forgets one session per new

@@ -29,8 +29,8 @@
 //     half, then returns poller.ErrNoCapacity without sending anything; a
 //     request abandoned at its timeout frees its slot, though the target
 //     may still be serving it.
-//   - With saved state (PollState, which the coordinator calls since Poller
-//     is a poller.StatefulPoller), each request is conditional on the ETag
+//   - With saved state (the Turn's State, under a Coordinator with
+//     poller.Config.Stateful, as pollworker run sets it), each request is conditional on the ETag
 //     and Last-Modified of the session's last 2xx answer, saved by
 //     whichever worker polled it before; a 304 is a success and no change.
 //     The session's State (status, latency, body hash, last success,
@@ -47,10 +47,10 @@
 //   - Each result says whether the response changed (results.Result.Changed):
 //     another status (a 304 stands for the 200 it revalidates), class of
 //     failure, ETag or 2xx body hash than the session's previous poll.
-//     With saved state (PollState) the previous poll is the saved State,
+//     With saved state the previous poll is the saved State,
 //     whichever worker saved it, so a change is reported once across
 //     handoffs (a change is always saved at once); a session's first poll
-//     is a change. Without it (Poll), this Poller's memory of the session
+//     is a change. Without it, this Poller's memory of the session
 //     (Config.ChangesMemory) is compared. A result carries the content's
 //     hash (2xx and 304) and, with Config.RecordBody, the body's first
 //     bytes. A poll cut short by its lease ending is no change.

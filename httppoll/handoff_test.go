@@ -81,7 +81,7 @@ func TestStateSurvivesHandoff(t *testing.T) {
 
 	startWorker := func(id string) (stop func()) {
 		p := newPoller(t, Config{Worker: id, Record: results.RecordNone})
-		c, err := poller.New(poller.Config{Client: client, ID: id, Poller: p,
+		c, err := poller.New(poller.Config{Client: client, ID: id, Poller: p, Stateful: true,
 			LeaseTTL: 900 * time.Millisecond, RenewInterval: 150 * time.Millisecond, HeartbeatInterval: 150 * time.Millisecond,
 			DiscoveryInterval: 6 * time.Second, OrphanGrace: 400 * time.Millisecond, RequestTimeout: 100 * time.Millisecond,
 			DrainTimeout: 2 * time.Second})

@@ -75,7 +75,7 @@ func TestMaxPerHost(t *testing.T) {
 	errs := make(chan error, polls+1)
 	for i := range polls {
 		s := session.Session{ID: fmt.Sprintf("a%d", i), URL: g.URL + "/", Interval: session.Duration(time.Minute)}
-		go func() { errs <- p.Poll(ctxT(t), s, nil) }()
+		go func() { errs <- p.Poll(ctxT(t), poller.NewTurn(s, nil, nil)) }()
 	}
 	require.Eventually(t, func() bool {
 		n, _ := g.counts(hostA)
@@ -84,7 +84,7 @@ func TestMaxPerHost(t *testing.T) {
 
 	// Another host gets its own slots at once.
 	sb := session.Session{ID: "b", URL: "http://" + hostB + "/", Interval: session.Duration(time.Minute)}
-	go func() { errs <- p.Poll(ctxT(t), sb, nil) }()
+	go func() { errs <- p.Poll(ctxT(t), poller.NewTurn(sb, nil, nil)) }()
 	require.Eventually(t, func() bool { n, _ := g.counts(hostB); return n == 1 }, 5*time.Second, time.Millisecond)
 
 	g.release()
@@ -111,14 +111,14 @@ func TestHostSlotWaitEnds(t *testing.T) {
 	p := newPoller(t, Config{Record: results.RecordNone, MaxPerHost: 1, Failures: failures})
 	hold := session.Session{ID: "hold", URL: g.URL, Interval: session.Duration(time.Minute)}
 	held := make(chan error, 1)
-	go func() { held <- p.Poll(ctxT(t), hold, nil) }()
+	go func() { held <- p.Poll(ctxT(t), poller.NewTurn(hold, nil, nil)) }()
 	host := strings.TrimPrefix(g.URL, "http://")
 	require.Eventually(t, func() bool { n, _ := g.counts(host); return n == 1 }, 5*time.Second, time.Millisecond)
 
 	ctx, cancel := context.WithCancel(ctxT(t))
 	waiting := make(chan error, 1)
 	go func() {
-		waiting <- p.Poll(ctx, session.Session{ID: "w", URL: g.URL, Interval: session.Duration(time.Minute)}, nil)
+		waiting <- p.Poll(ctx, poller.NewTurn(session.Session{ID: "w", URL: g.URL, Interval: session.Duration(time.Minute)}, nil, nil))
 	}()
 	require.Eventually(t, func() bool { return p.Stats().HostWaits == 1 }, 5*time.Second, time.Millisecond)
 	cancel()
@@ -127,7 +127,7 @@ func TestHostSlotWaitEnds(t *testing.T) {
 
 	// It waits at most half its timeout (min(interval, Timeout)), so that
 	// a request it sends has the other half.
-	err := p.Poll(ctxT(t), session.Session{ID: "t", URL: g.URL, Interval: session.Duration(200 * time.Millisecond)}, nil)
+	err := p.Poll(ctxT(t), poller.NewTurn(session.Session{ID: "t", URL: g.URL, Interval: session.Duration(200 * time.Millisecond)}, nil, nil))
 	require.ErrorIs(t, err, poller.ErrNoCapacity)
 	require.ErrorContains(t, err, "no slot of the host within 100ms")
 	require.Zero(t, p.Stats().Polls[OutcomeTimeout])
@@ -185,7 +185,7 @@ func TestIdleConnectionsClose(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_ = p.Poll(context.Background(), session.Session{ID: fmt.Sprint("b", i), URL: srv.URL + "/burst", Interval: session.Duration(time.Minute)}, nil)
+					_ = p.Poll(context.Background(), poller.NewTurn(session.Session{ID: fmt.Sprint("b", i), URL: srv.URL + "/burst", Interval: session.Duration(time.Minute)}, nil, nil))
 				}()
 			}
 			require.Eventually(t, func() bool { return conns() == 8 }, 5*time.Second, time.Millisecond)
@@ -198,7 +198,7 @@ func TestIdleConnectionsClose(t *testing.T) {
 				deadline = time.Now().Add(time.Second)
 			}
 			for time.Now().Before(deadline) {
-				require.NoError(t, p.Poll(context.Background(), sess(srv.URL+"/steady", time.Minute), nil))
+				require.NoError(t, p.Poll(context.Background(), poller.NewTurn(sess(srv.URL+"/steady", time.Minute), nil, nil)))
 				if tt.closes && conns() == 1 {
 					break
 				}

@@ -25,7 +25,6 @@ import (
 
 	"github.com/pollworker/pollworker/internal/failurelog"
 	"github.com/pollworker/pollworker/keyspace"
-	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/session"
@@ -211,19 +210,17 @@ type Poller struct {
 // FailureTracker remembers which sessions a Poller polls are failing, for
 // an operator (Config.Failures). Its methods are called concurrently.
 type FailureTracker interface {
-	// Update is told the state of session id after a poll under l (nil
-	// without a lease) that its lease's end did not cut short.
-	Update(id string, l *lease.Lease, st State)
-	// Failures is how many polls of id under l failed in a row, and since
-	// when, as far as it remembers: what a poll without saved state (Poll)
-	// counts on.
-	Failures(id string, l *lease.Lease) (n int, since time.Time)
+	// Update is told the state of session id after a poll (its Turn: the
+	// lease's token, whether the lease has ended since; nil for a poll
+	// outside a Coordinator) that its lease's end did not cut short.
+	Update(id string, t *poller.Turn, st State)
+	// Failures is how many polls of id under the lease of t (the same
+	// token) failed in a row, and since when, as far as it remembers: what
+	// a poll without saved state counts on.
+	Failures(id string, t *poller.Turn) (n int, since time.Time)
 }
 
-var (
-	_ poller.Poller         = (*Poller)(nil)
-	_ poller.StatefulPoller = (*Poller)(nil)
-)
+var _ poller.Poller = (*Poller)(nil)
 
 // New validates cfg, fills in its defaults and returns a Poller. It does not
 // touch Redis or the network.
@@ -370,27 +367,25 @@ func (p *Poller) PollGroup(s session.Session) (host string, max int) {
 	return strings.TrimSuffix(strings.ToLower(u.Host), ":"), p.cfg.MaxPerHost
 }
 
-// Poll sends one GET to s.URL under ctx and records the result, without
-// saved state: no conditional request, and the consecutive failures told
-// to Config.Failures count only those under l that it remembers. It returns an error for a transport
-// failure (including ctx being cancelled, which aborts the request) and
-// for a status of 500 or above; see the package comment. l may be nil (no
-// token is sent and token 0 is recorded).
-func (p *Poller) Poll(ctx context.Context, s session.Session, l *lease.Lease) error {
-	return p.poll(ctx, s, l, nil)
-}
-
-// PollState is Poll with the session's saved State: the request is
+// Poll sends the request of t's session to its URL under ctx, with t's
+// fencing token (0 without a lease: poller.NewTurn), and records the
+// result. It returns an error for a transport failure (including ctx
+// being cancelled, which aborts the request) and for a status the session
+// does not expect; see the package comment.
+//
+// With saved state (t.State, under poller.Config.Stateful) the request is
 // conditional on the saved ETag and Last-Modified, and the next State is
-// saved through st when something an operator needs to see changed, or
-// the saved one is older than Config.StateRefresh (see State). A failed
-// save is logged and counted (Stats), never retried, and does not fail
-// the poll.
-func (p *Poller) PollState(ctx context.Context, s session.Session, l *lease.Lease, st *poller.State) error {
-	if st == nil {
-		return p.poll(ctx, s, l, nil)
+// saved through it when something an operator needs to see changed, or
+// the saved one is older than Config.StateRefresh (see State); a failed
+// save is logged and counted (Stats), never retried, and does not fail the
+// poll. Without it there is no conditional request, and the consecutive
+// failures told to Config.Failures count only those under t's lease that
+// it remembers.
+func (p *Poller) Poll(ctx context.Context, t *poller.Turn) error {
+	if st := t.State(); st != nil {
+		return p.poll(ctx, t.Session(), t, st)
 	}
-	return p.poll(ctx, s, l, st)
+	return p.poll(ctx, t.Session(), t, nil)
 }
 
 // stateSlot is where a poll reads and saves its session's state:
@@ -400,17 +395,18 @@ type stateSlot interface {
 	Save(ctx context.Context, data []byte) error
 }
 
-// poll runs one poll of s under l; st is nil without saved state.
-func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st stateSlot) error {
-	prev, hadPrev := p.previous(s, l, st)
+// poll runs one poll of s, the session of t (nil in tests: no lease);
+// st is nil without saved state.
+func (p *Poller) poll(ctx context.Context, s session.Session, t *poller.Turn, st stateSlot) error {
+	prev, hadPrev := p.previous(s, t, st)
 	start := p.cfg.Clock.Now()
-	resp, err := p.get(ctx, s, l, prev, st != nil)
+	resp, err := p.get(ctx, s, t, prev, st != nil)
 	if errors.Is(err, poller.ErrNoCapacity) {
 		// Not sent: no result, no failure, no state (MaxPerHost).
 		p.stats.noSlot.Add(1)
 		return fmt.Errorf("poll %s: %w", s.ID, err)
 	}
-	r := polled{s: s, l: l, st: st, prev: prev, hadPrev: hadPrev, resp: resp, start: start, latency: p.cfg.Clock.Since(start)}
+	r := polled{s: s, t: t, st: st, prev: prev, hadPrev: hadPrev, resp: resp, start: start, latency: p.cfg.Clock.Since(start)}
 	if err == nil {
 		err = p.statusError(s, resp, st != nil)
 	}
@@ -435,10 +431,10 @@ func (p *Poller) poll(ctx context.Context, s session.Session, l *lease.Lease, st
 // under which lease and state, and what came back.
 type polled struct {
 	s       session.Session
-	l       *lease.Lease
-	st      stateSlot // nil without saved state
-	prev    State     // the state before the poll (Poller.previous)
-	hadPrev bool      // prev is a saved state
+	t       *poller.Turn // nil in tests
+	st      stateSlot    // nil without saved state
+	prev    State        // the state before the poll (Poller.previous)
+	hadPrev bool         // prev is a saved state
 	resp    response
 	err     error
 	class   errClass
@@ -449,8 +445,8 @@ type polled struct {
 // result is the poll's result as recorded, before its change is judged.
 func (r polled) result(worker string) results.Result {
 	var token int64
-	if r.l != nil {
-		token = r.l.Token()
+	if r.t != nil {
+		token = r.t.Token()
 	}
 	res := results.Result{Session: r.s.ID, Worker: worker, Token: token, Status: r.resp.status, Latency: r.latency, At: r.start,
 		Body: r.resp.body}
@@ -494,7 +490,7 @@ func (p *Poller) observe(ctx context.Context, r polled, res results.Result) {
 	}
 	p.record(ctx, res)
 	if p.cfg.Failures != nil {
-		p.cfg.Failures.Update(r.s.ID, r.l, next)
+		p.cfg.Failures.Update(r.s.ID, r.t, next)
 	}
 	if r.st != nil && ctx.Err() == nil && needsSave(r.prev, next, r.hadPrev, p.cfg.StateRefresh) {
 		p.save(ctx, r.st, r.s.ID, next)
@@ -512,13 +508,13 @@ func expected(s session.Session, status int, conditional bool) bool {
 
 // previous is the state of s before this poll: the saved one if st has a
 // readable one for s's URL, else (without saved state) only the failures
-// under l that this Poller remembers.
-func (p *Poller) previous(s session.Session, l *lease.Lease, st stateSlot) (State, bool) {
+// under t's lease that this Poller remembers.
+func (p *Poller) previous(s session.Session, t *poller.Turn, st stateSlot) (State, bool) {
 	if st == nil {
 		if p.cfg.Failures == nil {
 			return State{}, false
 		}
-		n, since := p.cfg.Failures.Failures(s.ID, l)
+		n, since := p.cfg.Failures.Failures(s.ID, t)
 		return State{Failures: n, FailingSince: since}, false
 	}
 	rec := st.Last()
@@ -667,7 +663,7 @@ type response struct {
 // when conditional. The wait for a slot of its host and the request
 // together are bounded by min(interval, Config.Timeout), the wait by half
 // of it.
-func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, prev State, conditional bool) (response, error) {
+func (p *Poller) get(ctx context.Context, s session.Session, t *poller.Turn, prev State, conditional bool) (response, error) {
 	timeout := p.cfg.Timeout
 	if iv := s.Interval.D(); iv > 0 && iv < timeout {
 		timeout = iv
@@ -677,7 +673,7 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 	if s.Profile != "" {
 		ctx = withProfile(ctx, s.Profile) // checkRedirect keeps its credentials on its host
 	}
-	req, client, err := p.request(ctx, s, l, prev, conditional)
+	req, client, err := p.request(ctx, s, t, prev, conditional)
 	if err != nil {
 		return response{}, err
 	}
@@ -710,7 +706,7 @@ func (p *Poller) get(ctx context.Context, s session.Session, l *lease.Lease, pre
 // profile's, if it has one): the session's method, body and headers, the
 // profile's credentials, then the fencing headers (last: nothing overrides
 // them), the slot, the trace and the validators of prev when conditional.
-func (p *Poller) request(ctx context.Context, s session.Session, l *lease.Lease, prev State, conditional bool) (*http.Request, *http.Client, error) {
+func (p *Poller) request(ctx context.Context, s session.Session, t *poller.Turn, prev State, conditional bool) (*http.Request, *http.Client, error) {
 	var body io.Reader
 	if s.Body != "" {
 		body = strings.NewReader(s.Body)
@@ -735,8 +731,8 @@ func (p *Poller) request(ctx context.Context, s session.Session, l *lease.Lease,
 	}
 	req.Header.Set(HeaderSession, s.ID)
 	req.Header.Set(HeaderWorker, p.cfg.Worker)
-	if l != nil {
-		req.Header.Set(HeaderToken, strconv.FormatInt(l.Token(), 10))
+	if t != nil && t.Token() != 0 { // 0: a poll without a lease (poller.NewTurn)
+		req.Header.Set(HeaderToken, strconv.FormatInt(t.Token(), 10))
 	}
 	if slot, ok := poller.SlotOf(ctx); ok {
 		req.Header.Set(HeaderSlot, slot.UTC().Format(time.RFC3339))

@@ -24,6 +24,7 @@ import (
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/results"
 	"github.com/pollworker/pollworker/session"
 )
@@ -78,23 +79,31 @@ type failureRecord struct {
 }
 
 type failureEntry struct {
-	lease *lease.Lease
+	token int64 // of the lease polled under
 	st    State
 }
 
-func (f *failureRecord) Update(id string, l *lease.Lease, st State) {
+// tokenOf is t's token, 0 for nil.
+func tokenOf(t *poller.Turn) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.Token()
+}
+
+func (f *failureRecord) Update(id string, t *poller.Turn, st State) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.last == nil {
 		f.last = map[string]failureEntry{}
 	}
-	f.last[id] = failureEntry{lease: l, st: st}
+	f.last[id] = failureEntry{token: tokenOf(t), st: st}
 }
 
-func (f *failureRecord) Failures(id string, l *lease.Lease) (int, time.Time) {
+func (f *failureRecord) Failures(id string, t *poller.Turn) (int, time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if e, ok := f.last[id]; ok && e.lease == l {
+	if e, ok := f.last[id]; ok && e.token == tokenOf(t) {
 		return e.st.Failures, e.st.FailingSince
 	}
 	return 0, time.Time{}
@@ -186,7 +195,7 @@ func TestPollSendsHeadersAndRecords(t *testing.T) {
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	p := newPoller(t, Config{Client: f.client, Clock: clocktesting.NewFakePassiveClock(at)})
 
-	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL+"/x", time.Second), f.lease))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL+"/x", time.Second), f.lease, nil)))
 
 	mu.Lock()
 	require.Equal(t, http.MethodGet, method)
@@ -231,7 +240,7 @@ func TestPollStatus(t *testing.T) {
 
 			s := sess(srv.URL, time.Second)
 			s.Expect = tt.expect
-			err := p.Poll(ctxT(t), s, f.lease)
+			err := p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil))
 
 			res := recorded(t, f.client)
 			require.Len(t, res, 1)
@@ -263,7 +272,7 @@ func TestPollCancelAbortsRequest(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan error, 1)
-	go func() { done <- p.Poll(ctx, sess(srv.URL, time.Hour), f.lease) }()
+	go func() { done <- p.Poll(ctx, poller.NewTurn(sess(srv.URL, time.Hour), f.lease, nil)) }()
 	<-entered
 	cancel()
 
@@ -303,12 +312,12 @@ func TestPollTimeoutIsInterval(t *testing.T) {
 
 	// The interval (20ms) bounds the request; the test context (10s) and the
 	// default timeout (10s) do not come into play.
-	err := p.Poll(ctxT(t), sess(srv.URL, 20*time.Millisecond), f.lease)
+	err := p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, 20*time.Millisecond), f.lease, nil))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	// Config.Timeout bounds it when shorter than the interval.
 	p = newPoller(t, Config{Client: f.client, Timeout: 20 * time.Millisecond})
-	err = p.Poll(ctxT(t), sess(srv.URL, time.Hour), f.lease)
+	err = p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Hour), f.lease, nil))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -367,7 +376,7 @@ func TestPollReadsAtMost64KiB(t *testing.T) {
 	ct := &countingTransport{base: base}
 	p := newPoller(t, Config{Client: f.client, HTTP: &http.Client{Transport: ct}})
 
-	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), f.lease, nil)))
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
 	require.Equal(t, MaxBodyBytes, ct.read)
@@ -381,7 +390,7 @@ func TestPollErrorsHideURL(t *testing.T) {
 	srv.Close() // nothing listens there any more
 
 	p := newPoller(t, Config{Client: f.client})
-	err := p.Poll(ctxT(t), sess("http://user:hunter2@"+addr+"/?apikey=s3cret", time.Second), f.lease)
+	err := p.Poll(ctxT(t), poller.NewTurn(sess("http://user:hunter2@"+addr+"/?apikey=s3cret", time.Second), f.lease, nil))
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "hunter2")
 	require.NotContains(t, err.Error(), "s3cret")
@@ -402,7 +411,7 @@ func TestPollNilLease(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p := newPoller(t, Config{Client: f.client})
 
-	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), nil))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), nil, nil)))
 	require.Empty(t, <-tokens)
 	require.Equal(t, "0", recorded(t, f.client)[0]["token"])
 }
@@ -413,7 +422,7 @@ func TestStreamIsCapped(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p := newPoller(t, Config{Client: f.client, StreamMaxLen: 5})
 	for range 12 {
-		require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+		require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), f.lease, nil)))
 	}
 	n, err := f.client.XLen(ctxT(t), keys.Results()).Result()
 	require.NoError(t, err)
@@ -429,21 +438,21 @@ func TestRecordingFailureIsLoggedNotReturned(t *testing.T) {
 	p := newPoller(t, Config{Client: down, Logger: zap.New(core), RecordTimeout: time.Second})
 
 	for range 3 {
-		require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+		require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), f.lease, nil)))
 	}
 	require.Equal(t, 1, logs.FilterLevelExact(zapcore.WarnLevel).Len(), "warned once")
 	require.Equal(t, 2, logs.FilterLevelExact(zapcore.DebugLevel).Len())
 
 	// Recording works again: said once.
 	p.cfg.Client = f.client
-	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), f.lease, nil)))
 	require.Equal(t, 1, logs.FilterMessage("recording poll results works again").Len())
 }
 
 func TestPollBadURL(t *testing.T) {
 	f := newFixture(t)
 	p := newPoller(t, Config{Client: f.client})
-	err := p.Poll(ctxT(t), session.Session{ID: "s1", URL: "ftp://example.invalid/", Interval: session.Duration(time.Second)}, f.lease)
+	err := p.Poll(ctxT(t), poller.NewTurn(session.Session{ID: "s1", URL: "ftp://example.invalid/", Interval: session.Duration(time.Second)}, f.lease, nil))
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "unsupported protocol scheme")
 	require.Len(t, recorded(t, f.client), 1)

@@ -1,7 +1,6 @@
 package httppoll
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -44,7 +43,7 @@ func TestHostLimitedWorkerNeitherFailsNorBacksOff(t *testing.T) {
 	}
 	failures := &failureRecord{}
 	p := newPoller(t, Config{Worker: "w1", Record: results.RecordNone, MaxPerHost: 1, Failures: failures})
-	c, err := poller.New(poller.Config{Client: client, ID: "w1", Poller: plainPoller{p},
+	c, err := poller.New(poller.Config{Client: client, ID: "w1", Poller: p,
 		LeaseTTL: 900 * time.Millisecond, RenewInterval: 150 * time.Millisecond, HeartbeatInterval: 150 * time.Millisecond,
 		DiscoveryInterval: 6 * time.Second, OrphanGrace: 400 * time.Millisecond, RequestTimeout: 100 * time.Millisecond,
 		DrainTimeout: 2 * time.Second, KeepWeightWhenBehind: true})
@@ -60,12 +59,3 @@ func TestHostLimitedWorkerNeitherFailsNorBacksOff(t *testing.T) {
 	require.Zero(t, p.Stats().Polls[OutcomeTimeout])
 	require.Empty(t, failures.failing())
 }
-
-// plainPoller is a Poller's Poll and PollGroup without PollState.
-type plainPoller struct{ p *Poller }
-
-func (pp plainPoller) Poll(ctx context.Context, s session.Session, l *lease.Lease) error {
-	return pp.p.Poll(ctx, s, l)
-}
-
-func (pp plainPoller) PollGroup(s session.Session) (string, int) { return pp.p.PollGroup(s) }

@@ -10,11 +10,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/results"
 )
 
 // BenchmarkPollCPU measures the CPU a poll costs this process, stateless
-// (Poll) and with saved state (the coordinator's PollState path, a slot
+// (Poll) and with saved state (the coordinator's path with Config.Stateful, a slot
 // in memory), against a local target answering 204.
 //
 // Run: go test -run '^$' -bench BenchmarkPollCPU -benchmem ./httppoll
@@ -40,7 +41,7 @@ func BenchmarkPollCPU(b *testing.B) {
 				if stateful {
 					_ = p.poll(ctx, s, nil, slot)
 				} else {
-					_ = p.Poll(ctx, s, nil)
+					_ = p.Poll(ctx, poller.NewTurn(s, nil, nil))
 				}
 			}
 		})
@@ -76,7 +77,7 @@ func BenchmarkPollCPUTraced(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				ctx, span := tracer.Start(context.Background(), "poll")
-				_ = p.Poll(ctx, s, nil)
+				_ = p.Poll(ctx, poller.NewTurn(s, nil, nil))
 				span.End()
 			}
 		})
@@ -113,7 +114,7 @@ func BenchmarkTracingOff(b *testing.B) {
 	polls := 0
 	for b.Loop() {
 		start := time.Now()
-		_ = p.Poll(ctx, s, nil)
+		_ = p.Poll(ctx, poller.NewTurn(s, nil, nil))
 		pollTime += time.Since(start)
 		polls++
 	}

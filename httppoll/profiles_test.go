@@ -118,11 +118,11 @@ func TestProfileCredentials(t *testing.T) {
 	s.Profile = "api"
 	s.Headers = map[string]string{"X-Plain": "from the session", "Accept": "text/plain"}
 
-	require.NoError(t, p.Poll(ctxT(t), s, f.lease))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)))
 	writeFile(t, token, "tok-2-longer") // rotated: another size
-	require.NoError(t, p.Poll(ctxT(t), s, f.lease))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)))
 	s.Profile = "basic"
-	require.NoError(t, p.Poll(ctxT(t), s, f.lease))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)))
 
 	got := ht.requests()
 	require.Len(t, got, 3)
@@ -164,7 +164,7 @@ func TestProfileFailures(t *testing.T) {
 			p := newPoller(t, Config{Client: f.client, Profiles: map[string]Profile{"p": tt.profile}})
 			s := sess(ht.srv.URL, time.Second)
 			s.Profile = tt.use
-			err := p.PollState(ctxT(t), s, f.lease, nil)
+			err := p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil))
 			var pe *ProfileError
 			require.ErrorAs(t, err, &pe)
 			require.ErrorContains(t, err, tt.want)
@@ -190,20 +190,20 @@ func TestProfileTLS(t *testing.T) {
 	p := newPoller(t, Config{Client: f.client, ProfileRecheck: -1, Profiles: map[string]Profile{"private": {TLS: &TLSFiles{CAFile: ca}}}})
 	s := sess(ht.srv.URL, time.Second)
 
-	err := p.Poll(ctxT(t), s, f.lease)
+	err := p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil))
 	require.Error(t, err, "the system roots do not trust it")
 	require.Equal(t, classTLS, classify(err))
 
 	s.Profile = "private"
-	require.NoError(t, p.Poll(ctxT(t), s, f.lease))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)))
 
 	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: otherCert(t)})))
-	require.Error(t, p.Poll(ctxT(t), s, f.lease), "another CA, read at the next poll")
+	require.Error(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)), "another CA, read at the next poll")
 	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ht.srv.Certificate().Raw}))+"\n")
-	require.NoError(t, p.Poll(ctxT(t), s, f.lease), "the right CA again, at the next poll")
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)), "the right CA again, at the next poll")
 
 	writeFile(t, ca, "not a pem")
-	require.ErrorContains(t, p.Poll(ctxT(t), s, f.lease), "profile private: tls: ca_file "+ca+" holds no PEM certificate")
+	require.ErrorContains(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)), "profile private: tls: ca_file "+ca+" holds no PEM certificate")
 }
 
 // otherCert is a self-signed certificate of no server of the tests, DER.
@@ -270,7 +270,7 @@ func TestRedirects(t *testing.T) {
 			hits.Store(0)
 			s := sess(srv.URL+tt.path, time.Second)
 			s.Profile = tt.profile
-			err := p.Poll(ctxT(t), s, f.lease)
+			err := p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil))
 			require.Equal(t, tt.hits, hits.Load())
 			if tt.want == "" {
 				require.NoError(t, err)
@@ -323,7 +323,7 @@ func TestPollThrottled(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p := newPoller(t, Config{Client: f.client, MaxRetryAfter: time.Minute})
 
-	err := p.Poll(ctxT(t), sess(srv.URL+"/?ra=5", time.Second), f.lease)
+	err := p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL+"/?ra=5", time.Second), f.lease, nil))
 	var ra *poller.RetryAfterError
 	require.ErrorAs(t, err, &ra)
 	require.Equal(t, 5*time.Second, ra.Delay)
@@ -332,11 +332,11 @@ func TestPollThrottled(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, se.Code)
 	require.EqualValues(t, 1, p.Stats().Throttled)
 
-	err = p.Poll(ctxT(t), sess(srv.URL+"/?ra=3600", time.Second), f.lease)
+	err = p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL+"/?ra=3600", time.Second), f.lease, nil))
 	require.ErrorAs(t, err, &ra)
 	require.Equal(t, time.Minute, ra.Delay, "bounded by MaxRetryAfter")
 
-	err = p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease)
+	err = p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), f.lease, nil))
 	require.Error(t, err)
 	require.False(t, errors.As(err, &ra))
 	require.EqualValues(t, 2, p.Stats().Throttled)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/poller"
 )
 
 // TestPollSendsTheSessionsRequest: method, headers and body of the session
@@ -37,7 +39,7 @@ func TestPollSendsTheSessionsRequest(t *testing.T) {
 	s.Headers = map[string]string{"Content-Type": "application/json", "Accept": "application/json",
 		HeaderToken: "999999", HeaderSession: "forged"}
 
-	require.NoError(t, p.Poll(ctxT(t), s, f.lease))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)))
 
 	mu.Lock()
 	defer mu.Unlock()

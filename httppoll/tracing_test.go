@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/pollworker/pollworker/poller"
 )
 
 // TestTracedPollSendsTraceparent: a poll that runs in a span (the
@@ -28,12 +30,12 @@ func TestTracedPollSendsTraceparent(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p := newPoller(t, Config{Client: f.client})
 
-	require.NoError(t, p.Poll(ctxT(t), sess(srv.URL, time.Second), f.lease))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL, time.Second), f.lease, nil)))
 
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	ctx, span := tp.Tracer("test").Start(ctxT(t), "poll")
-	require.NoError(t, p.Poll(ctx, sess(srv.URL, time.Second), f.lease))
+	require.NoError(t, p.Poll(ctx, poller.NewTurn(sess(srv.URL, time.Second), f.lease, nil)))
 	span.End()
 
 	mu.Lock()

@@ -56,7 +56,7 @@ func TestStatefulCorruptStateIsPolledAsNeverSaved(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	obs := &badDataObserver{}
 	log := newCursorLog()
-	cfg := fastConfig(client, "w", log.poller("w"))
+	cfg := stateful(fastConfig(client, "w", log.poller("w")))
 	cfg.Logger, cfg.Observer = zap.New(core), obs
 	start(t, cfg)
 	require.Eventually(t, func() bool {

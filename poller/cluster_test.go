@@ -211,9 +211,10 @@ func (h *pollHistory) eventsSince(t time.Time) map[EventType]int {
 
 // poller records the polls of worker around inner's.
 func (h *pollHistory) poller(worker string, inner Poller) Poller {
-	return PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+	return PollFunc(func(ctx context.Context, tn *Turn) error {
+		s, l := tn.Session(), tn.lease
 		p := history.Poll{Session: s.ID, Worker: worker, Token: l.Token(), Start: time.Now()}
-		err := inner.Poll(ctx, s, l)
+		err := inner.Poll(ctx, tn)
 		p.End = time.Now()
 		h.mu.Lock()
 		h.polls = append(h.polls, p)

@@ -1,7 +1,6 @@
 package poller
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
-	"github.com/pollworker/pollworker/session"
 	"github.com/pollworker/pollworker/state"
 )
 
@@ -30,23 +28,6 @@ const (
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("poller: invalid config")
-
-// Poller polls one session. Poll is called on the session's interval, only
-// while this worker holds the session's lease; ctx is cancelled the moment
-// the lease becomes uncertain or lost, or the session is handed off. The
-// lease carries the fencing token to hand to downstream systems. A panic in
-// Poll is recovered and counted; it does not stop other sessions.
-type Poller interface {
-	Poll(ctx context.Context, s session.Session, l *lease.Lease) error
-}
-
-// PollFunc adapts a function to Poller.
-type PollFunc func(ctx context.Context, s session.Session, l *lease.Lease) error
-
-// Poll calls f.
-func (f PollFunc) Poll(ctx context.Context, s session.Session, l *lease.Lease) error {
-	return f(ctx, s, l)
-}
 
 // Config configures a Coordinator. One zero rule for every field: zero
 // takes the default; a setting that can be turned off (LossQuarantine,
@@ -66,15 +47,22 @@ type Config struct {
 	ID string
 	// Version is published in the heartbeat.
 	Version string
-	// Poller does the work. Required. If it also implements
-	// StatefulPoller, PollState is called instead of Poll, with the
-	// session's fenced state (see StateStore).
+	// Poller does the work (Poll, with the Turn of each poll). Required.
 	Poller Poller
-	// StateStore keeps the state of a StatefulPoller's sessions (its size
-	// limit, its clock); default state.NewStore(Client, Keys,
-	// state.WithClock(Clock)) when Poller is a StatefulPoller. A store of
-	// your own must use Clock too (state.WithClock). Unused for a plain
-	// Poller, which costs no state read.
+	// Stateful turns on the sessions' fenced state (Turn.State): before
+	// the first poll under each lease the session's last saved record is
+	// read (after the acquisition, so it holds every earlier holder's last
+	// save; a corrupt record reads as never saved), and after a crash the
+	// saved poll time keeps the session's schedule. Off by default: a
+	// Poller that keeps no state costs no read per acquisition, and
+	// Turn.State is nil.
+	Stateful bool
+	// StateStore keeps the sessions' state (its size limit, its clock)
+	// and the slots of scheduled sessions (the slot started, finished);
+	// default state.NewStore(Client, Keys, state.WithClock(Clock)) when
+	// Stateful is set, none otherwise (a scheduled session's slots are then
+	// not recorded: a successor after a crash cannot tell which slot ran).
+	// A store of your own must use Keys and Clock too (state.WithClock).
 	StateStore *state.Store
 
 	// LeaseTTL is the lease time to live; default 30s. At least 3 × RenewInterval.

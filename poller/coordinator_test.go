@@ -45,7 +45,8 @@ func newRecorder() *recorder {
 }
 
 func (r *recorder) poller(worker string) Poller {
-	return PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+	return PollFunc(func(ctx context.Context, tn *Turn) error {
+		s, l := tn.Session(), tn.lease
 		r.mu.Lock()
 		if w, ok := r.active[s.ID]; ok {
 			r.violations = append(r.violations, fmt.Sprintf("overlap on %s: %s and %s", s.ID, w, worker))
@@ -195,7 +196,7 @@ func TestConfigValidation(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = client.Close() })
-	p := PollFunc(func(context.Context, session.Session, *lease.Lease) error { return nil })
+	p := PollFunc(func(context.Context, *Turn) error { return nil })
 	tests := []struct {
 		name string
 		give func(*Config)
@@ -335,7 +336,8 @@ func TestFailClosedWhenRedisGoesAway(t *testing.T) {
 	var mu sync.Mutex
 	var late []string
 	var polls int
-	p := PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+	p := PollFunc(func(ctx context.Context, tn *Turn) error {
+		s, l := tn.Session(), tn.lease
 		mu.Lock()
 		defer mu.Unlock()
 		polls++
@@ -394,7 +396,8 @@ func TestPanickingPollDoesNotStopOthers(t *testing.T) {
 	addSessions(t, client, 3, 20*time.Millisecond)
 	var mu sync.Mutex
 	good := 0
-	p := PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+	p := PollFunc(func(ctx context.Context, tn *Turn) error {
+		s := tn.Session()
 		if s.ID == "session-0" {
 			panic("boom")
 		}

@@ -44,9 +44,10 @@
 //   - Every worker computes placement with package assign from the same
 //     inputs (the live members and the bucket sizes), so workers that see
 //     the same membership agree on every session's preferred worker.
-//   - A StatefulPoller's state (State, package state) is read after the
-//     lease is acquired and before the first poll under it, so it holds
-//     every earlier holder's last save; State.Save is fenced by the poll's
+//   - With Config.Stateful, the session's state (Turn.State, package
+//     state) is read after the lease is acquired and before the first poll
+//     under it, so it holds every earlier holder's last save (a corrupt
+//     record reads as never saved); State.Save is fenced by the poll's
 //     lease in Redis, so a holder whose lease has moved on can never
 //     overwrite its successor's state. After a crash the successor keeps
 //     the schedule the saved record gives (its poll's due time + the
@@ -66,7 +67,7 @@
 //     after a graceful handoff), and a
 //     process paused in the middle of a poll may deliver a request after its
 //     lease has moved on: downstream systems must check the fencing token
-//     (lease.Lease.Token) to reject such stale requests.
+//     (Turn.Token) to reject such stale requests.
 //   - Agreement at every instant. Membership is eventually consistent, so
 //     two workers may briefly disagree on who is preferred for a session;
 //     the lease decides, and the loser retries when the holder releases or

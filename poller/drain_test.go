@@ -10,8 +10,6 @@ import (
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
-	"github.com/pollworker/pollworker/lease"
-	"github.com/pollworker/pollworker/session"
 )
 
 // TestDrainPastItsTimeoutReleasesWhatItCan is issue 10 item 2: a poll that
@@ -28,7 +26,8 @@ func TestDrainPastItsTimeoutReleasesWhatItCan(t *testing.T) {
 	unblock := make(chan struct{})
 	t.Cleanup(func() { close(unblock) })
 	started := make(chan struct{}, 1)
-	p := PollFunc(func(ctx context.Context, s session.Session, _ *lease.Lease) error {
+	p := PollFunc(func(ctx context.Context, tn *Turn) error {
+		s := tn.Session()
 		if s.ID == stuck {
 			select {
 			case started <- struct{}{}:

@@ -2,7 +2,6 @@ package poller_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"strconv"
@@ -48,12 +47,10 @@ type cursorPoller struct {
 	out    chan<- string
 }
 
-// Poll is never called: the coordinator calls PollState on a StatefulPoller.
-func (p *cursorPoller) Poll(context.Context, session.Session, *lease.Lease) error {
-	return errors.New("unused")
-}
-
-func (p *cursorPoller) PollState(ctx context.Context, s session.Session, l *lease.Lease, st *poller.State) error {
+// Poll reads the cursor from the turn's State (Config.Stateful), loaded
+// before the first poll under the lease.
+func (p *cursorPoller) Poll(ctx context.Context, t *poller.Turn) error {
+	st := t.State()
 	cursor := 0
 	if data := st.Last().Data; data != nil { // nil: never saved
 		n, err := strconv.Atoi(string(data))
@@ -70,7 +67,7 @@ func (p *cursorPoller) PollState(ctx context.Context, s session.Session, l *leas
 	// them on again (at least once). Save fails with state.ErrStale when
 	// this worker's lease is no longer current: another worker has the
 	// session, and this one's cursor must not overwrite the successor's.
-	p.out <- fmt.Sprintf("%s (token > 0: %v): %v", p.worker, l.Token() > 0, batch)
+	p.out <- fmt.Sprintf("%s (token > 0: %v): %v", p.worker, t.Token() > 0, batch)
 	return st.Save(ctx, []byte(strconv.Itoa(cursor+len(batch))))
 }
 
@@ -104,6 +101,7 @@ func Example_stateful() {
 		c, err := poller.New(poller.Config{
 			Client: client, ID: id,
 			Poller:   &cursorPoller{worker: id, feed: up, out: out},
+			Stateful: true, // each Turn has the session's State
 			LeaseTTL: 3 * time.Second, RenewInterval: time.Second,
 			HeartbeatInterval: time.Second, DiscoveryInterval: time.Second,
 		})

@@ -48,9 +48,11 @@ func Example() {
 	c, err := poller.New(poller.Config{
 		Client: client,
 		ID:     "w1",
-		Poller: poller.PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
-			// Runs in its own goroutine, only while l is held; a real
-			// poller sends l.Token() downstream as its fencing token.
+		Poller: poller.PollFunc(func(ctx context.Context, t *poller.Turn) error {
+			// Runs on a poll goroutine, only while the session's lease
+			// is held; a real poller sends t.Token() downstream as its
+			// fencing token.
+			s := t.Session()
 			select {
 			case polled <- s.ID + " " + s.URL:
 			default:

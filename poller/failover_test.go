@@ -12,8 +12,6 @@ import (
 
 	"github.com/pollworker/pollworker/internal/faultproxy"
 	"github.com/pollworker/pollworker/internal/redistest"
-	"github.com/pollworker/pollworker/lease"
-	"github.com/pollworker/pollworker/session"
 )
 
 // TestTimingsFollowLeaseTTL: the timings left zero follow LeaseTTL, so
@@ -57,7 +55,7 @@ func TestOnlyLeaseTTLIsAValidConfig(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = client.Close() })
-	p := PollFunc(func(context.Context, session.Session, *lease.Lease) error { return nil })
+	p := PollFunc(func(context.Context, *Turn) error { return nil })
 	c, err := New(Config{Client: client, Poller: p, LeaseTTL: 3 * time.Second})
 	require.NoError(t, err)
 	require.Equal(t, 4*time.Second, c.cfg.FailoverBound())
@@ -121,13 +119,14 @@ type firstPolls struct {
 func newFirstPolls() *firstPolls { return &firstPolls{first: map[string]time.Time{}} }
 
 func (f *firstPolls) wrap(p Poller) Poller {
-	return PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+	return PollFunc(func(ctx context.Context, tn *Turn) error {
+		s := tn.Session()
 		f.mu.Lock()
 		if _, ok := f.first[s.ID]; !ok {
 			f.first[s.ID] = time.Now()
 		}
 		f.mu.Unlock()
-		return p.Poll(ctx, s, l)
+		return p.Poll(ctx, tn)
 	})
 }
 

@@ -50,7 +50,7 @@ func (ho *holdings) start(s *session.Session, l *lease.Lease) {
 // poll already began under l (a loop restarted for a new definition).
 func (ho *holdings) startAt(s *session.Session, l *lease.Lease, polled *atomic.Bool) {
 	pl := &pollLoop{sess: s, lease: l, polled: polled}
-	if ho.turns.stateful != nil {
+	if ho.turns.stateful {
 		pl.state = &State{store: ho.turns.states, lease: l}
 	}
 	bound := FirstPollBound(s.Interval.D())

@@ -92,7 +92,7 @@ func heldSessionMemory(b *testing.B, n int) (bytesPer, objectsPer float64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := poller.New(poller.Config{Client: client, Keys: keys, ID: "w1", Poller: hp})
+	c, err := poller.New(poller.Config{Client: client, Keys: keys, ID: "w1", Poller: hp, Stateful: true})
 	if err != nil {
 		b.Fatal(err)
 	}

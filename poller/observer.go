@@ -21,7 +21,7 @@ type Observer interface {
 	Round(members, sessions, owned, malformed int, membershipChanged bool)
 	// RedisError counts a failed Redis operation by name ("heartbeat",
 	// "renew", "members", "sessions", "acquire", "release", "publish",
-	// "state": the load of a StatefulPoller's state before a first poll).
+	// "state": the load of the state before a first poll, Config.Stateful).
 	RedisError(op string)
 	// HandoffGap reports, at the first poll under a lease that followed a
 	// graceful release, how long the session went unpolled: from the

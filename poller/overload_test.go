@@ -17,8 +17,6 @@ import (
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
-	"github.com/pollworker/pollworker/lease"
-	"github.com/pollworker/pollworker/session"
 )
 
 // TestSchedulerOverrunPollGivesItsSlotToTheWaiting: with every slot
@@ -150,7 +148,8 @@ func TestOverloadNeverStarvesTheControlPlane(t *testing.T) {
 	var running, maxRunning atomic.Int64
 	var polledMu sync.Mutex
 	polled := map[string]int{}
-	poll := PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+	poll := PollFunc(func(ctx context.Context, tn *Turn) error {
+		s, l := tn.Session(), tn.lease
 		n := running.Add(1)
 		defer running.Add(-1)
 		for m := maxRunning.Load(); n > m && !maxRunning.CompareAndSwap(m, n); m = maxRunning.Load() {

@@ -15,9 +15,7 @@ import (
 	"github.com/pollworker/pollworker/internal/history"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
-	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
-	"github.com/pollworker/pollworker/session"
 )
 
 // pressureLog records, for the memory pressure tests, every poll (as
@@ -29,7 +27,8 @@ type pressureLog struct {
 }
 
 func (p *pressureLog) poller(worker string) Poller {
-	return PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
+	return PollFunc(func(ctx context.Context, tn *Turn) error {
+		s, l := tn.Session(), tn.lease
 		start := time.Now()
 		select { // the poll's work
 		case <-ctx.Done():
@@ -235,7 +234,7 @@ func TestPollStatsFollowHandoffs(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 8, 20*time.Millisecond)
-	failing := PollFunc(func(context.Context, session.Session, *lease.Lease) error { return errors.New("target down") })
+	failing := PollFunc(func(context.Context, *Turn) error { return errors.New("target down") })
 	w1 := start(t, fastConfig(client, "w1", failing))
 	require.Eventually(t, func() bool {
 		return len(w1.c.Status().Owned) == len(ids) && w1.c.PollStats().Backoff == len(ids)

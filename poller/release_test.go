@@ -14,7 +14,6 @@ import (
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/nodes"
-	"github.com/pollworker/pollworker/session"
 )
 
 // TestReleaseGoesSoonestDueFirstInWaves: many leases are released soonest
@@ -28,7 +27,7 @@ func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var released []string
-	cfg := fastConfig(client, "w", PollFunc(func(context.Context, session.Session, *lease.Lease) error { return nil }))
+	cfg := fastConfig(client, "w", PollFunc(func(context.Context, *Turn) error { return nil }))
 	cfg.OnEvent = func(e Event) {
 		if e.Type == EventReleased {
 			mu.Lock()
@@ -88,7 +87,7 @@ func TestLoadReadsAssignedBucketsFirst(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 40, time.Second)
-	c, err := New(fastConfig(client, "w", PollFunc(func(context.Context, session.Session, *lease.Lease) error { return nil })))
+	c, err := New(fastConfig(client, "w", PollFunc(func(context.Context, *Turn) error { return nil })))
 	require.NoError(t, err)
 	assigned := map[int]bool{}
 	for i, id := range ids {

@@ -66,9 +66,8 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 		staleHeld: make(map[int]struct{}),
 		weighing:  weighing{planner: fleet.NewPlanner(cfg.BalanceSlack)},
 	}
-	tn := &turns{poller: cfg.Poller, states: cfg.StateStore, clock: cfg.Clock, timeout: cfg.RequestTimeout,
+	tn := &turns{poller: cfg.Poller, stateful: cfg.Stateful, states: cfg.StateStore, clock: cfg.Clock, timeout: cfg.RequestTimeout,
 		tracing: cfg.tracing, obs: cfg.Observer, log: log, health: hl, bad: bad}
-	tn.stateful, _ = cfg.Poller.(StatefulPoller)
 	sc := schedConfig{Clock: cfg.Clock, Turn: tn.turn, Wake: nw.trigger, Align: spreadStep,
 		Limit: cfg.MaxPolls, MaxBackoff: cfg.MaxErrorBackoff, Pace: true, Slack: TimerSlack}
 	if rc := newRuntimeCPU(); rc != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
-	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -27,7 +26,8 @@ type pollAt struct {
 }
 
 func (p *pollLog) poller(worker string) Poller {
-	return PollFunc(func(_ context.Context, s session.Session, _ *lease.Lease) error {
+	return PollFunc(func(_ context.Context, tn *Turn) error {
+		s := tn.Session()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.polls[s.ID] = append(p.polls[s.ID], pollAt{worker, time.Now()})

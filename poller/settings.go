@@ -332,7 +332,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
 	}
-	if _, ok := c.Poller.(StatefulPoller); ok && c.StateStore == nil {
+	if c.Stateful && c.StateStore == nil {
 		c.StateStore = state.NewStore(c.Client, c.Keys, state.WithClock(c.Clock))
 	}
 	return c, nil

@@ -39,7 +39,8 @@ func newSlotLog() *slotLog {
 }
 
 func (p *slotLog) poller(worker string) Poller {
-	return PollFunc(func(ctx context.Context, s session.Session, _ *lease.Lease) error {
+	return PollFunc(func(ctx context.Context, tn *Turn) error {
+		s := tn.Session()
 		now := time.Now()
 		slot, ok := SlotOf(ctx)
 		p.mu.Lock()

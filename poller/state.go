@@ -6,26 +6,16 @@ import (
 	"time"
 
 	"github.com/pollworker/pollworker/lease"
-	"github.com/pollworker/pollworker/session"
 	"github.com/pollworker/pollworker/state"
 )
 
-// StatefulPoller is a Poller that keeps per-session state across polls,
-// handoffs and crashes. When Config.Poller implements it, the coordinator
-// calls PollState instead of Poll, with the session's State: the record
-// saved last (by this worker or any earlier holder of the session) and a
-// fenced way to save the next one. Everything said of Poll holds for
-// PollState.
-type StatefulPoller interface {
-	PollState(ctx context.Context, s session.Session, l *lease.Lease, st *State) error
-}
-
 // State is the fenced state of the session a poll runs for, under the
-// poll's lease. It is read from Redis before the first poll under a lease
-// (after the acquisition, so it holds every earlier holder's last save)
-// and then kept in memory: Last is what was loaded or saved last. A State
-// belongs to one lease and is valid during the PollState call it is given
-// to; its methods are safe for concurrent use.
+// poll's lease (Turn.State, with Config.Stateful). It is read from Redis
+// before the first poll under a lease (after the acquisition, so it holds
+// every earlier holder's last save) and then kept in memory: Last is what
+// was loaded or saved last. A State belongs to one lease and is valid
+// during the Poll call whose Turn gives it; its methods are safe for
+// concurrent use.
 type State struct {
 	store *state.Store
 	lease *lease.Lease

@@ -27,7 +27,7 @@ import (
 type cursorLog struct {
 	mu    sync.Mutex
 	polls map[string][]cursorPoll
-	plain atomic.Int64 // calls of Poll (a StatefulPoller must get PollState)
+	plain atomic.Int64 // polls without a State (Config.Stateful must give every poll one)
 }
 
 type cursorPoll struct {
@@ -43,12 +43,12 @@ type cursorPoller struct {
 	worker string
 }
 
-func (p cursorPoller) Poll(context.Context, session.Session, *lease.Lease) error {
-	p.log.plain.Add(1)
-	return errors.New("Poll called on a StatefulPoller")
-}
-
-func (p cursorPoller) PollState(ctx context.Context, s session.Session, l *lease.Lease, st *State) error {
+func (p cursorPoller) Poll(ctx context.Context, tn *Turn) error {
+	s, l, st := tn.Session(), tn.lease, tn.State()
+	if st == nil {
+		p.log.plain.Add(1)
+		return errors.New("Poll without State under Config.Stateful")
+	}
 	at := time.Now()
 	seen := 0
 	if d := st.Last().Data; d != nil {
@@ -68,6 +68,12 @@ func (p cursorPoller) PollState(ctx context.Context, s session.Session, l *lease
 	p.log.polls[s.ID] = append(p.log.polls[s.ID], cp)
 	p.log.mu.Unlock()
 	return cp.err
+}
+
+// stateful is cfg with Config.Stateful set.
+func stateful(cfg Config) Config {
+	cfg.Stateful = true
+	return cfg
 }
 
 func newCursorLog() *cursorLog { return &cursorLog{polls: map[string][]cursorPoll{}} }
@@ -91,10 +97,10 @@ func (c *cursorLog) polledBy(id, worker string) bool {
 
 // check verifies every session's history: every poll saved, each poll saw
 // the cursor the previous one saved (across handoffs too), tokens never
-// went backwards, and Poll was never called.
+// went backwards, and every poll had its State.
 func (c *cursorLog) check(t *testing.T) {
 	t.Helper()
-	require.Zero(t, c.plain.Load(), "Poll called on a StatefulPoller")
+	require.Zero(t, c.plain.Load(), "Poll without State under Config.Stateful")
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for id, ps := range c.polls {
@@ -151,7 +157,7 @@ func TestStatefulGracefulHandoff(t *testing.T) {
 	putSessions(t, client, intervals)
 	log := newCursorLog()
 	cfg := func(id string) Config {
-		c := fastConfig(client, id, log.poller(id))
+		c := stateful(fastConfig(client, id, log.poller(id)))
 		c.BalanceSlack = -1
 		return c
 	}
@@ -207,7 +213,7 @@ func TestStatefulCrashTakeoverKeepsSchedule(t *testing.T) {
 	t.Cleanup(func() { _ = viaProxy.Close() })
 
 	log := newCursorLog()
-	start(t, fastConfig(viaProxy, "a", log.poller("a")))
+	start(t, stateful(fastConfig(viaProxy, "a", log.poller("a"))))
 	require.Eventually(t, func() bool {
 		for id := range intervals {
 			if len(log.of(id)) < 1 {
@@ -219,7 +225,7 @@ func TestStatefulCrashTakeoverKeepsSchedule(t *testing.T) {
 	proxy.Partition() // a "crashes": it neither renews nor releases
 	cut := time.Now()
 
-	start(t, fastConfig(client, "b", log.poller("b")))
+	start(t, stateful(fastConfig(client, "b", log.poller("b"))))
 	require.Eventually(t, func() bool {
 		for id := range intervals {
 			if !log.polledBy(id, "b") {
@@ -257,15 +263,15 @@ func TestStatefulPollerPollsAtOnceWhenTheSavedPollIsOld(t *testing.T) {
 
 	log := newCursorLog()
 	began := time.Now()
-	start(t, fastConfig(client, "w", log.poller("w")))
+	start(t, stateful(fastConfig(client, "w", log.poller("w"))))
 	require.Eventually(t, func() bool { return len(log.of("old")) > 0 && len(log.of("never")) > 0 },
 		iv/2, 5*time.Millisecond, "both polled at once, not an interval later")
 	require.Equal(t, 41, log.of("old")[0].seen)
 	require.Less(t, log.of("old")[0].at.Sub(began), iv/2)
 }
 
-// TestPlainPollerReadsNoState: a Poller that is not a StatefulPoller costs
-// no state read.
+// TestPlainPollerReadsNoState: a Poller without Config.Stateful costs no
+// state read.
 func TestPlainPollerReadsNoState(t *testing.T) {
 	client := redistest.Start(t).Client(t)
 	hook := &scriptCounter{sha: redis.NewScript(lua.StateLoad).Hash()}
@@ -284,9 +290,9 @@ func TestPlainPollerReadsNoState(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Zero(t, hook.n.Load())
 
-	// The same counter does see the loads of a StatefulPoller.
+	// The same counter does see the loads under Config.Stateful.
 	log := newCursorLog()
-	start(t, fastConfig(client, "s", log.poller("s")))
+	start(t, stateful(fastConfig(client, "s", log.poller("s"))))
 	require.Eventually(t, func() bool { return hook.n.Load() > 0 }, 10*time.Second, 10*time.Millisecond)
 }
 
@@ -301,7 +307,7 @@ func TestStatefulLoadsAreBatched(t *testing.T) {
 	client.AddHook(hook)
 	ids := addSessions(t, client, 300, time.Second)
 	log := newCursorLog()
-	start(t, fastConfig(client, "w", log.poller("w")))
+	start(t, stateful(fastConfig(client, "w", log.poller("w"))))
 	require.Eventually(t, func() bool {
 		for _, id := range ids {
 			if len(log.of(id)) == 0 {

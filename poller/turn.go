@@ -25,9 +25,9 @@ import (
 // own: a loop's state is in its pollLoop.
 type turns struct {
 	poller   Poller
-	stateful StatefulPoller // poller as a StatefulPoller; nil when it is not one
-	states   *state.Store   // Config.StateStore: the sessions' state and slots
-	sched    *scheduler     // whether a loop is stopping, its failures, the pace of first polls
+	stateful bool         // Config.Stateful: each loop has a State, loaded before its first poll
+	states   *state.Store // Config.StateStore: the sessions' state and slots; nil when none
+	sched    *scheduler   // whether a loop is stopping, its failures, the pace of first polls
 	clock    clock.WithTickerAndDelayedExecution
 	timeout  time.Duration // Config.RequestTimeout
 	tracing  *tracing      // nil without a TracerProvider
@@ -40,7 +40,7 @@ type turns struct {
 // turn is one turn of l's poll loop, which the scheduler runs once its
 // poll is due and admitted (schedConfig.Turn), top to bottom: nothing when
 // the lease term ended or the loop was asked to stop since; the state
-// loaded (a StatefulPoller's, before the first poll under the lease:
+// loaded (with Config.Stateful, before the first poll under the lease:
 // prepareState, which may put the poll later); the poll (pollOnce). The
 // scheduler then records the outcome and says when the next turn is due
 // (scheduler.record, nextDue).
@@ -83,7 +83,7 @@ func (t *turns) turn(ctx context.Context, l *pollLoop, due time.Time) (end turnE
 		// The poll's span: the Poller runs in it; pollOnce ends it.
 		ctx, _ = tr.startPoll(ctx, l.sess.ID, l.lease.Token(), t.sched.Failures(l)+1)
 	}
-	out, retry := t.pollOnce(ctx, *l.sess, l.lease, l.state)
+	out, retry := t.pollOnce(ctx, &Turn{sess: l.sess, lease: l.lease, state: l.state})
 	return turnEnd{out: out, retryAfter: retry}
 }
 
@@ -164,14 +164,14 @@ func (t *turns) noteHandoffGap(l *pollLoop, now time.Time) {
 	t.obs.HandoffGap(gap + now.Sub(from))
 }
 
-// pollOnce runs one poll under ctx, which ends when the lease term ends or
-// the poll is aborted, and records its outcome; a panic is recovered. It
-// calls PollState with st when the Poller is a StatefulPoller (st is then
-// set), Poll otherwise. It reports how the poll ended: failed (an error or
+// pollOnce runs one poll (the Poller's Poll with tn) under ctx, which
+// ends when the lease term ends or the poll is aborted, and records its
+// outcome; a panic is recovered. It reports how the poll ended: failed (an error or
 // a panic), cancelled, skipped (an error wrapping ErrNoCapacity: the
 // target was not polled, which is no failure) or ok, and how long the
 // target asked to be left alone (RetryAfterError; 0 if it did not).
-func (t *turns) pollOnce(ctx context.Context, s session.Session, l *lease.Lease, st *State) (out outcome, retry time.Duration) {
+func (t *turns) pollOnce(ctx context.Context, tn *Turn) (out outcome, retry time.Duration) {
+	s := tn.sess
 	t.health.polls.Add(1)
 	started := t.clock.Now()
 	outcome := "ok"
@@ -191,11 +191,7 @@ func (t *turns) pollOnce(ctx context.Context, s session.Session, l *lease.Lease,
 		}
 		t.obs.PollDone(t.clock.Since(started), outcome)
 	}()
-	if sp := t.stateful; sp != nil && st != nil {
-		err = sp.PollState(ctx, s, l, st)
-	} else {
-		err = t.poller.Poll(ctx, s, l)
-	}
+	err = t.poller.Poll(ctx, tn)
 	switch {
 	case err == nil:
 		return pollOK, 0
@@ -211,7 +207,7 @@ func (t *turns) pollOnce(ctx context.Context, s session.Session, l *lease.Lease,
 		out, retry = pollFailed, retryDelay(err)
 	}
 	t.health.pollErrors.Add(1)
-	t.log.Debug("poll failed", zap.String("session", s.ID), zap.Int64("token", l.Token()), zap.Error(err))
+	t.log.Debug("poll failed", zap.String("session", s.ID), zap.Int64("token", tn.Token()), zap.Error(err))
 	return out, retry
 }
 

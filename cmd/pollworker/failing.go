@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/pollworker/pollworker/httppoll"
-	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/poller"
 )
 
 // failingSession is a session this worker polls whose last poll failed,
@@ -45,7 +45,7 @@ type failing struct {
 
 type failingEntry struct {
 	failingSession
-	lease *lease.Lease // nil for polls without a lease
+	turn *poller.Turn // the last poll's: its lease's token, whether it ended; nil for polls outside a Coordinator
 }
 
 // minSweep is the size below which failing never sweeps.
@@ -57,19 +57,19 @@ func newFailing() *failing {
 
 var _ httppoll.FailureTracker = (*failing)(nil)
 
-// Update records the outcome of a poll of id under l: st is the session's
-// state after it.
-func (f *failing) Update(id string, l *lease.Lease, st httppoll.State) {
+// Update records the outcome of a poll of id (its Turn t): st is the
+// session's state after it.
+func (f *failing) Update(id string, t *poller.Turn, st httppoll.State) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if st.Failures == 0 {
 		delete(f.sessions, id)
 		return
 	}
-	e := failingEntry{lease: l, failingSession: failingSession{Session: id, Failures: st.Failures, Status: st.Status,
+	e := failingEntry{turn: t, failingSession: failingSession{Session: id, Failures: st.Failures, Status: st.Status,
 		Error: st.Error, Message: st.Message, Since: st.FailingSince, LastPoll: st.Polled}}
-	if l != nil {
-		e.Token = l.Token()
+	if t != nil {
+		e.Token = t.Token()
 	}
 	f.sessions[id] = e
 	if len(f.sessions) >= f.sweepAt {
@@ -78,13 +78,18 @@ func (f *failing) Update(id string, l *lease.Lease, st httppoll.State) {
 	}
 }
 
-// Failures is the count of failures in a row of id's polls under l, for a
-// poll without saved state: 0 unless the last poll under l failed.
-func (f *failing) Failures(id string, l *lease.Lease) (n int, since time.Time) {
+// Failures is the count of failures in a row of id's polls under t's
+// lease (its token), for a poll without saved state: 0 unless the last
+// poll under that lease failed.
+func (f *failing) Failures(id string, t *poller.Turn) (n int, since time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e, ok := f.sessions[id]
-	if !ok || e.lease != l {
+	var token int64
+	if t != nil {
+		token = t.Token()
+	}
+	if !ok || e.Token != token {
 		return 0, time.Time{}
 	}
 	return e.Failures, e.Since
@@ -107,10 +112,8 @@ func (f *failing) list() []failingSession {
 // sweepLocked forgets the sessions whose lease has ended.
 func (f *failing) sweepLocked() {
 	for id, e := range f.sessions {
-		if e.lease != nil {
-			if st := e.lease.State(); st == lease.Lost || st == lease.Released {
-				delete(f.sessions, id)
-			}
+		if e.turn != nil && e.turn.Ended() {
+			delete(f.sessions, id)
 		}
 	}
 }

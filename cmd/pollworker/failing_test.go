@@ -11,6 +11,8 @@ import (
 	"github.com/pollworker/pollworker/httppoll"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/session"
 )
 
 // TestFailingTable: the status page's table lists the sessions whose last
@@ -21,10 +23,12 @@ func TestFailingTable(t *testing.T) {
 	c := redistest.NewClient(t, miniredis.RunT(t).Addr())
 	m, err := lease.New(lease.Config{Client: c, Holder: "w1", TTL: time.Minute, LossQuarantine: -1})
 	require.NoError(t, err)
-	held := map[string]*lease.Lease{}
+	held := map[string]*poller.Turn{}
+	leases := map[string]*lease.Lease{}
 	for _, r := range m.Acquire(ctxT(t), []string{"a", "b", "c"}) {
 		require.NoError(t, r.Err)
-		held[r.Session] = r.Lease
+		held[r.Session] = poller.NewTurn(session.Session{ID: r.Session}, r.Lease, nil)
+		leases[r.Session] = r.Lease
 	}
 	t.Cleanup(func() { _ = m.ReleaseAll(context.Background()) })
 
@@ -49,7 +53,7 @@ func TestFailingTable(t *testing.T) {
 	require.Zero(t, n, "another lease")
 
 	f.Update("c", held["c"], httppoll.State{Status: 200, Polled: at})
-	require.NoError(t, m.Release(ctxT(t), held["a"]))
+	require.NoError(t, m.Release(ctxT(t), leases["a"]))
 	require.Equal(t, []string{"b"}, sessionsOfFailing(f.list()), "c recovered, a's lease ended")
 }
 

@@ -10,9 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
-	"github.com/pollworker/pollworker/session"
 )
 
 // FuzzParseConfig checks parseConfig's promises on any input: errors wrap
@@ -27,7 +25,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add("redis://127.0.0.1:6379/0", "w 1", 30*s, 10*s, 10*s, 10*s, 10*s, "a{b}", "session", ":9090", "info", "json")
 	f.Add("redis://u:p%zz@h", "", int64(10*time.Millisecond), int64(time.Millisecond), int64(time.Millisecond), int64(1), int64(-1), "x", "x", "h:", "warn", "json")
 
-	pollNothing := poller.PollFunc(func(context.Context, session.Session, *lease.Lease) error { return nil })
+	pollNothing := poller.PollFunc(func(context.Context, *poller.Turn) error { return nil })
 	f.Fuzz(func(t *testing.T, redisURL, id string, ttl, renew, heartbeat, discovery, drain int64,
 		keyPrefix, sessionPrefix, httpAddr, logLevel, logFormat string) {
 		o := workerOptions{

@@ -197,7 +197,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	// Redis, never holds a connection the heartbeat and renewals wait for.
 	stateClient := cfg.newClientNamed(cfg.Redis.ClientName+":state", statePoolSize)
 	defer func() { _ = stateClient.Close() }()
-	pc.StateStore = state.NewStore(stateClient, cfg.Keys)
+	pc.Stateful, pc.StateStore = true, state.NewStore(stateClient, cfg.Keys)
 	coord, err := poller.New(pc)
 	if err != nil {
 		return configError(err)

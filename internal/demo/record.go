@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/pollworker/pollworker/internal/history"
-	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
-	"github.com/pollworker/pollworker/session"
 )
 
 // recorder records what the demo's workers do: every poll (timed
@@ -57,14 +55,14 @@ func (r *recorder) sinceLocked() time.Duration { return time.Since(r.start) }
 
 // wrap returns a Poller that records the polls of worker around p.
 func (r *recorder) wrap(worker string, p poller.Poller) poller.Poller {
-	return poller.PollFunc(func(ctx context.Context, s session.Session, l *lease.Lease) error {
-		rec := pollRecord{Poll: history.Poll{Session: s.ID, Worker: worker, Token: l.Token()}}
+	return poller.PollFunc(func(ctx context.Context, t *poller.Turn) error {
+		rec := pollRecord{Poll: history.Poll{Session: t.Session().ID, Worker: worker, Token: t.Token()}}
 		r.mu.Lock()
 		rec.Start = time.Now()
 		r.started[worker]++
 		r.mu.Unlock()
 
-		err := p.Poll(ctx, s, l)
+		err := p.Poll(ctx, t)
 
 		r.mu.Lock()
 		defer r.mu.Unlock()

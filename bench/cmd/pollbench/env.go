@@ -16,7 +16,6 @@ import (
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
-	"github.com/pollworker/pollworker/session"
 )
 
 // env is the redis-server of one run and an admin client to it.
@@ -135,7 +134,8 @@ func (e *env) startWeighted(id, addr string, weight float64, t timings, rec *ben
 	client := e.client(addr, 0)
 	c, err := poller.New(poller.Config{
 		Client: client, Keys: e.keys, ID: id, Weight: weight,
-		Poller: poller.PollFunc(func(_ context.Context, s session.Session, _ *lease.Lease) error {
+		Poller: poller.PollFunc(func(_ context.Context, tn *poller.Turn) error {
+			s := tn.Session()
 			for _, h := range hooks {
 				h.poll(s.ID, id)
 			}

@@ -16,7 +16,6 @@ import (
 	"github.com/pollworker/pollworker/internal/redisstats"
 	"github.com/pollworker/pollworker/lease"
 	"github.com/pollworker/pollworker/poller"
-	"github.com/pollworker/pollworker/session"
 )
 
 // clusterMasters is the number of masters of the cluster scenario.
@@ -519,7 +518,8 @@ type targetWorker struct {
 func startTargetWorker(tg *redisTarget, e *env, id string, t timings, grace time.Duration, rec *bench.Recorder, leases *leaseCounts) (*targetWorker, error) {
 	client := tg.client()
 	c, err := poller.New(poller.Config{Client: client, Keys: e.keys, ID: id,
-		Poller: poller.PollFunc(func(_ context.Context, s session.Session, _ *lease.Lease) error {
+		Poller: poller.PollFunc(func(_ context.Context, tn *poller.Turn) error {
+			s := tn.Session()
 			rec.Poll(s.ID, id)
 			return nil
 		}),
