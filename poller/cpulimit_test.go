@@ -30,9 +30,9 @@ func TestCPULimitStep(t *testing.T) {
 	}{
 		{name: "busy: half of what runs", cur: 1024, s: busy, active: 1024, want: 512},
 		{name: "busy with few running: half of those", cur: 1024, s: busy, active: 200, want: 100},
-		{name: "busy: not below the floor", cur: 40, s: busy, active: 20, want: 16},
-		{name: "busy at the floor stays", cur: 16, s: busy, active: 16, want: 16},
-		{name: "busy even when polls wait", cur: 100, waited: true, s: busy, active: 100, want: 50},
+		{name: "busy: not below the floor", cur: 200, s: busy, active: 100, want: 64},
+		{name: "busy at the floor stays", cur: 64, s: busy, active: 64, want: 64},
+		{name: "busy even when polls wait", cur: 300, waited: true, s: busy, active: 300, want: 150},
 		{name: "room and polls waited: a quarter more", cur: 100, waited: true, s: idle, active: 100, want: 125, wantRose: true},
 		{name: "room, polls waited, small: at least one more", cur: 3, waited: true, s: idle, active: 3, want: 4, wantRose: true},
 		{name: "room, polls waited: not above MaxPolls", cur: 1000, waited: true, s: idle, active: 1000, want: 1024, wantRose: true},
@@ -117,6 +117,9 @@ func TestSchedulerLowersThePollLimitWhileTheCPUIsBusy(t *testing.T) {
 		c.Limit = 64
 		c.CPU = func() cpuSample { mu.Lock(); defer mu.Unlock(); return sample }
 	})
+	f.sched.mu.Lock()
+	f.sched.limit.floor = 16 // a small fleet of polls: cpuLimitFloor is 64
+	f.sched.mu.Unlock()
 	const n = 40
 	var calls []pollCall
 	var loops []*pollLoop
@@ -132,8 +135,7 @@ func TestSchedulerLowersThePollLimitWhileTheCPUIsBusy(t *testing.T) {
 	require.Equal(t, 19, f.sched.Stats(false).Limit, "busy with 39 running: half of them")
 	// The loop that returned is due again an interval later, when the
 	// next step (still busy) takes the limit to its floor (half of 19 is
-	// below 16, the floor with 1 processor); with 39 running it waits, for
-	// the CPU.
+	// below 16); with 39 running it waits, for the CPU.
 	f.stepTimer(schedInterval)
 	require.Eventually(t, func() bool { return f.sched.Stats(false).Waiting == 1 }, waitFor, time.Millisecond)
 	require.Equal(t, 16, f.sched.Stats(false).Limit, "busy again: the floor")

@@ -30,8 +30,12 @@ import (
 //     until every session is back at its interval (no later gap above
 //     interval × 1.25 + 200 ms), against two intervals + 1 s.
 //
-// The CPU-bound peers share the machine's CPUs with the first worker, so
-// they add no room there unless the machine has idle cores.
+// In the CPU-bound cases each worker is held to overloadSizes.cageCPUs
+// by a cgroup CPU quota of its own (cpuCage; root on Linux), so that it
+// has a capacity of its own and each peer that joins adds room even on a
+// machine of two cores. Without cgroups the peers share the machine's
+// CPUs with the first worker and add no room unless it has idle cores;
+// the rows say which.
 
 // overloadCase is one run of the scenario.
 type overloadCase struct {
@@ -41,6 +45,7 @@ type overloadCase struct {
 	sessions   int
 	maxPerHost int           // --max-per-host; 0 = no bound
 	hold       time.Duration // the target holds each request this long
+	cage       float64       // CPUs each worker is held to (cpuCage); 0 = none
 }
 
 func (c overloadCase) name() string { return fmt.Sprintf("%s %.1fx", c.bound, c.factor) }
@@ -51,14 +56,15 @@ type overloadSizes struct {
 	hold          time.Duration
 	hostInterval  time.Duration
 	cpuInterval   time.Duration
-	probeSessions int // the CPU probe: sessions at cpuInterval, far above capacity
+	probeSessions int     // the CPU probe: sessions at cpuInterval, far above capacity
+	cageCPUs      float64 // CPUs each CPU-bound worker is held to, when cgroups allow
 	warm, window  time.Duration
 	watch         time.Duration // after the join
 }
 
 func overloadSizesFor(mode string) overloadSizes {
 	s := overloadSizes{maxPerHost: 16, hold: 20 * time.Millisecond, hostInterval: 500 * time.Millisecond,
-		cpuInterval: 200 * time.Millisecond, probeSessions: 4000, warm: 6 * time.Second, window: 15 * time.Second,
+		cpuInterval: 200 * time.Millisecond, probeSessions: 4000, cageCPUs: 0.3, warm: 6 * time.Second, window: 15 * time.Second,
 		watch: 20 * time.Second}
 	if mode == "quick" {
 		s.window, s.watch = 8*time.Second, 15*time.Second
@@ -119,20 +125,27 @@ func runOverload(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	// The CPU bound: what one worker achieves with far more due than it can
 	// run, measured first.
 	x.target = fast
+	cage, caged := osz.cageCPUs, "each worker held to %.2g CPUs by a cgroup CPU quota of its own, so that a peer adds room"
+	if c, err := newCPUCage(fmt.Sprintf("pollbench-%d-try", os.Getpid()), cage); err != nil {
+		cage, caged = 0, "no CPU quota ("+err.Error()+"): the peers share the machine's CPUs and add room only where it has idle cores"
+	} else {
+		_ = c.close()
+		caged = fmt.Sprintf(caged, cage)
+	}
 	probe, err := x.overloadOnce(ctx, overloadCase{bound: "cpu-probe", factor: 0, interval: osz.cpuInterval,
-		sessions: osz.probeSessions}, osz, false)
+		sessions: osz.probeSessions, cage: cage}, osz, false)
 	if err != nil {
 		return nil, err
 	}
 	for _, f := range []float64{1.5, 3} {
 		n := int(math.Round(f * probe.achieved * osz.cpuInterval.Seconds()))
-		cases = append(cases, overloadCase{bound: "cpu", factor: f, interval: osz.cpuInterval, sessions: n})
+		cases = append(cases, overloadCase{bound: "cpu", factor: f, interval: osz.cpuInterval, sessions: n, cage: cage})
 	}
 	var rows []Row
 	rows = append(rows, Row{Figure: "overload: polls/s one worker achieves CPU-bound (probe)", Unit: "polls/s",
 		Ours: bench.Summarize([]float64{probe.achieved}),
-		Note: fmt.Sprintf("%d sessions at %v (%.0f polls/s due), no host bound; the machine is shared, so this varies from run to run",
-			osz.probeSessions, osz.cpuInterval, probe.due)})
+		Note: fmt.Sprintf("%d sessions at %v (%.0f polls/s due), no host bound; %s; the machine is shared, so this varies from run to run",
+			osz.probeSessions, osz.cpuInterval, probe.due, caged)})
 	for _, c := range cases {
 		x.target = fast
 		if c.hold > 0 {
@@ -188,17 +201,32 @@ func (x *e2e) overloadOnce(ctx context.Context, c overloadCase, osz overloadSize
 	}
 	x.target.clear()
 	var procs []*e2eProc
+	var cages []*cpuCage
 	defer func() {
 		for _, p := range procs {
 			_ = p.stop(15 * time.Second)
 		}
+		for _, cg := range cages {
+			_ = cg.close()
+		}
 	}()
 	start := func(id string) (*e2eProc, error) {
 		p, err := x.startOverloadWorker(id, c)
-		if err == nil {
-			procs = append(procs, p)
+		if err != nil {
+			return nil, err
 		}
-		return p, err
+		procs = append(procs, p)
+		if c.cage > 0 {
+			cg, err := newCPUCage(fmt.Sprintf("pollbench-%d-%s-%s", os.Getpid(), strings.ReplaceAll(c.name(), " ", "-"), id), c.cage)
+			if err != nil {
+				return p, err
+			}
+			cages = append(cages, cg)
+			if err := cg.add(p.cmd.Process.Pid); err != nil {
+				return p, err
+			}
+		}
+		return p, nil
 	}
 	w1, err := start("w1")
 	if err != nil {
