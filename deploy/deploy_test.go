@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pollworker/pollworker/metrics"
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
 
@@ -225,10 +226,10 @@ func TestGrafanaDashboardUsesExportedMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	require.NoError(t, err)
-	m.Round(1, 1, 1, 0, true) // gauges and counters appear once set
-	m.LeaseEvent("acquired", "")
-	m.PollDone(time.Millisecond, "ok")
-	m.RenewCycle(time.Millisecond, 1, 0, 0)
+	m.Round(poller.RoundReport{Members: 1, Sessions: 1, Owned: 1, MembershipChanged: true}) // gauges and counters appear once set
+	m.LeaseEvent(poller.Event{Type: poller.EventAcquired})
+	m.PollDone(poller.PollReport{Duration: time.Millisecond, Outcome: "ok"})
+	m.RenewCycle(poller.RenewReport{RoundTrip: time.Millisecond, Renewed: 1})
 	m.RedisError("renew")
 	families, err := reg.Gather()
 	require.NoError(t, err)

@@ -184,30 +184,30 @@ func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
 func (p *Prometheus) Watch(src Source) { p.source.Store(&src) }
 
 // LeaseEvent implements poller.Observer.
-func (p *Prometheus) LeaseEvent(t poller.EventType, reason string) {
-	p.leaseEvents.WithLabelValues(string(t), ReasonCategory(reason)).Inc()
+func (p *Prometheus) LeaseEvent(e poller.Event) {
+	p.leaseEvents.WithLabelValues(string(e.Type), ReasonCategory(e.Reason)).Inc()
 }
 
 // RenewCycle implements poller.Observer.
-func (p *Prometheus) RenewCycle(roundTrip time.Duration, renewed, _, _ int) {
-	p.renewRoundTrip.Observe(roundTrip.Seconds())
-	p.renewed.Add(float64(renewed))
+func (p *Prometheus) RenewCycle(r poller.RenewReport) {
+	p.renewRoundTrip.Observe(r.RoundTrip.Seconds())
+	p.renewed.Add(float64(r.Renewed))
 }
 
 // PollDone implements poller.Observer.
-func (p *Prometheus) PollDone(d time.Duration, outcome string) {
-	p.polls.WithLabelValues(outcome).Inc()
-	p.pollDuration.Observe(d.Seconds())
+func (p *Prometheus) PollDone(r poller.PollReport) {
+	p.polls.WithLabelValues(r.Outcome).Inc()
+	p.pollDuration.Observe(r.Duration.Seconds())
 }
 
 // Round implements poller.Observer.
-func (p *Prometheus) Round(members, sessions, owned, malformed int, membershipChanged bool) {
-	p.liveNodes.Set(float64(members))
-	// sessions (active, in this worker's view) includes the owned ones.
-	p.sessions.WithLabelValues("owned").Set(float64(owned))
-	p.sessions.WithLabelValues("pending").Set(float64(max(sessions-owned, 0)))
-	p.sessions.WithLabelValues("malformed").Set(float64(malformed))
-	if membershipChanged {
+func (p *Prometheus) Round(r poller.RoundReport) {
+	p.liveNodes.Set(float64(r.Members))
+	// Sessions (active, in this worker's view) includes the owned ones.
+	p.sessions.WithLabelValues("owned").Set(float64(r.Owned))
+	p.sessions.WithLabelValues("pending").Set(float64(max(r.Sessions-r.Owned, 0)))
+	p.sessions.WithLabelValues("malformed").Set(float64(r.Malformed))
+	if r.MembershipChanged {
 		p.memberChanges.Inc()
 	}
 }

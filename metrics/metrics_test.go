@@ -32,12 +32,12 @@ func TestPrometheusRecords(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	p, err := New(reg)
 	require.NoError(t, err)
-	p.LeaseEvent(poller.EventLost, "renew failed: boom")
-	p.LeaseEvent(poller.EventAcquired, "")
-	p.RenewCycle(3*time.Millisecond, 10, 0, 0)
-	p.PollDone(20*time.Millisecond, "ok")
-	p.PollDone(time.Millisecond, "panic")
-	p.Round(3, 100, 33, 2, true)
+	p.LeaseEvent(poller.Event{Type: poller.EventLost, Reason: "renew failed: boom"})
+	p.LeaseEvent(poller.Event{Type: poller.EventAcquired})
+	p.RenewCycle(poller.RenewReport{RoundTrip: 3 * time.Millisecond, Renewed: 10})
+	p.PollDone(poller.PollReport{Duration: 20 * time.Millisecond, Outcome: "ok"})
+	p.PollDone(poller.PollReport{Duration: time.Millisecond, Outcome: "panic"})
+	p.Round(poller.RoundReport{Members: 3, Sessions: 100, Owned: 33, Malformed: 2, MembershipChanged: true})
 	p.RedisError("renew")
 
 	require.Equal(t, 1.0, testutil.ToFloat64(p.leaseEvents.WithLabelValues("lost", "renew_error")))
@@ -79,7 +79,7 @@ func TestLeasesHeldCountedAtScrape(t *testing.T) {
 	require.NoError(t, err)
 	src := &fakeSource{stats: poller.PollStats{LeasesHeld: 104}}
 	p.Watch(src)
-	p.Round(3, 300, 104, 0, false) // the last round that completed
+	p.Round(poller.RoundReport{Members: 3, Sessions: 300, Owned: 104}) // the last round that completed
 	require.Equal(t, 104.0, testutil.ToFloat64(p.leasesHeld))
 	src.stats.LeasesHeld = 0 // lost since, no round completed
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`

@@ -8,13 +8,12 @@ import (
 	"github.com/pollworker/pollworker/poller"
 )
 
-// slotMetrics are the metrics of scheduled sessions (poller.SlotObserver).
+// slotMetrics are the metrics of scheduled sessions (Observer.SlotStarted,
+// SlotsSkipped).
 type slotMetrics struct {
 	lateness prometheus.Histogram
 	skipped  *prometheus.CounterVec
 }
-
-var _ poller.SlotObserver = (*Prometheus)(nil)
 
 func newSlotMetrics() slotMetrics {
 	m := slotMetrics{
@@ -35,12 +34,12 @@ func newSlotMetrics() slotMetrics {
 	return m
 }
 
-// SlotStarted implements poller.SlotObserver.
+// SlotStarted implements poller.Observer.
 func (p *Prometheus) SlotStarted(lateness time.Duration) {
 	p.slots.lateness.Observe(max(lateness, 0).Seconds())
 }
 
-// SlotsSkipped implements poller.SlotObserver.
+// SlotsSkipped implements poller.Observer.
 func (p *Prometheus) SlotsSkipped(n int, reason string) {
 	p.slots.skipped.WithLabelValues(reason).Add(float64(n))
 }

@@ -19,7 +19,7 @@ import (
 
 // badDataObserver counts BadData reports by kind.
 type badDataObserver struct {
-	nopObserver
+	NopObserver
 	mu     sync.Mutex
 	counts map[string]int
 }

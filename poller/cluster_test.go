@@ -125,7 +125,7 @@ func TestRedisClusterReshardIsNotALoss(t *testing.T) {
 	cfg := func(id string) Config {
 		c := fastConfig(client, id, hist.poller(id, rec.poller(id)))
 		c.LossQuarantine = time.Minute
-		c.OnEvent = hist.count
+		c.Observer = LeaseEvents(hist.count)
 		return c
 	}
 	a := start(t, cfg("a"))
@@ -189,7 +189,7 @@ type pollHistory struct {
 	events []Event
 }
 
-// count is an OnEvent hook.
+// count is a lease event hook (LeaseEvents).
 func (h *pollHistory) count(ev Event) {
 	h.mu.Lock()
 	h.events = append(h.events, ev)

@@ -162,15 +162,9 @@ type Config struct {
 	Logger *zap.Logger
 	// Clock drives timers and deadlines; default the real clock.
 	Clock clock.WithTickerAndDelayedExecution
-	// OnEvent, if set, is called for every lease event of this worker, in
-	// the goroutine that changed the lease: the main loop (acquire,
-	// release, a drain), the renewal loop (lost, uncertain, recovered) or
-	// the timer of a lease's deadline (lost). Calls may therefore run
-	// concurrently, and never after Run has returned. It must not block:
-	// it delays renewals. Observer.LeaseEvent sees the same events, for
-	// metrics.
-	OnEvent func(Event)
-	// Observer receives measurements for metrics; default none.
+	// Observer receives the worker's lease events and measurements (see
+	// Observer: which goroutine calls each hook; none may block); default
+	// NopObserver.
 	Observer Observer
 	// TracerProvider, if set, traces the worker with OpenTelemetry: a span
 	// "poll" per poll (attributes pollworker.session, .worker, .token,

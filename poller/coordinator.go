@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 
 	"go.uber.org/zap"
-
-	"github.com/pollworker/pollworker/lease"
 )
 
 // Coordinator runs one worker: heartbeat, membership, session list,
@@ -70,9 +68,6 @@ func (c *Coordinator) Status() Status { return c.report.snapshot(c.holdings.leas
 // are counted from the poll loops (O(sessions held)): read them at scrape
 // or status time, not in a hot loop.
 func (c *Coordinator) PollStats() PollStats { return c.report.pollStats(true) }
-
-// Leases is the lease manager, for embedders that want to inspect leases.
-func (c *Coordinator) Leases() *lease.Manager { return c.holdings.leases }
 
 // Unplaceable is the number of active sessions whose selector no live,
 // placeable worker's labels match, as of this worker's last plan: they

@@ -77,7 +77,8 @@
 //     it is until then.
 //   - Timeliness of Pub/Sub. Events only speed reactions up; a lost event
 //     delays a change until the next periodic round (DiscoveryInterval).
-//   - Ordering of callbacks. Config.OnEvent and the Observer are called
-//     from several goroutines (the main loop, the renewal loop, lease
-//     deadline timers, the polls); calls may overlap and must not block.
+//   - Ordering of callbacks. The Observer's hooks are called from several
+//     goroutines (the main loop, the renewal loop, the heartbeat loop,
+//     lease deadline timers, the poll runners; each hook says which);
+//     calls may overlap and must not block.
 package poller

@@ -40,7 +40,7 @@ func TestDrainPastItsTimeoutReleasesWhatItCan(t *testing.T) {
 	var events atomic.Int64
 	cfg := fastConfig(client, "w", p)
 	cfg.DrainTimeout = 300 * time.Millisecond
-	cfg.OnEvent = func(Event) { events.Add(1) }
+	cfg.Observer = LeaseEvents(func(Event) { events.Add(1) })
 	w := start(t, cfg)
 	require.Eventually(t, func() bool { return len(w.c.Status().Owned) == len(ids) }, 10*time.Second, 10*time.Millisecond)
 	select {
@@ -64,7 +64,8 @@ func TestDrainPastItsTimeoutReleasesWhatItCan(t *testing.T) {
 
 	// Nothing of the worker fires after Run returned: the stuck poll's
 	// lease was given up (its deadline timer stopped) during the drain.
-	require.Zero(t, w.c.Leases().Count())
+	require.Empty(t, w.c.Status().Owned)
+	require.Zero(t, w.c.PollStats().LeasesHeld)
 	after := events.Load()
 	require.Never(t, func() bool { return events.Load() != after }, cfg.LeaseTTL+200*time.Millisecond, 20*time.Millisecond,
 		"a lease event after Run returned")

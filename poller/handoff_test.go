@@ -12,7 +12,7 @@ import (
 
 // gapObserver records the handoff gaps a coordinator reports.
 type gapObserver struct {
-	nopObserver
+	NopObserver
 	mu   sync.Mutex
 	gaps []time.Duration
 }

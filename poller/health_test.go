@@ -29,7 +29,7 @@ func TestRedisFailedIgnoresAStoppingWorker(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			core, logs := observer.New(zap.WarnLevel)
-			h := newHealth(clocktesting.NewFakeClock(time.Unix(0, 0)), time.Second, nopObserver{}, zap.New(core))
+			h := newHealth(clocktesting.NewFakeClock(time.Unix(0, 0)), time.Second, NopObserver{}, zap.New(core))
 			h.redisOK.Store(true)
 			h.redisFailed("sessions", "session read", tc.err)
 			require.Equal(t, !tc.failed, h.redisOK.Load())

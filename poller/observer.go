@@ -2,37 +2,100 @@ package poller
 
 import "time"
 
-// Observer receives the coordinator's measurements, for metrics. Methods
-// are called from several goroutines and must not block. The metrics
-// package implements it with Prometheus collectors.
+// Observer is the one outlet of the Coordinator's events and measurements
+// (Coordinator.Status is the snapshot beside it): its lease events, renewal
+// cycles, polls, rounds, Redis errors, handoff gaps, bad data and the
+// slots of scheduled sessions. Set it in Config.Observer; embed
+// NopObserver to implement only the hooks you need. The metrics package
+// implements it with Prometheus collectors.
+//
+// Each hook says which goroutine calls it. Hooks are called from several
+// goroutines, so calls may overlap (different hooks, or one hook for
+// different sessions), never after Run has returned; an implementation
+// must be safe for concurrent use, and no hook may block: each runs on a
+// path that renews leases or runs polls, and delays it for as long as it
+// takes.
 type Observer interface {
-	// LeaseEvent counts one lease event with its reason ("" when none).
-	LeaseEvent(t EventType, reason string)
-	// RenewCycle reports one renewal cycle: its round trip, and how many
-	// leases were renewed, lost and made uncertain.
-	RenewCycle(roundTrip time.Duration, renewed, lost, uncertain int)
-	// PollDone reports one poll: its duration and outcome ("ok", "error",
-	// "panic", "cancelled", or "no_capacity": not sent for want of a local
-	// resource, ErrNoCapacity).
-	PollDone(d time.Duration, outcome string)
-	// Round reports the view after a round: live members, active sessions,
-	// sessions owned here, malformed session entries, and whether the
-	// membership changed.
-	Round(members, sessions, owned, malformed int, membershipChanged bool)
-	// RedisError counts a failed Redis operation by name ("heartbeat",
-	// "renew", "members", "sessions", "acquire", "release", "publish",
-	// "state": the load of the state before a first poll, Config.Stateful).
+	// LeaseEvent reports one change of one of this worker's leases, in
+	// the goroutine that changed it: the main loop (acquired, released at
+	// a handoff or a pause), Run's drain (released), the renewal loop
+	// (uncertain, lost, recovered) or the timer of a lease's deadline
+	// (lost).
+	LeaseEvent(e Event)
+	// RenewCycle reports one renewal cycle, from the renewal loop.
+	RenewCycle(r RenewReport)
+	// PollDone reports one poll once Poll returned (or panicked), from the
+	// goroutine that ran it (a poll runner).
+	PollDone(p PollReport)
+	// Round reports the view after a round, from the main loop.
+	Round(r RoundReport)
+	// RedisError counts a failed Redis operation by name, from the
+	// goroutine that ran it: "heartbeat" (the heartbeat loop), "renew"
+	// (the renewal loop), "members", "sessions", "acquire", "release",
+	// "publish" (the main loop; "release" also from Run's drain), "state"
+	// (a poll runner: the load of the state before a first poll, with
+	// Config.Stateful, or of a scheduled session's slots).
 	RedisError(op string)
 	// HandoffGap reports, at the first poll under a lease that followed a
 	// graceful release, how long the session went unpolled: from the
 	// previous holder's release (Redis clock) to this acquisition, plus the
 	// local time from the acquisition to the start of that first poll.
+	// From the poll runner about to run that poll.
 	HandoffGap(d time.Duration)
 	// BadData counts one bad record the worker found and worked around,
 	// once per record (when it logs it): kind is BadDataState (a corrupt
-	// session state, read as never saved) or BadDataMember (an entry of
-	// the node index that is not a live worker, ignored).
+	// session state, read as never saved; from a poll runner) or
+	// BadDataMember (an entry of the node index that is not a live
+	// worker, ignored; from the main loop).
 	BadData(kind string)
+	// SlotStarted reports how late a scheduled session's slot poll starts
+	// after the slot's start (its time plus the session's jitter offset),
+	// from the poll runner about to run it.
+	SlotStarted(lateness time.Duration)
+	// SlotsSkipped counts n slots of a scheduled session passed over, from
+	// a poll runner: reason SkipOverlap (due while the previous poll ran)
+	// or SkipCatchUp (missed, and not run by the catch-up policy or outside
+	// its window).
+	SlotsSkipped(n int, reason string)
+}
+
+// RenewReport is one renewal cycle (Observer.RenewCycle).
+type RenewReport struct {
+	// RoundTrip is the time the cycle's Redis calls took.
+	RoundTrip time.Duration
+	// Renewed, Lost and Uncertain count the leases renewed, found lost and
+	// made uncertain (Redis did not answer) by the cycle.
+	Renewed, Lost, Uncertain int
+}
+
+// PollReport is one poll (Observer.PollDone).
+type PollReport struct {
+	// Session is the id of the session polled, Token its lease's fencing
+	// token.
+	Session string
+	Token   int64
+	// Duration is the time Poll took.
+	Duration time.Duration
+	// Outcome is "ok", "error", "panic", "cancelled" (its context ended:
+	// the lease term ended or the poll was aborted), or "no_capacity"
+	// (not sent for want of a local resource: ErrNoCapacity).
+	Outcome string
+}
+
+// RoundReport is the view after a round (Observer.Round).
+type RoundReport struct {
+	// Members is the number of live workers seen.
+	Members int
+	// Sessions is the number of active sessions this worker reads (those
+	// assigned to it, or polled by it as orphans).
+	Sessions int
+	// Owned is the number of sessions whose lease this worker holds.
+	Owned int
+	// Malformed is the number of malformed session entries read.
+	Malformed int
+	// MembershipChanged reports that the live members changed since the
+	// previous round.
+	MembershipChanged bool
 }
 
 // The kinds of BadData.
@@ -41,20 +104,58 @@ const (
 	BadDataMember = "member"
 )
 
-type nopObserver struct{}
+// NopObserver is an Observer that does nothing: the default, and the
+// one to embed in an Observer that needs only some hooks.
+type NopObserver struct{}
 
-func (nopObserver) LeaseEvent(EventType, string)            {}
-func (nopObserver) RenewCycle(time.Duration, int, int, int) {}
-func (nopObserver) PollDone(time.Duration, string)          {}
-func (nopObserver) Round(int, int, int, int, bool)          {}
-func (nopObserver) RedisError(string)                       {}
-func (nopObserver) HandoffGap(time.Duration)                {}
-func (nopObserver) BadData(string)                          {}
+var _ Observer = NopObserver{}
+
+// LeaseEvent does nothing.
+func (NopObserver) LeaseEvent(Event) {}
+
+// RenewCycle does nothing.
+func (NopObserver) RenewCycle(RenewReport) {}
+
+// PollDone does nothing.
+func (NopObserver) PollDone(PollReport) {}
+
+// Round does nothing.
+func (NopObserver) Round(RoundReport) {}
+
+// RedisError does nothing.
+func (NopObserver) RedisError(string) {}
+
+// HandoffGap does nothing.
+func (NopObserver) HandoffGap(time.Duration) {}
+
+// BadData does nothing.
+func (NopObserver) BadData(string) {}
+
+// SlotStarted does nothing.
+func (NopObserver) SlotStarted(time.Duration) {}
+
+// SlotsSkipped does nothing.
+func (NopObserver) SlotsSkipped(int, string) {}
+
+// LeaseEvents returns an Observer that calls f for each lease event
+// (Observer.LeaseEvent: the same goroutines, and f must not block either)
+// and ignores the measurements: for an embedder that only logs or counts
+// its lease events.
+func LeaseEvents(f func(Event)) Observer { return leaseEvents{f: f} }
+
+// leaseEvents is LeaseEvents's Observer.
+type leaseEvents struct {
+	NopObserver
+	f func(Event)
+}
+
+// LeaseEvent calls o.f(e).
+func (o leaseEvents) LeaseEvent(e Event) { o.f(e) }
 
 // EventType names a lease event.
 type EventType string
 
-// The lease events reported to Config.OnEvent.
+// The lease events reported to Observer.LeaseEvent.
 const (
 	EventAcquired  EventType = "acquired"
 	EventReleased  EventType = "released"
@@ -68,6 +169,8 @@ type Event struct {
 	Type    EventType
 	Session string
 	Token   int64
-	Reason  string
-	At      time.Time
+	// Reason says why, when the lease package gave one ("" otherwise).
+	Reason string
+	// At is when the worker saw the change (Config.Clock).
+	At time.Time
 }

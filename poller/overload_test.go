@@ -52,14 +52,15 @@ func TestSchedulerOverrunPollGivesItsSlotToTheWaiting(t *testing.T) {
 // overloadObserver records what the control plane did during a flood:
 // each renewal cycle, and every lease that left Held and every Redis error.
 type overloadObserver struct {
-	nopObserver
+	NopObserver
 	mu           sync.Mutex
 	renewals     []time.Time // when each renewal cycle was reported
 	maxRoundTrip time.Duration
 	broken       []string // leases that went uncertain or lost, Redis errors
 }
 
-func (o *overloadObserver) RenewCycle(rt time.Duration, renewed, lost, uncertain int) {
+func (o *overloadObserver) RenewCycle(r RenewReport) {
+	rt, renewed, lost, uncertain := r.RoundTrip, r.Renewed, r.Lost, r.Uncertain
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.renewals = append(o.renewals, time.Now())
@@ -69,7 +70,8 @@ func (o *overloadObserver) RenewCycle(rt time.Duration, renewed, lost, uncertain
 	}
 }
 
-func (o *overloadObserver) LeaseEvent(t EventType, reason string) {
+func (o *overloadObserver) LeaseEvent(e Event) {
+	t, reason := e.Type, e.Reason
 	if t == EventUncertain || t == EventLost {
 		o.mu.Lock()
 		o.broken = append(o.broken, fmt.Sprintf("lease %s (%s)", t, reason))

@@ -78,12 +78,12 @@ func (p *pressureLog) check(ids []string, from, to time.Time) history.Report {
 
 // membershipObserver counts the rounds that saw a new membership.
 type membershipObserver struct {
-	nopObserver
+	NopObserver
 	changes atomic.Int64
 }
 
-func (o *membershipObserver) Round(_, _, _, _ int, changed bool) {
-	if changed {
+func (o *membershipObserver) Round(r RoundReport) {
+	if r.MembershipChanged {
 		o.changes.Add(1)
 	}
 }
@@ -178,7 +178,7 @@ func TestMemoryPressureKeepsEveryonePolling(t *testing.T) {
 	var rs []*running
 	for _, id := range workers {
 		cfg := fastConfig(client, id, polls.poller(id))
-		cfg.OnEvent, cfg.Observer = polls.onEvent(id), obs
+		cfg.Observer = withEvents{obs, polls.onEvent(id)}
 		rs = append(rs, start(t, cfg))
 	}
 	require.Eventually(t, func() bool {

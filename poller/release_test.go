@@ -28,13 +28,13 @@ func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
 	var mu sync.Mutex
 	var released []string
 	cfg := fastConfig(client, "w", PollFunc(func(context.Context, *Turn) error { return nil }))
-	cfg.OnEvent = func(e Event) {
+	cfg.Observer = LeaseEvents(func(e Event) {
 		if e.Type == EventReleased {
 			mu.Lock()
 			released = append(released, e.Session)
 			mu.Unlock()
 		}
-	}
+	})
 	c, err := New(cfg)
 	require.NoError(t, err)
 

@@ -37,7 +37,7 @@ func (rn *renewer) run(ctx context.Context) {
 		rep := rn.leases.RenewAll(rctx)
 		cancel()
 		if rep.Renewed+len(rep.Lost)+len(rep.Uncertain) > 0 {
-			rn.obs.RenewCycle(rep.RoundTrip, rep.Renewed, len(rep.Lost), len(rep.Uncertain))
+			rn.obs.RenewCycle(RenewReport{RoundTrip: rep.RoundTrip, Renewed: rep.Renewed, Lost: len(rep.Lost), Uncertain: len(rep.Uncertain)})
 		}
 		if rep.Err != nil {
 			if ctx.Err() != nil {

@@ -113,7 +113,8 @@ func (r *reporter) publish(v *view, held int) {
 	r.status.last.Sessions = len(v.sessions)
 	r.status.last.Malformed = malformed
 	r.status.mu.Unlock()
-	r.obs.Round(len(v.members.Nodes), len(v.sessions), held, malformed, v.membersChanged)
+	r.obs.Round(RoundReport{Members: len(v.members.Nodes), Sessions: len(v.sessions), Owned: held, Malformed: malformed,
+		MembershipChanged: v.membersChanged})
 	v.membersChanged = false
 }
 

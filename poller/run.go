@@ -27,16 +27,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, errors.Join(ErrConfig, err)
 	}
 	cfg.ID = reg.ID()
-	if tr := newTracing(cfg.TracerProvider, cfg.ID); tr != nil {
-		cfg.tracing = tr
-		onEvent := cfg.OnEvent
-		cfg.OnEvent = func(e Event) {
-			tr.leaseEvent(e)
-			if onEvent != nil {
-				onEvent(e)
-			}
-		}
-	}
+	cfg.tracing = newTracing(cfg.TracerProvider, cfg.ID)
 	store, err := session.NewStore(cfg.Client, cfg.Keys, session.WithLogger(cfg.Logger))
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
@@ -174,10 +165,11 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 		t = EventReleased
 	}
 	c.holdings.sched.LeaseChanged(l, to)
-	c.cfg.Observer.LeaseEvent(t, l.Reason())
-	if c.cfg.OnEvent != nil {
-		c.cfg.OnEvent(Event{Type: t, Session: l.Session(), Token: l.Token(), Reason: l.Reason(), At: c.cfg.Clock.Now()})
+	e := Event{Type: t, Session: l.Session(), Token: l.Token(), Reason: l.Reason(), At: c.cfg.Clock.Now()}
+	if tr := c.cfg.tracing; tr != nil {
+		tr.leaseEvent(e)
 	}
+	c.cfg.Observer.LeaseEvent(e)
 }
 
 // drain leaves the membership and tells the peers, stops every poll, and

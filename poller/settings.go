@@ -330,7 +330,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Clock = clock.RealClock{}
 	}
 	if c.Observer == nil {
-		c.Observer = nopObserver{}
+		c.Observer = NopObserver{}
 	}
 	if c.Stateful && c.StateStore == nil {
 		c.StateStore = state.NewStore(c.Client, c.Keys, state.WithClock(c.Clock))

@@ -7,21 +7,7 @@ import (
 	"github.com/pollworker/pollworker/schedule"
 )
 
-// SlotObserver is implemented by an Observer that also measures scheduled
-// sessions (session.Session.Schedule); the coordinator calls it when its
-// Observer implements it. Methods are called from the poll runners and
-// must not block.
-type SlotObserver interface {
-	// SlotStarted reports a slot's poll starting lateness after the slot's
-	// start (its time plus the session's jitter offset).
-	SlotStarted(lateness time.Duration)
-	// SlotsSkipped counts n slots passed over: reason SkipOverlap (due
-	// while the previous poll ran) or SkipCatchUp (missed, and not run by
-	// the catch-up policy or outside its window).
-	SlotsSkipped(n int, reason string)
-}
-
-// The reasons of SlotObserver.SlotsSkipped.
+// The reasons of Observer.SlotsSkipped.
 const (
 	SkipOverlap = "overlap"
 	SkipCatchUp = "catchup"

@@ -73,9 +73,9 @@ func (p *slotLog) slots(id string) []slotPoll {
 	return append([]slotPoll(nil), p.polls[id]...)
 }
 
-// slotCounter is a SlotObserver that counts.
+// slotCounter is an Observer that counts slots.
 type slotCounter struct {
-	nopObserver
+	NopObserver
 	started  atomic.Int64
 	overlap  atomic.Int64
 	catchUp  atomic.Int64

@@ -189,7 +189,7 @@ func (t *turns) pollOnce(ctx context.Context, tn *Turn) (out outcome, retry time
 				zap.ByteString("stack", debug.Stack()))
 			out = pollFailed
 		}
-		t.obs.PollDone(t.clock.Since(started), outcome)
+		t.obs.PollDone(PollReport{Session: s.ID, Token: tn.Token(), Duration: t.clock.Since(started), Outcome: outcome})
 	}()
 	err = t.poller.Poll(ctx, tn)
 	switch {
@@ -243,11 +243,10 @@ func (t *turns) newSlotLoop(s *session.Session, l *lease.Lease) (*slotLoop, time
 	return sl, bound
 }
 
-// reportSkipped tells the observer, if it measures slots, of skipped
-// slots.
+// reportSkipped tells the observer of skipped slots.
 func (t *turns) reportSkipped(n int, reason string) {
-	if so, ok := t.obs.(SlotObserver); ok && n > 0 {
-		so.SlotsSkipped(n, reason)
+	if n > 0 {
+		t.obs.SlotsSkipped(n, reason)
 	}
 }
 
@@ -301,9 +300,7 @@ func (t *turns) slotTurn(ctx context.Context, w *pollLoop, now time.Time) (slot 
 			t.log.Warn("could not record the slot started", zap.String("session", w.sess.ID), zap.Time("slot", d.Run), zap.Error(err))
 		}
 	}
-	if so, ok := t.obs.(SlotObserver); ok {
-		so.SlotStarted(now.Sub(sl.sch.Start(d.Run)))
-	}
+	t.obs.SlotStarted(now.Sub(sl.sch.Start(d.Run)))
 	sl.ran, sl.began = d.Run, now
 	return d.Run, true
 }

@@ -188,8 +188,8 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	}
 	events := newRecentEvents(50)
 	pc := cfg.Poller
-	pc.Client, pc.Poller, pc.Logger, pc.Version, pc.Observer = client, hp, base, built.Version, obs
-	pc.OnEvent = events.add
+	pc.Client, pc.Poller, pc.Logger, pc.Version = client, hp, base, built.Version
+	pc.Observer = pageObserver{Observer: obs, events: events}
 	pc.TracerProvider = tracerProvider
 	// The HTTP poller's fenced state (one script call per changed poll, and
 	// the loads before a session's first poll here) goes through a small

@@ -28,11 +28,24 @@ func newRecentEvents(max int) *recentEvents {
 	return &recentEvents{events: ring.New[poller.Event](max)}
 }
 
-// add records e; it never blocks for long (poller.Config.OnEvent).
+// add records e; it never blocks for long (poller.Observer.LeaseEvent).
 func (r *recentEvents) add(e poller.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events.Push(e)
+}
+
+// pageObserver is the worker's poller.Observer: its metrics, and each lease
+// event recorded for the status page too.
+type pageObserver struct {
+	poller.Observer // the metrics
+	events          *recentEvents
+}
+
+// LeaseEvent counts e in the metrics and keeps it for the status page.
+func (o pageObserver) LeaseEvent(e poller.Event) {
+	o.Observer.LeaseEvent(e)
+	o.events.add(e)
 }
 
 // list returns the events kept, newest first.

@@ -314,7 +314,7 @@ func (d *demo) startWorker(ctx context.Context, name string) error {
 		// rather than shedding, so what is shown stays what was planned.
 		KeepWeightWhenBehind: true,
 		Logger:               log,
-		OnEvent:              d.rec.onEvent(name),
+		Observer:             poller.LeaseEvents(d.rec.onEvent(name)),
 	})
 	if err != nil {
 		_ = client.Close()

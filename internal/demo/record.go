@@ -74,8 +74,9 @@ func (r *recorder) wrap(worker string, p poller.Poller) poller.Poller {
 	})
 }
 
-// onEvent returns the coordinator event hook of worker. Coordinators call
-// it from their own goroutines; it does not block beyond the lock.
+// onEvent returns the lease event hook of worker (poller.LeaseEvents).
+// Coordinators call it from their own goroutines; it does not block beyond
+// the lock.
 func (r *recorder) onEvent(worker string) func(poller.Event) {
 	return func(ev poller.Event) {
 		held := ev.Type == poller.EventAcquired || ev.Type == poller.EventRecovered

@@ -78,10 +78,11 @@ type member struct {
 	done   chan error
 }
 
-// count is the number of leases the member holds.
+// count is the number of leases the member holds (with their poll loops
+// running: PollStats.LeasesHeld, no list made).
 func (m *member) count() int {
 	if m.coord != nil {
-		return m.coord.Leases().Count()
+		return m.coord.PollStats().LeasesHeld
 	}
 	return m.base.Count()
 }
@@ -89,13 +90,7 @@ func (m *member) count() int {
 // held returns the sessions whose lease the member holds.
 func (m *member) held() []string {
 	if m.coord != nil {
-		var out []string
-		for _, l := range m.coord.Leases().Held() {
-			if l.State() == lease.Held {
-				out = append(out, l.Session())
-			}
-		}
-		return out
+		return m.coord.Status().Owned
 	}
 	return nil
 }
@@ -144,14 +139,14 @@ func (e *env) startWeighted(id, addr string, weight float64, t timings, rec *ben
 		}),
 		LeaseTTL: t.ttl, RenewInterval: t.renew, HeartbeatInterval: t.heartbeat,
 		DiscoveryInterval: t.discovery, DrainTimeout: t.drain, Logger: e.logger,
-		OnEvent: func(ev poller.Event) {
+		Observer: poller.LeaseEvents(func(ev poller.Event) {
 			if ev.Type == poller.EventAcquired {
 				e.acquired.Add(1)
 				for _, h := range hooks {
 					h.acquired(ev.Session, id, ev.At)
 				}
 			}
-		},
+		}),
 	})
 	if err != nil {
 		_ = client.Close()

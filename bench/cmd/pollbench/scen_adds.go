@@ -55,7 +55,7 @@ func runAdds(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	rows := []Row{
 		{Figure: "sessions moved per session added, fleet, " + fleet, Target: "0 moves per add",
 			Ours: sm, Met: met(sm.Max == 0),
-			Note: fmt.Sprintf("a move is a lease acquisition (OnEvent) of a session by another worker than its holder (an added session's first acquisition is not one), from the first add to lease TTL + 2 discovery intervals after the last, on a fleet quiet for TTL + 1 discovery interval before (no hold-back in force); last run: %d moves of %d sessions, %d of them of sessions added in the run",
+			Note: fmt.Sprintf("a move is a lease acquisition (Observer.LeaseEvent) of a session by another worker than its holder (an added session's first acquisition is not one), from the first add to lease TTL + 2 discovery intervals after the last, on a fleet quiet for TTL + 1 discovery interval before (no hold-back in force); last run: %d moves of %d sessions, %d of them of sessions added in the run",
 				last.moves, last.moved, last.addedMoves)},
 		{Figure: "most moves of one session during the adds", Target: "≤ 1", Ours: smax, Met: met(smax.Max <= 1)},
 		{Figure: "shortest time between two acquisitions of one session", Target: fmt.Sprintf("≥ lease TTL (%v)", t.ttl),

@@ -496,7 +496,7 @@ func (w *work) window(ctx context.Context, tg *redisTarget, d time.Duration) err
 // leaseCounts counts the lease events of a fleet that show churn.
 type leaseCounts struct{ acquired, lost atomic.Int64 }
 
-// count is an OnEvent hook.
+// count is a lease event hook (poller.LeaseEvents).
 func (c *leaseCounts) count(ev poller.Event) {
 	switch ev.Type {
 	case poller.EventAcquired:
@@ -524,7 +524,7 @@ func startTargetWorker(tg *redisTarget, e *env, id string, t timings, grace time
 			return nil
 		}),
 		LeaseTTL: t.ttl, RenewInterval: t.renew, HeartbeatInterval: t.heartbeat, DiscoveryInterval: t.discovery,
-		OrphanGrace: grace, DrainTimeout: t.drain, Logger: e.logger, OnEvent: leases.count})
+		OrphanGrace: grace, DrainTimeout: t.drain, Logger: e.logger, Observer: poller.LeaseEvents(leases.count)})
 	if err != nil {
 		_ = client.Close()
 		return nil, err
