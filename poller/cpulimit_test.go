@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/session"
 )
 
 // TestCPULimitStep: the limit of polls at once falls to half of what runs
@@ -185,5 +187,55 @@ func TestSchedulerLowersThePollLimitWhileTheCPUIsBusy(t *testing.T) {
 				t.Fatalf("loop %s did not exit", w.sess.ID)
 			}
 		}
+	}
+}
+
+// TestSchedulerGroupFullOfPollsWaitingForTheLimit: a poll that waits for
+// its host's slot only because the polls holding them wait for one of the
+// limit's waits for the limit, not for its host (the reason given is the
+// limit's); a host whose own polls run at its bound is the host's.
+func TestSchedulerGroupFullOfPollsWaitingForTheLimit(t *testing.T) {
+	for _, tt := range []struct {
+		name             string
+		limit, hostMax   int
+		wantSlot, wantGr int
+	}{
+		{name: "the limit binds, the host's slots are held by polls waiting for it", limit: 2, hostMax: 3, wantSlot: 2},
+		{name: "the host binds", limit: 10, hostMax: 2, wantGr: 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newSchedFixture(t, func(c *schedConfig) {
+				c.Limit = tt.limit
+				c.GroupOf = func(*session.Session) (string, int) { return "host", tt.hostMax }
+			})
+			var loops []*pollLoop
+			var calls []pollCall
+			for i := range 2 {
+				loops = append(loops, f.start(fmt.Sprintf("r%d", i)))
+				calls = append(calls, f.nextPoll())
+			}
+			for i := range 2 {
+				w := f.start(fmt.Sprintf("w%d", i))
+				loops = append(loops, w)
+				f.sched.mu.Lock()
+				p := w.phase
+				f.sched.mu.Unlock()
+				require.Contains(t, []phase{admitting, groupWaiting}, p)
+			}
+			f.sched.mu.Lock()
+			c, _ := f.sched.meter.window(f.clock.Now())
+			f.sched.mu.Unlock()
+			require.Equal(t, tt.wantSlot, c.slotWaits, "waits for the limit")
+			require.Equal(t, tt.wantGr, c.groupWaits, "waits for the host")
+			for _, w := range loops {
+				f.sched.Stop(w)
+			}
+			for _, c := range calls {
+				close(c.finish)
+			}
+			for _, w := range loops {
+				requireDone(t, f.sched, w)
+			}
+		})
 	}
 }

@@ -566,7 +566,7 @@ func (s *scheduler) settleLocked(w *pollLoop, now, at time.Time) bool {
 	if from == admitting {
 		// It gives back its group's slot and takes it again below if it
 		// polls now.
-		s.freeGroupSlotLocked(w.group)
+		s.unadmitLocked(w)
 	}
 	if w.stopRequested {
 		w.next = at // what a successor keeps (nextDue)
@@ -609,7 +609,7 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 			w.phase = groupWaiting
 			heap.Push(&g.waiting, w)
 			s.crowded[g] = struct{}{}
-			s.waitedLocked(now, waited, waitGroup)
+			s.waitedLocked(now, waited, s.groupWaitKindLocked(g))
 			return false
 		}
 		g.active++
@@ -619,6 +619,9 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 		// worker cannot sustain.
 		w.phase = admitting
 		heap.Push(&s.admit, w)
+		if g := w.group; g != nil {
+			g.admitting++
+		}
 		s.limit.waited = true
 		s.waitedLocked(now, waited, s.slotKindLocked())
 		return false
@@ -693,7 +696,7 @@ func (s *scheduler) unwaitLocked(w *pollLoop) {
 	switch w.phase {
 	case admitting:
 		heap.Remove(&s.admit, w.index)
-		s.freeGroupSlotLocked(w.group)
+		s.unadmitLocked(w)
 	case groupWaiting:
 		g := w.group
 		heap.Remove(&g.waiting, w.index)
@@ -701,6 +704,24 @@ func (s *scheduler) unwaitLocked(w *pollLoop) {
 			delete(s.crowded, g)
 		}
 	}
+}
+
+// unadmitLocked gives back the group slot w held while admitting.
+func (s *scheduler) unadmitLocked(w *pollLoop) {
+	if g := w.group; g != nil {
+		g.admitting--
+	}
+	s.freeGroupSlotLocked(w.group)
+}
+
+// groupWaitKindLocked is what a poll waiting for a slot of g, which is
+// full, waits for: g's bound when as many of its polls run, else the
+// limit its slots' holders wait for (slotKindLocked).
+func (s *scheduler) groupWaitKindLocked(g *pollGroup) waitKind {
+	if g.active-g.admitting >= g.max {
+		return waitGroup
+	}
+	return s.slotKindLocked()
 }
 
 // freeGroupSlotLocked gives back a slot of g (nil: none), to be taken by
@@ -836,7 +857,7 @@ func (s *scheduler) oldestWaitLocked(now time.Time) (bool, waitKind) {
 	}
 	for g := range s.crowded {
 		if tooLong(g.waiting[0]) {
-			return true, waitGroup
+			return true, s.groupWaitKindLocked(g)
 		}
 	}
 	return false, waitSlot
