@@ -88,15 +88,15 @@ type turnEnd struct {
 // pollGroup is a group of sessions whose polls share a bound of their own
 // (GroupLimiter: an HTTP poller's hosts).
 type pollGroup struct {
-	name    string
-	max     int      // polls of the group at once
-	active  int      // polls of the group running, or admitting with the group's slot
+	name   string
+	max    int // polls of the group at once
+	active int // polls of the group running, or admitting with the group's slot
 	// admitting counts those of active admitting: holding the group's
 	// slot while they wait for one of the limit's. A group full only of
 	// them waits for the limit, not for its own bound (groupWaitKind).
 	admitting int
-	waiting dueQueue // due polls waiting for a slot of the group, earliest due first
-	members int      // loops of the group not exited
+	waiting   dueQueue // due polls waiting for a slot of the group, earliest due first
+	members   int      // loops of the group not exited
 }
 
 // runner is a goroutine that runs polls one after another (scheduler.run).
