@@ -46,6 +46,7 @@ func (o *badDataObserver) count(kind string) int {
 // polled), reported once each (log and BadData), and overwritten by the
 // first save.
 func TestStatefulCorruptStateIsPolledAsNeverSaved(t *testing.T) {
+	t.Parallel()
 	client := redistest.Start(t).Client(t)
 	ctx := context.Background()
 	keys := keyspace.Space{}
@@ -107,6 +108,7 @@ func TestNoteStateOncePerSessionAndProblem(t *testing.T) {
 // junk took their share, polled by nobody), and each entry is reported
 // once.
 func TestJunkMembersTakeNoSessions(t *testing.T) {
+	t.Parallel()
 	client := redistest.Start(t).Client(t)
 	ctx := context.Background()
 	until := float64(time.Now().Add(time.Hour).UnixMilli())

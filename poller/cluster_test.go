@@ -24,6 +24,7 @@ import (
 // three-master Redis Cluster: leases of one session share a slot, renewal
 // and acquisition batch by slot, membership and the session index work.
 func TestRedisClusterConvergesAndHandsOff(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now()
 	cluster := redistest.StartCluster(t, 3)
 	t.Logf("cluster up in %v", time.Since(t0).Round(time.Millisecond))
@@ -87,6 +88,7 @@ func TestRedisClusterConvergesAndHandsOff(t *testing.T) {
 // drains, and its peers take every session at once: no loss quarantine
 // (here a minute) although the markers name other servers.
 func TestRedisClusterReshardIsNotALoss(t *testing.T) {
+	t.Parallel()
 	const moved = 1000 // slots 0-999: redis-cli takes the source's lowest slots first
 	cluster := redistest.StartCluster(t, 3)
 	client := cluster.Client(t)

@@ -227,6 +227,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestThreeWorkersConvergeAndHandOff(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 90, 50*time.Millisecond)
@@ -283,6 +284,7 @@ func TestThreeWorkersConvergeAndHandOff(t *testing.T) {
 }
 
 func TestJoinMovesOnlyToNewcomer(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 60, 50*time.Millisecond)
@@ -328,6 +330,7 @@ func TestJoinMovesOnlyToNewcomer(t *testing.T) {
 }
 
 func TestFailClosedWhenRedisGoesAway(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = client.Close() })
@@ -373,6 +376,7 @@ func TestFailClosedWhenRedisGoesAway(t *testing.T) {
 }
 
 func TestPauseAndRemoveStopPolling(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 4, 20*time.Millisecond)
@@ -391,6 +395,7 @@ func TestPauseAndRemoveStopPolling(t *testing.T) {
 }
 
 func TestPanickingPollDoesNotStopOthers(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	addSessions(t, client, 3, 20*time.Millisecond)
@@ -419,6 +424,7 @@ func TestPanickingPollDoesNotStopOthers(t *testing.T) {
 }
 
 func TestAdoptsOrphansOfALiveButIdleWorker(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 20, 50*time.Millisecond)
@@ -440,6 +446,9 @@ func TestAdoptsOrphansOfALiveButIdleWorker(t *testing.T) {
 	rec := newRecorder()
 	cfg := fastConfig(client, "w", rec.poller("w"))
 	cfg.OrphanGrace = 400 * time.Millisecond
+	// The orphan watch looks in rounds, and nothing announces an orphan:
+	// the periodic round finds them, as in production.
+	cfg.DiscoveryInterval = 300 * time.Millisecond
 	r := start(t, cfg)
 	// The ghost's share stays unowned for OrphanGrace, then w adopts it:
 	// every session gets polled although the ghost is preferred for some.
@@ -456,6 +465,7 @@ func TestAdoptsOrphansOfALiveButIdleWorker(t *testing.T) {
 }
 
 func TestWarnsAboutEvictingPolicy(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		policy string
 		risk   bool
@@ -466,6 +476,7 @@ func TestWarnsAboutEvictingPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.policy, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t, "--maxmemory-policy", tt.policy)
 			client := srv.Client(t)
 			addSessions(t, client, 1, 50*time.Millisecond)
@@ -477,6 +488,7 @@ func TestWarnsAboutEvictingPolicy(t *testing.T) {
 }
 
 func TestMalformedSessionsAreSkippedNotDeleted(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 3, 20*time.Millisecond)
@@ -510,6 +522,7 @@ func TestMalformedSessionsAreSkippedNotDeleted(t *testing.T) {
 // acquires and polls nothing; once memory is available again the fleet
 // rebalances. TestMemoryPressureKeepsEveryonePolling has several workers.
 func TestMemoryPressureFailsClosed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	client := srv.Client(t)
 	ids := addSessions(t, client, 6, 20*time.Millisecond)

@@ -21,8 +21,10 @@ import (
 // knew nothing of them, so the workers polled (and re-acquired) the deleted
 // sessions for ever.
 func TestSessionsLostWithRedisDataAreNotPolledAgain(t *testing.T) {
+	t.Parallel()
 	for _, loss := range []string{"flushall", "restart"} {
 		t.Run(loss, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Start(t)
 			client := srv.Client(t)
 			ids := addSessions(t, client, 30, 50*time.Millisecond)
@@ -30,14 +32,14 @@ func TestSessionsLostWithRedisDataAreNotPolledAgain(t *testing.T) {
 			var ws []*running
 			for _, id := range []string{"w1", "w2", "w3"} {
 				cfg := fastConfig(client, id, rec.poller(id))
-				// A round (every 200 ms) sees the membership the loss
-				// emptied before a renewal (every second) finds the
+				// A round (every 100 ms) sees the membership the loss
+				// emptied before a renewal (every 500 ms) finds the
 				// leases gone and before the next heartbeat puts the
 				// membership back: as with the defaults when the
 				// discovery tick comes first.
-				cfg.DiscoveryInterval = 200 * time.Millisecond
-				cfg.RenewInterval, cfg.LeaseTTL = time.Second, 3*time.Second
-				cfg.HeartbeatInterval = time.Second
+				cfg.DiscoveryInterval = 100 * time.Millisecond
+				cfg.RenewInterval, cfg.LeaseTTL = 500*time.Millisecond, 1500*time.Millisecond
+				cfg.HeartbeatInterval = 500 * time.Millisecond
 				ws = append(ws, start(t, cfg))
 			}
 			require.Eventually(t, func() bool {

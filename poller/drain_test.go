@@ -19,6 +19,7 @@ import (
 // fix the release, the leave and the announcement shared the drain's
 // deadline, already past: all failed, and every lease was left to expire.
 func TestDrainPastItsTimeoutReleasesWhatItCan(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 6, 50*time.Millisecond)

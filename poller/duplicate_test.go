@@ -14,6 +14,7 @@ import (
 // second coordinator started with a live worker's id stops with
 // nodes.ErrDuplicateID and never polls, and the first keeps its sessions.
 func TestSecondWorkerWithTheSameIDStops(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 10, 50*time.Millisecond)

@@ -68,6 +68,7 @@ func TestOnlyLeaseTTLIsAValidConfig(t *testing.T) {
 // check allows generous slack over the bound, for a loaded machine: what
 // it tells apart is seconds against tens of seconds.
 func TestCrashFailoverWithinTheBoundOfLeaseTTL(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	proxy, err := faultproxy.Start(srv.Addr())

@@ -21,6 +21,7 @@ import (
 // index written before loads were kept" (issue 22 item 4: both were
 // logged on an empty Redis, and the first poll came 30s late).
 func TestFirstStartOnANewKeyspace(t *testing.T) {
+	t.Parallel()
 	client := redistest.Start(t).Client(t)
 	res, err := lease.InitKeyspace(context.Background(), client, keyspace.Space{}, 0)
 	require.NoError(t, err)

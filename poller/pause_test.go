@@ -55,6 +55,7 @@ func joinGhost(t *testing.T, client redis.UniversalClient, id string) {
 // that reads its pause. Before, it only looked at changes of the buckets
 // it read, and polled the paused session until the settle rule let it go.
 func TestPausedSessionHeldOutsideItsBucketsStopsAtOnce(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ctx := context.Background()
@@ -182,6 +183,7 @@ func heldByPeer(t *testing.T, n int, interval time.Duration) (redis.UniversalCli
 // poll it. Before, it started polling on its stale view and kept the
 // session for a lease TTL.
 func TestAcquiredSessionPausedMeanwhileIsNotPolled(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	client, store, ids, peer, held := heldByPeer(t, 3, 100*time.Millisecond)
 	paused := ids[0]
@@ -215,6 +217,7 @@ func TestAcquiredSessionPausedMeanwhileIsNotPolled(t *testing.T) {
 // same id, is polled within its first interval. Before, the successor
 // kept the removed session's due time from the handoff mark.
 func TestReaddedSessionIgnoresTheRemovedOnesBackoff(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	client, store, ids, peer, held := heldByPeer(t, 1, 2*time.Second)
 	id := ids[0]

@@ -169,6 +169,7 @@ func startGhost(t *testing.T, client redis.UniversalClient) *nodes.Registry {
 // the workers report not ready (nothing can be acquired), and once Redis
 // has room they are ready again, with the same holders.
 func TestMemoryPressureKeepsEveryonePolling(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	client := srv.Client(t)
 	ids := addSessions(t, client, 30, 20*time.Millisecond)
@@ -179,6 +180,11 @@ func TestMemoryPressureKeepsEveryonePolling(t *testing.T) {
 	for _, id := range workers {
 		cfg := fastConfig(client, id, polls.poller(id))
 		cfg.Observer = withEvents{obs, polls.onEvent(id)}
+		// The heartbeat TTL as long as the lease TTL (3 × 150ms by
+		// default), so that a starved heartbeat on a loaded machine does
+		// not read as a membership change; 4 lease TTLs below are still
+		// several heartbeat TTLs.
+		cfg.HeartbeatTTL = cfg.LeaseTTL
 		rs = append(rs, start(t, cfg))
 	}
 	require.Eventually(t, func() bool {
@@ -198,7 +204,7 @@ func TestMemoryPressureKeepsEveryonePolling(t *testing.T) {
 	from, dropped, changes := time.Now(), polls.droppedCount(), obs.changes.Load()
 	expiryAt := expiries(t, client, workers)
 	require.Len(t, expiryAt, len(workers))
-	ttl := fastConfig(client, "", nil).LeaseTTL // the longest TTL here (heartbeat TTL: 450ms)
+	ttl := fastConfig(client, "", nil).LeaseTTL // the longest TTL here (the heartbeat TTL too)
 	require.Eventually(t, func() bool {
 		return len(polls.droppedSince(dropped)) > 0 || obs.changes.Load() != changes || heartbeatsOutlast(t, client, expiryAt, 4*ttl)
 	}, 30*time.Second, 20*time.Millisecond, "heartbeats stopped under memory pressure")
@@ -231,6 +237,7 @@ func TestMemoryPressureKeepsEveryonePolling(t *testing.T) {
 // and LeasesHeld count the sessions it polls now: those it handed off
 // while they backed off after failed polls are not counted any more.
 func TestPollStatsFollowHandoffs(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 8, 20*time.Millisecond)

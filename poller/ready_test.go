@@ -15,6 +15,7 @@ import (
 // that waits for readiness replaces the next worker only then. Before,
 // Ready was true at the first heartbeat, holding nothing.
 func TestNewWorkerIsReadyOnceItHoldsItsShare(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 60, 100*time.Millisecond)

@@ -21,6 +21,7 @@ import (
 // then the rest, each wave announced as it is released, so that a
 // successor can take the sessions due next before the rest are released.
 func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	_, err := lease.MarkFresh(context.Background(), client, keyspace.Space{})
@@ -84,6 +85,7 @@ func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
 // asks for another round, so that it acquires first (after a peer left,
 // those sessions are the peer's, due now); the next round reads the rest.
 func TestLoadReadsAssignedBucketsFirst(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 40, time.Second)

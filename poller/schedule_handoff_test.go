@@ -68,14 +68,18 @@ func (p *pollLog) polledBy(id, worker string) bool {
 // next poll was due (previous poll + interval), not at once. Before the
 // fix, the successor polled as soon as it acquired the lease.
 func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	store, err := session.NewStore(client, keyspace.Space{})
 	require.NoError(t, err)
 	intervals := map[string]time.Duration{}
 	for i := range 20 {
+		// 0.4s to 2.2s: a successor that polls at once (the bug) still
+		// polls well before its session's next due time, and the test
+		// waits at most the longest interval for each move.
 		id := fmt.Sprintf("mixed-%d", i)
-		intervals[id] = time.Duration(1+i%10) * time.Second
+		intervals[id] = time.Duration(2+i%10) * 200 * time.Millisecond
 		require.NoError(t, store.Put(context.Background(), session.Session{ID: id,
 			URL: "http://127.0.0.1:1/" + id, Interval: session.Duration(intervals[id])}))
 	}
@@ -98,7 +102,7 @@ func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
 	// A join moves about half of them to b, then a graceful stop of a
 	// moves the rest.
 	start(t, cfg("b"))
-	// Deadlines far beyond the 10 s longest interval a moved session waits
+	// Deadlines far beyond the 2.2 s longest interval a moved session waits
 	// for its next poll: Eventually returns when the condition holds, and
 	// a loaded machine (-race, a shared CI runner) joins slowly.
 	require.Eventually(t, func() bool { return len(log.handoffs()) >= 5 }, time.Minute, 10*time.Millisecond,
@@ -128,8 +132,13 @@ func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
 func (p *pollLog) steadyLateness(intervals map[string]time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return steadyLateness(p.polls, intervals)
+}
+
+// steadyLateness is pollLog.steadyLateness of polls.
+func steadyLateness(polls map[string][]pollAt, intervals map[string]time.Duration) time.Duration {
 	var worst time.Duration
-	for id, ps := range p.polls {
+	for id, ps := range polls {
 		for i := 1; i < len(ps); i++ {
 			if ps[i].worker == ps[i-1].worker {
 				worst = max(worst, ps[i].at.Sub(ps[i-1].at)-intervals[id])

