@@ -29,6 +29,10 @@ func TestReleaseGoesSoonestDueFirstInWaves(t *testing.T) {
 	var mu sync.Mutex
 	var released []string
 	cfg := fastConfig(client, "w", PollFunc(func(context.Context, *Turn) error { return nil }))
+	// Nothing renews the leases here: they must outlast the test however
+	// slow the machine (with the 900ms TTL some ran out before the
+	// release under load, and were not released).
+	cfg.LeaseTTL, cfg.RenewInterval, cfg.RequestTimeout = time.Minute, 20*time.Second, 5*time.Second
 	cfg.Observer = LeaseEvents(func(e Event) {
 		if e.Type == EventReleased {
 			mu.Lock()

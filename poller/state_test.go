@@ -242,7 +242,7 @@ func TestStatefulCrashTakeoverKeepsSchedule(t *testing.T) {
 			}
 		}
 		return true
-	}, 10*time.Second, time.Millisecond, "a polls every session")
+	}, 30*time.Second, time.Millisecond, "a polls every session")
 	proxy.Partition() // a "crashes": it neither renews nor releases
 	cut := time.Now()
 
