@@ -102,12 +102,23 @@ func (s *scriptBench) mark(b *testing.B) {
 // and reports ns/lease and redis-µs/call. check validates one reply.
 func (s *scriptBench) run(b *testing.B, src string, args []any, before func(), check func(*redis.Cmd) error) {
 	b.Helper()
+	s.runEach(b, src, func() []any {
+		if before != nil {
+			before()
+		}
+		return args
+	}, check)
+}
+
+// runEach is run with the arguments of each call made by args (called
+// outside the timed part).
+func (s *scriptBench) runEach(b *testing.B, src string, args func() []any, check func(*redis.Cmd) error) {
+	b.Helper()
 	ctx := context.Background()
 	script := redis.NewScript(src)
 	if err := script.Load(ctx, s.rdb).Err(); err != nil {
 		b.Fatal(err)
 	}
-	line := append([]any{"evalsha", script.Hash()}, args...)
 	if err := s.rdb.ConfigResetStat(ctx).Err(); err != nil {
 		b.Fatal(err)
 	}
@@ -116,9 +127,7 @@ func (s *scriptBench) run(b *testing.B, src string, args []any, before func(), c
 	var cpu float64 // Redis CPU seconds in the calls
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		if before != nil {
-			before()
-		}
+		line := append([]any{"evalsha", script.Hash()}, args()...)
 		st, err := redisstats.Read(ctx, s.rdb)
 		if err != nil {
 			b.Fatal(err)
