@@ -104,12 +104,10 @@ func (ho *holdings) applyResult(r lease.Result, orphan bool, now time.Time, out 
 // sessions of the buckets for which it ranks second, so the watch costs
 // one read per session per OrphanGrace/2 across the fleet.
 //
-// A worker starts watching OrphanGrace after it first held its own share
-// (claims.shareHeld): a session must be seen free for OrphanGrace anyway,
-// and in a fleet that starts together every session is free until its
-// owner reaches it, so an earlier look would only read and remember the
-// whole watch set, and in a slow start adopt what owners had not reached
-// yet.
+// A worker starts watching OrphanGrace after its first round: a session
+// must be seen free for OrphanGrace anyway, and in a fleet that starts
+// together every session is free at first, so an earlier look would only
+// read and remember the whole watch set.
 //
 // In a steady fleet there is nothing to watch, so the scan runs every
 // OrphanGrace/2 only for a while after something changed (membership, the

@@ -243,7 +243,7 @@ func (v *view) dropBucket(b int, st *bucket) {
 // asks for another round. Progress is kept chunk by chunk.
 func (v *view) loadBuckets(ctx context.Context) bool {
 	var todo []int
-	watching := v.claims.watching(v.clock.Now())
+	watching := !v.clock.Now().Before(v.claims.watchFrom)
 	for b, st := range v.buckets {
 		if !st.loaded && (st.assigned || watching) {
 			todo = append(todo, b)

@@ -15,7 +15,7 @@ type claims struct {
 	orphanSince      map[string]time.Time  // owned sessions taken as orphans
 	pendingOrphans   map[string]time.Time  // watched sessions first seen without a lease
 	lastOrphan       time.Time
-	watchFrom        time.Time // no orphan watch before then; zero until this worker first held its share (shareHeld)
+	watchFrom        time.Time // no orphan watch before then (set at the first round)
 	orphanWatchUntil time.Time // scan at full rate until then
 	settleAt         time.Time // a session held back from a handoff may move then (settled)
 	retryTimer       clock.Timer
@@ -93,10 +93,15 @@ func (cl *claims) watchOrphans() {
 	cl.orphanWatchUntil = cl.clock.Now().Add(3 * cl.grace)
 }
 
-// startRound lets sessions held back from a handoff be looked at again
-// once their time is up (settled: the round looks at every session).
+// startRound sets the times a round starts from: the orphan watch begins
+// OrphanGrace after the first round, and sessions held back from a handoff
+// are looked at again once their time is up (settled: the round looks at
+// every session).
 func (cl *claims) startRound() (settled bool) {
 	now := cl.clock.Now()
+	if cl.watchFrom.IsZero() {
+		cl.watchFrom = now.Add(cl.grace)
+	}
 	if !cl.settleAt.IsZero() && !now.Before(cl.settleAt) {
 		cl.settleAt = time.Time{}
 		return true
@@ -104,33 +109,12 @@ func (cl *claims) startRound() (settled bool) {
 	return false
 }
 
-// shareHeld starts the orphan watch's clock, once: the watch begins
-// OrphanGrace after this worker first held its planned share (or stopped
-// waiting for it: readiness, reporter.checkShare, bounded by readyBound).
-// In a fleet that starts together every session is free until its owner
-// has taken it; a watch begun at a fixed time after the first round, in a
-// start slower than OrphanGrace (1M sessions over 50 workers on a loaded
-// machine), read every watched bucket and lease on top of the start's own
-// reads (SMEMBERS twice per bucket, EXISTS once per session), and adopted
-// the sessions owners had not reached yet, to hand them back later.
-func (cl *claims) shareHeld(now time.Time) {
-	if cl.watchFrom.IsZero() {
-		cl.watchFrom = now.Add(cl.grace)
-	}
-}
-
-// watching reports whether the orphan watch has begun (shareHeld, then
-// OrphanGrace).
-func (cl *claims) watching(now time.Time) bool {
-	return !cl.watchFrom.IsZero() && !now.Before(cl.watchFrom)
-}
-
-// orphanScanDue reports whether the orphan watch looks now: not before it
-// began (watching), at most every OrphanGrace/2, and in a steady fleet (nothing
+// orphanScanDue reports whether the orphan watch looks now: not before
+// watchFrom, at most every OrphanGrace/2, and in a steady fleet (nothing
 // changed lately, no suspect pending) only every orphanFallback ×
 // OrphanGrace; never with fewer than two workers (workers).
 func (cl *claims) orphanScanDue(now time.Time, workers int) bool {
-	if !cl.watching(now) || now.Sub(cl.lastOrphan) < cl.grace/2 || workers < 2 {
+	if now.Before(cl.watchFrom) || now.Sub(cl.lastOrphan) < cl.grace/2 || workers < 2 {
 		return false
 	}
 	active := now.Before(cl.orphanWatchUntil) || len(cl.pendingOrphans) > 0

@@ -90,8 +90,8 @@ type Config struct {
 	// OrphanGrace is how long a session may stay without a lease before a
 	// worker that is not its preferred owner takes it; default
 	// 2 × DiscoveryInterval (20s). A worker starts this watch OrphanGrace after
-	// it first held its own share (or stopped waiting for it, see Ready), when
-	// a fleet starting together has had time to take its sessions.
+	// its first round, when a fleet starting together has had time to take
+	// its sessions.
 	OrphanGrace time.Duration
 	// DrainTimeout bounds how long the shutdown waits for the polls in
 	// flight to return; default 10s. Polls still running then are

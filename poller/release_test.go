@@ -122,7 +122,6 @@ func TestLoadReadsAssignedBucketsFirst(t *testing.T) {
 		}
 	}
 	drainKick()
-	c.claims.watchFrom = c.cfg.Clock.Now() // the orphan watch has begun (claims.shareHeld)
 
 	require.True(t, c.view.loadBuckets(context.Background()))
 	a, w := loaded()

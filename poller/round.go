@@ -25,9 +25,6 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 	now := c.cfg.Clock.Now()
 	w := c.world(full)
 	c.apply(ctx, w, decide(w, c.claims, c.holdings.held, now), now)
-	if c.health.shareTaken.Load() {
-		c.claims.shareHeld(now)
-	}
 	if w.live && w.member {
 		c.holdings.adoptOrphans(ctx)
 	}
