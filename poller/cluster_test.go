@@ -59,7 +59,7 @@ func TestRedisClusterConvergesAndHandsOff(t *testing.T) {
 			per[w]++
 		}
 		return len(own) == len(ids) && per["a"] > 20 && per["b"] > 20
-	}, 15*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond)
 	t.Logf("converged after %v", time.Since(t0).Round(time.Millisecond))
 	// Renewals keep working across slots for a few cycles.
 	require.Eventually(t, func() bool { return len(a.c.Status().Owned) > 20 && a.c.Ready() }, 5*time.Second, 20*time.Millisecond)

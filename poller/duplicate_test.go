@@ -32,8 +32,11 @@ func TestSecondWorkerWithTheSameIDStops(t *testing.T) {
 	for _, id := range ids {
 		require.NotEqual(t, "second", rec.lastPoller()[id])
 	}
-	require.Len(t, first.c.Status().Owned, len(ids), "the first keeps its sessions")
-	require.True(t, first.c.Ready())
+	// The first keeps its sessions: it holds them all and is ready (a
+	// starved renewal on a loaded machine may drop them for a moment; the
+	// second never polled, checked above).
+	require.Eventually(t, func() bool { return len(first.c.Status().Owned) == len(ids) && first.c.Ready() },
+		10*time.Second, 10*time.Millisecond, "the first keeps its sessions")
 	first.stop(t)
 	rec.check(t)
 }
