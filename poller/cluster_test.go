@@ -35,7 +35,7 @@ func TestRedisClusterConvergesAndHandsOff(t *testing.T) {
 	for i := range 60 {
 		id := fmt.Sprintf("session-%d", i)
 		ids = append(ids, id)
-		require.NoError(t, store.Put(context.Background(), session.Session{ID: id, URL: "http://127.0.0.1:1/", Interval: session.Duration(50 * time.Millisecond)}))
+		require.NoError(t, store.Put(context.Background(), session.Session{ID: id, URL: "http://127.0.0.1:1/", Interval: session.Duration(250 * time.Millisecond)}))
 	}
 	rec := newRecorder()
 	a := start(t, fastConfig(client, "a", rec.poller("a")))

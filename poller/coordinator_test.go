@@ -230,7 +230,10 @@ func TestThreeWorkersConvergeAndHandOff(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	ids := addSessions(t, client, 90, 50*time.Millisecond)
+	// Polls every 250ms: what is checked is who holds and polls each
+	// session; more polls only load the CPU that the test run beside
+	// this one needs too.
+	ids := addSessions(t, client, 90, 250*time.Millisecond)
 	rec := newRecorder()
 	ws := map[string]*running{}
 	for _, id := range []string{"w1", "w2", "w3"} {
@@ -287,7 +290,7 @@ func TestJoinMovesOnlyToNewcomer(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	ids := addSessions(t, client, 60, 50*time.Millisecond)
+	ids := addSessions(t, client, 60, 250*time.Millisecond) // as in TestThreeWorkersConvergeAndHandOff
 	rec := newRecorder()
 	plain := func(id string) Config {
 		cfg := fastConfig(client, id, rec.poller(id))

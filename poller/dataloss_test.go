@@ -27,7 +27,7 @@ func TestSessionsLostWithRedisDataAreNotPolledAgain(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
 			client := srv.Client(t)
-			ids := addSessions(t, client, 30, 50*time.Millisecond)
+			ids := addSessions(t, client, 30, 200*time.Millisecond)
 			rec := newRecorder()
 			var ws []*running
 			for _, id := range []string{"w1", "w2", "w3"} {
