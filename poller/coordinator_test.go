@@ -226,14 +226,13 @@ func TestConfigValidation(t *testing.T) {
 	require.Equal(t, 30*time.Second, c.cfg.LeaseTTL)
 }
 
+// TestThreeWorkersConvergeAndHandOff and TestJoinMovesOnlyToNewcomer run
+// alone (not in parallel): beside another test on a loaded 2-core machine
+// they did not converge within their 10 s.
 func TestThreeWorkersConvergeAndHandOff(t *testing.T) {
-	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	// Polls every 250ms: what is checked is who holds and polls each
-	// session; more polls only load the CPU that the test run beside
-	// this one needs too.
-	ids := addSessions(t, client, 90, 250*time.Millisecond)
+	ids := addSessions(t, client, 90, 50*time.Millisecond)
 	rec := newRecorder()
 	ws := map[string]*running{}
 	for _, id := range []string{"w1", "w2", "w3"} {
@@ -242,11 +241,20 @@ func TestThreeWorkersConvergeAndHandOff(t *testing.T) {
 		ws[id] = start(t, cfg)
 	}
 
-	// Every session owned once, spread over the three, and polled.
+	// Every session owned once, spread over the three, and polled. Settled:
+	// each with its rendezvous owner (a split that merely adds up could
+	// still be handing over, and a session between two holders reads as
+	// nobody's in the snapshot below: seen under load).
+	want := assign.Owners([]string{"w1", "w2", "w3"}, ids, -1)
 	require.Eventually(t, func() bool {
 		own := owners(t, client, ids)
 		if len(own) != len(ids) {
 			return false
+		}
+		for i, id := range ids {
+			if own[id] != want[i] {
+				return false
+			}
 		}
 		per := map[string]int{}
 		for _, w := range own {
@@ -287,10 +295,9 @@ func TestThreeWorkersConvergeAndHandOff(t *testing.T) {
 }
 
 func TestJoinMovesOnlyToNewcomer(t *testing.T) {
-	t.Parallel()
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	ids := addSessions(t, client, 60, 250*time.Millisecond) // as in TestThreeWorkersConvergeAndHandOff
+	ids := addSessions(t, client, 60, 50*time.Millisecond)
 	rec := newRecorder()
 	plain := func(id string) Config {
 		cfg := fastConfig(client, id, rec.poller(id))
