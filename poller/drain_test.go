@@ -43,7 +43,7 @@ func TestDrainPastItsTimeoutReleasesWhatItCan(t *testing.T) {
 	cfg.DrainTimeout = 300 * time.Millisecond
 	cfg.Observer = LeaseEvents(func(Event) { events.Add(1) })
 	w := start(t, cfg)
-	require.Eventually(t, func() bool { return len(w.c.Status().Owned) == len(ids) }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(w.c.Status().Owned) == len(ids) }, 30*time.Second, 10*time.Millisecond)
 	select {
 	case <-started:
 	case <-time.After(10 * time.Second):

@@ -198,7 +198,7 @@ func TestStatefulGracefulHandoff(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return moved() >= 3 }, 30*time.Second, 10*time.Millisecond, "b takes its share")
 	a.stop(t)
-	require.Eventually(t, func() bool { return moved() == len(intervals) }, 15*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return moved() == len(intervals) }, 30*time.Second, 10*time.Millisecond,
 		"b polls every session once a has stopped")
 
 	steady := log.steadyLateness(intervals)
