@@ -30,6 +30,11 @@ const (
 	chaosMargin    = chaosTTL/100 + 2*time.Millisecond // lease.DefaultDriftMargin
 	chaosInterval  = 100 * time.Millisecond            // session polling interval
 	chaosDiscovery = 500 * time.Millisecond            // --discovery-interval
+	// genNotice is how long after Redis runs out of memory a worker may
+	// still hand a session off before it knows (its next write: a renewal
+	// every 500 ms, a heartbeat every 300 ms): the successor then cannot
+	// acquire until Redis has room.
+	genNotice      = 500 * time.Millisecond
 	chaosSessions  = 12
 	chaosWorkers   = 3
 	chaosQuick     = 12  // ~50 s under -race on 2 cores

@@ -88,6 +88,7 @@ func TestGapBound(t *testing.T) {
 		{"meets the kill: its window and failover", "s1", 900, 1500, base + 100*time.Millisecond + genFailover},
 		{"after the kill's allowance: the base", "s1", 1100 + int(genFailover/time.Millisecond) + 1, 7000, base},
 		{"began under memory pressure: holders keep polling", "s1", 8500, 9500, base},
+		{"began as memory pressure began: a handoff its successor cannot finish", "s1", 8050, 9500, base + 2*time.Second},
 		{"began before memory pressure: it lasts through it", "s1", 7900, 9500, base + 2*time.Second},
 		{"a load session under load: the fair bound", "l1", 21000, 22000,
 			time.Duration(float64(chaosInterval)*3*1.25) + 200*time.Millisecond + chaosDiscovery + genSlackLong},

@@ -1545,8 +1545,12 @@ func (w *genWorld) gapBound(id string, interval time.Duration, a, b time.Time) (
 				why = append(why, fmt.Sprintf("%s fair ×%.2f", st.kind.name, st.ratio))
 			}
 		}
-		if st.stall && !a.Before(st.from) {
-			continue // began under memory pressure: holders keep polling
+		if st.stall && !a.Before(st.from.Add(genNotice)) {
+			// Began under memory pressure, once the workers knew of it:
+			// holders keep polling. A gap that began sooner may be a
+			// handoff the releaser finished before it knew, whose
+			// successor cannot acquire until Redis has room.
+			continue
 		}
 		if st.outage {
 			bound += st.to.Sub(st.from)
