@@ -25,7 +25,7 @@ import (
 type pollLoop struct {
 	sess   *session.Session // shared with view.sessions while the same; never changed in place
 	lease  *lease.Lease
-	state  *State       // the session's state, for a StatefulPoller; nil otherwise
+	state  *State       // the session's state with Config.Stateful; nil otherwise
 	slots  *slotLoop    // the slots of a scheduled session; nil for one polled on an interval
 	polled *atomic.Bool // a poll began under this lease (shared by a restarted loop)
 

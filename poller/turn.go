@@ -95,8 +95,9 @@ func (t *turns) turn(ctx context.Context, l *pollLoop, due time.Time) (end turnE
 // worker's clock, instead of now: the session keeps its schedule (end.at,
 // deferSlack earlier, moved by the spread step as the predecessor's
 // schedule would have been). Otherwise the first poll is paced
-// (scheduler.Pace). A load that fails is a failed poll (retried at the
-// next one, after the backoff); the poller never runs without its state.
+// (scheduler.Pace). A load that fails (a Redis error or timeout) is no
+// failure of the target: no backoff, tried again stateLoadRetry later;
+// the poller never runs without its state.
 // A corrupt state is not a failure: it reads as never saved (the poll goes
 // on as for a new session) and is reported once (noteState).
 func (t *turns) prepareState(ctx context.Context, l *pollLoop, now time.Time) (end turnEnd, pollNow bool) {
@@ -117,8 +118,12 @@ func (t *turns) prepareState(ctx context.Context, l *pollLoop, now time.Time) (e
 			return turnEnd{out: pollCancelled}, false
 		}
 		t.obs.RedisError("state")
-		t.log.Warn("state load failed; the poll waits for it", zap.String("session", l.sess.ID), zap.Error(err))
-		return turnEnd{out: pollFailed}, false
+		retry := stateLoadRetry(l.sess.Interval.D())
+		t.log.Warn("state load failed; the poll waits for it", zap.String("session", l.sess.ID),
+			zap.Duration("retry_in", retry), zap.Error(err))
+		// Not the target's failure: no backoff, and the load is tried
+		// again soon rather than an interval (and a backoff) later.
+		return turnEnd{out: pollCancelled, at: now.Add(retry), exact: true}, false
 	}
 	t.bad.noteState(l.sess.ID, rec.Corrupt) // a corrupt state reads as never saved
 	st.mu.Lock()
@@ -139,6 +144,13 @@ func (t *turns) prepareState(ctx context.Context, l *pollLoop, now time.Time) (e
 		return turnEnd{}, true
 	}
 	return turnEnd{out: pollCancelled, at: at, exact: true}, false
+}
+
+// stateLoadRetry is how soon a state load that failed (a Redis error or
+// timeout) is tried again: within the session's interval, at most a
+// second later.
+func stateLoadRetry(interval time.Duration) time.Duration {
+	return max(time.Millisecond, min(interval, time.Second))
 }
 
 // deferSlack is how much earlier than the saved schedule a deferred first
