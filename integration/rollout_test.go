@@ -109,7 +109,15 @@ func TestRollingReplacementAsKubernetesDoes(t *testing.T) {
 		}
 	}
 	require.LessOrEqual(t, worst, bound, "a session went unpolled for longer than the bound")
-	tot := Check(History{Polls: rec.snapshot()}).Totals()
+	rep := Check(History{Polls: rec.snapshot()})
+	for _, sr := range rep.Sessions {
+		for _, o := range sr.Overlaps {
+			t.Logf("overlap %s: %s token %d %v-%v and %s token %d %v-%v", sr.Session,
+				o.A.Worker, o.A.Token, o.A.Start.Sub(from).Round(time.Millisecond), o.A.End.Sub(from).Round(time.Millisecond),
+				o.B.Worker, o.B.Token, o.B.Start.Sub(from).Round(time.Millisecond), o.B.End.Sub(from).Round(time.Millisecond))
+		}
+	}
+	tot := rep.Totals()
 	require.Zero(t, tot.Overlaps, "overlapping polls")
 	require.Zero(t, tot.Stale, "tokens that went back")
 	require.Zero(t, tot.SharedTokens, "tokens used by two workers")
