@@ -389,7 +389,7 @@ func (p *Poller) Poll(ctx context.Context, t *poller.Turn) error {
 }
 
 // stateSlot is where a poll reads and saves its session's state:
-// *poller.State, or a fake in tests.
+// *poller.SessionState, or a fake in tests.
 type stateSlot interface {
 	Last() state.Record
 	Save(ctx context.Context, data []byte) error

@@ -37,7 +37,7 @@ const DefaultStateRefresh = time.Minute
 var ErrState = errors.New("httppoll: unreadable state")
 
 // State is what the Poller keeps about one session between polls, across
-// handoffs, in the session's fenced state record (poller.State; the
+// handoffs, in the session's fenced state record (poller.SessionState; the
 // state package). It is small JSON; the field names below are the JSON
 // names, and times are RFC 3339 in UTC.
 //

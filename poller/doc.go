@@ -47,7 +47,7 @@
 //   - With Config.Stateful, the session's state (Turn.State, package
 //     state) is read after the lease is acquired and before the first poll
 //     under it, so it holds every earlier holder's last save (a corrupt
-//     record reads as never saved); State.Save is fenced by the poll's
+//     record reads as never saved); SessionState.Save is fenced by the poll's
 //     lease in Redis, so a holder whose lease has moved on can never
 //     overwrite its successor's state. After a crash the successor keeps
 //     the schedule the saved record gives (its poll's due time + the

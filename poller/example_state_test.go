@@ -101,7 +101,7 @@ func Example_stateful() {
 		c, err := poller.New(poller.Config{
 			Client: client, ID: id,
 			Poller:   &cursorPoller{worker: id, feed: up, out: out},
-			Stateful: true, // each Turn has the session's State
+			Stateful: true, // each Turn has the session's SessionState
 			LeaseTTL: 3 * time.Second, RenewInterval: time.Second,
 			HeartbeatInterval: time.Second, DiscoveryInterval: time.Second,
 		})

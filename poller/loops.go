@@ -51,7 +51,7 @@ func (ho *holdings) start(s *session.Session, l *lease.Lease) {
 func (ho *holdings) startAt(s *session.Session, l *lease.Lease, polled *atomic.Bool) {
 	pl := &pollLoop{sess: s, lease: l, polled: polled}
 	if ho.turns.stateful {
-		pl.state = &State{store: ho.turns.states, lease: l}
+		pl.state = &SessionState{store: ho.turns.states, lease: l}
 	}
 	bound := FirstPollBound(s.Interval.D())
 	if s.Scheduled() {

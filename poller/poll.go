@@ -40,14 +40,14 @@ func (f PollFunc) Poll(ctx context.Context, t *Turn) error {
 type Turn struct {
 	sess  *session.Session // never changed in place (pollLoop.sess)
 	lease *lease.Lease     // nil: a poll outside a lease (NewTurn)
-	state *State           // nil without Config.Stateful
+	state *SessionState    // nil without Config.Stateful
 }
 
 // NewTurn returns the Turn of a poll of s under l with state st, for
 // tests of a Poller and for calling one outside a Coordinator. l may be
 // nil (a poll without a lease: token 0, no worker, no deadline); st may
 // be nil (no state).
-func NewTurn(s session.Session, l *lease.Lease, st *State) *Turn {
+func NewTurn(s session.Session, l *lease.Lease, st *SessionState) *Turn {
 	return &Turn{sess: &s, lease: l, state: st}
 }
 
@@ -95,4 +95,4 @@ func (t *Turn) Ended() bool {
 
 // State is the session's fenced state under the poll's lease, loaded
 // before the first poll under it: nil unless Config.Stateful is set.
-func (t *Turn) State() *State { return t.state }
+func (t *Turn) State() *SessionState { return t.state }

@@ -17,7 +17,7 @@ import (
 // TestTurn: a Turn gives the session and, read only, what a poll needs of
 // its lease (token, worker, deadline, whether it ended); without a lease
 // (NewTurn for a test or a direct call) token 0, no worker, no deadline;
-// the State only when one is given (Config.Stateful).
+// the SessionState only when one is given (Config.Stateful).
 func TestTurn(t *testing.T) {
 	s := session.Session{ID: "s1", URL: "https://example.com/", Interval: session.Duration(time.Second)}
 
@@ -35,7 +35,7 @@ func TestTurn(t *testing.T) {
 	res := m.Acquire(context.Background(), []string{"s1"})
 	require.NoError(t, res[0].Err)
 	l := res[0].Lease
-	st := &State{lease: l}
+	st := &SessionState{lease: l}
 	held := NewTurn(s, l, st)
 	require.Positive(t, held.Token())
 	require.Equal(t, l.Token(), held.Token())
@@ -83,7 +83,7 @@ func (o *reportLog) PollDone(p PollReport) {
 // TestObserverSeesTheTurn: the one outlet reports a poll with the session
 // and token its Turn had, and the lease event of the acquisition with the
 // same token; the Poller sees the worker's id, a deadline ahead and no
-// State (Stateful off).
+// SessionState (Stateful off).
 func TestObserverSeesTheTurn(t *testing.T) {
 	client := redistest.Start(t).Client(t)
 	ids := addSessions(t, client, 1, 50*time.Millisecond)

@@ -25,9 +25,9 @@ import (
 type pollLoop struct {
 	sess   *session.Session // shared with view.sessions while the same; never changed in place
 	lease  *lease.Lease
-	state  *State       // the session's state with Config.Stateful; nil otherwise
-	slots  *slotLoop    // the slots of a scheduled session; nil for one polled on an interval
-	polled *atomic.Bool // a poll began under this lease (shared by a restarted loop)
+	state  *SessionState // the session's state with Config.Stateful; nil otherwise
+	slots  *slotLoop     // the slots of a scheduled session; nil for one polled on an interval
+	polled *atomic.Bool  // a poll began under this lease (shared by a restarted loop)
 
 	// Guarded by scheduler.mu.
 	done          chan struct{} // closed when the loop has exited and no poll runs; made by the first Exited (most loops are never waited for)

@@ -9,14 +9,14 @@ import (
 	"github.com/pollworker/pollworker/state"
 )
 
-// State is the fenced state of the session a poll runs for, under the
+// SessionState is the fenced state of the session a poll runs for, under the
 // poll's lease (Turn.State, with Config.Stateful). It is read from Redis
 // before the first poll under a lease (after the acquisition, so it holds
 // every earlier holder's last save) and then kept in memory: Last is what
-// was loaded or saved last. A State belongs to one lease and is valid
+// was loaded or saved last. A SessionState belongs to one lease and is valid
 // during the Poll call whose Turn gives it; its methods are safe for
 // concurrent use.
-type State struct {
+type SessionState struct {
 	store *state.Store
 	lease *lease.Lease
 
@@ -29,7 +29,7 @@ type State struct {
 // Last returns the last saved record of the session: as loaded before the
 // first poll under this lease, or as written by the last successful Save.
 // A session never saved has a Record with Token 0 and nil Data.
-func (st *State) Last() state.Record {
+func (st *SessionState) Last() state.Record {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.last.Record()
@@ -43,7 +43,7 @@ func (st *State) Last() state.Record {
 // record carries the start of the poll that saves, so that a successor
 // after a crash keeps the session's schedule. Errors are returned, never
 // hidden; Last changes only on success.
-func (st *State) Save(ctx context.Context, data []byte) error {
+func (st *SessionState) Save(ctx context.Context, data []byte) error {
 	st.mu.Lock()
 	polledAt := st.polledAt
 	st.mu.Unlock()

@@ -27,13 +27,13 @@ import (
 type cursorLog struct {
 	mu    sync.Mutex
 	polls map[string][]cursorPoll
-	plain atomic.Int64 // polls without a State (Config.Stateful must give every poll one)
+	plain atomic.Int64 // polls without a SessionState (Config.Stateful must give every poll one)
 }
 
 type cursorPoll struct {
 	worker      string
 	at          time.Time
-	seen, saved int   // cursor read from State.Last, and saved (-1: the save failed)
+	seen, saved int   // cursor read from SessionState.Last, and saved (-1: the save failed)
 	token       int64 // of the poll's lease
 	err         error // of the save
 }
@@ -97,7 +97,7 @@ func (c *cursorLog) polledBy(id, worker string) bool {
 
 // check verifies every session's history: every poll saved, each poll saw
 // the cursor the previous one saved (across handoffs too), tokens never
-// went backwards, and every poll had its State.
+// went backwards, and every poll had its SessionState.
 func (c *cursorLog) check(t *testing.T) {
 	t.Helper()
 	require.Zero(t, c.plain.Load(), "Poll without State under Config.Stateful")

@@ -25,7 +25,7 @@ import (
 // own: a loop's state is in its pollLoop.
 type turns struct {
 	poller   Poller
-	stateful bool         // Config.Stateful: each loop has a State, loaded before its first poll
+	stateful bool         // Config.Stateful: each loop has a SessionState, loaded before its first poll
 	states   *state.Store // Config.StateStore: the sessions' state and slots; nil when none
 	sched    *scheduler   // whether a loop is stopping, its failures, the pace of first polls
 	clock    clock.WithTickerAndDelayedExecution

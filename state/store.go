@@ -196,7 +196,7 @@ func (s *Store) Delete(ctx context.Context, session string) error {
 }
 
 // Compact is a Record in 56 bytes instead of 104, for a holder that keeps
-// one per session (poller.State): the Store makes every Record's times
+// one per session (poller.SessionState): the Store makes every Record's times
 // whole milliseconds, so they are kept as Unix milliseconds, 0 for the
 // zero time. Record gives back the very Record it was made from, but for
 // Corrupt (a corrupt Record has no data to keep: its holder reports it
