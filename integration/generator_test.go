@@ -1517,6 +1517,35 @@ func (w *genWorld) settle() {
 	}
 }
 
+// pollsAround lists, for a gap report, the three polls of a session
+// before a (or at it) and the one after b: start (from t0), worker and
+// token, so that a gap says whether it was a handoff, a stop or a queue.
+func pollsAround(polls []Poll, a, b time.Time, t0 time.Time) string {
+	var before []Poll
+	var after *Poll
+	for i, p := range polls {
+		if !p.Start.After(a) {
+			before = append(before, p)
+		} else if !p.Start.Before(b) && after == nil {
+			after = &polls[i]
+		}
+	}
+	if len(before) > 3 {
+		before = before[len(before)-3:]
+	}
+	var parts []string
+	for _, p := range before {
+		parts = append(parts, fmt.Sprintf("%v %s tok %d", p.Start.Sub(t0).Round(time.Millisecond), p.Worker, p.Token))
+	}
+	parts = append(parts, "[gap]")
+	if after != nil {
+		parts = append(parts, fmt.Sprintf("%v %s tok %d", after.Start.Sub(t0).Round(time.Millisecond), after.Worker, after.Token))
+	} else {
+		parts = append(parts, "none after")
+	}
+	return strings.Join(parts, ", ")
+}
+
 // exempted reports whether a gap [a, b] of id meets an exempt window.
 func (w *genWorld) exempted(id string, a, b time.Time) bool {
 	for _, e := range w.exempt {
@@ -1646,9 +1675,10 @@ func (w *genWorld) check(t0 time.Time) genOutcome {
 			if bound, why := w.gapBound(sp.Session, sp.interval, last, next); gap > bound && !w.exempted(sp.Session, last, next) {
 				counts[sp.Session]++
 				worstAt[sp.Session] = last
-				worst[sp.Session] = fmt.Sprintf("gap %v > bound %v (interval %v; %s) from %v to %v",
+				worst[sp.Session] = fmt.Sprintf("gap %v > bound %v (interval %v; %s) from %v to %v; polls around it: %s",
 					gap.Round(time.Millisecond), bound.Round(time.Millisecond), sp.interval, strings.Join(append([]string{"base"}, why...), " + "),
-					last.Sub(t0).Round(time.Millisecond), next.Sub(t0).Round(time.Millisecond))
+					last.Sub(t0).Round(time.Millisecond), next.Sub(t0).Round(time.Millisecond),
+					pollsAround(bySession[sp.Session], last, next, t0))
 			}
 			last = next
 		}

@@ -112,8 +112,8 @@ func TestRollingReplacementAsKubernetesDoes(t *testing.T) {
 	rep := Check(History{Polls: rec.snapshot()})
 	for _, sr := range rep.Sessions {
 		for _, o := range sr.Overlaps {
-			t.Logf("overlap %s: %s token %d %v-%v and %s token %d %v-%v", sr.Session,
-				o.A.Worker, o.A.Token, o.A.Start.Sub(from).Round(time.Millisecond), o.A.End.Sub(from).Round(time.Millisecond),
+			t.Logf("overlap %s: %s token %d %v-%v (abandoned %v) and %s token %d %v-%v", sr.Session,
+				o.A.Worker, o.A.Token, o.A.Start.Sub(from).Round(time.Millisecond), o.A.End.Sub(from).Round(time.Millisecond), o.A.Abandoned,
 				o.B.Worker, o.B.Token, o.B.Start.Sub(from).Round(time.Millisecond), o.B.End.Sub(from).Round(time.Millisecond))
 		}
 	}

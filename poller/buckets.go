@@ -85,6 +85,7 @@ func (v *view) readMembers(ctx context.Context, full bool) (changed, ok bool) {
 		}
 		v.weighing.readVersion = m.Version
 		v.weighing.members = fleet.WeighMembers(m.Placeable(), infos) // cordoned workers take nothing
+		v.health.peerRoom.Store(peersWithRoom(v.me, m.Placeable(), infos))
 	}
 	ms, key := v.weighing.members, v.weighing.members.Key()
 	if key != v.weighing.fleetKey || v.fleet == nil {

@@ -148,9 +148,10 @@ type Config struct {
 	// than a quarter of Weight), so that its peers plan less for it at
 	// their next full round and take the rest over by graceful handoffs;
 	// after 10 LeaseTTLs without being
-	// behind it takes a tenth of Weight back, and so on up to Weight. A
-	// fleet behind as a whole sheds alike everywhere and moves little
-	// (each worker steps on its own clock).
+	// behind it takes a tenth of Weight back, and so on up to Weight. It
+	// sheds only while some peer keeps up (no Behind in its heartbeat
+	// info): a fleet behind as a whole sheds nothing, as a session moved
+	// between workers that cannot poll it either only gains a handoff.
 	KeepWeightWhenBehind bool
 	// Labels are this worker's labels (nodes.Labels: key=value pairs),
 	// carried in its heartbeat: a session with a selector is placed only

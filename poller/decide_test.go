@@ -246,9 +246,9 @@ func TestDecide(t *testing.T) {
 func TestDecideShedding(t *testing.T) {
 	var sh shedding
 	now := t0
-	fraction, _ := sh.step(now, true, decideTTL)
+	fraction, _ := sh.step(now, true, true, decideTTL)
 	require.Equal(t, 1.0, fraction, "not shed before a whole lease TTL behind")
-	fraction, changed := sh.step(now.Add(decideTTL), true, decideTTL)
+	fraction, changed := sh.step(now.Add(decideTTL), true, true, decideTTL)
 	require.True(t, changed)
 	require.Equal(t, shedStep, fraction)
 
@@ -296,22 +296,25 @@ func TestDecideShedStep(t *testing.T) {
 		start   shedding
 		at      time.Duration // after the start's changedAt
 		behind  bool
+		noRoom  bool // every peer is behind too (peersWithRoom false)
 		want    float64
 		changed bool
 	}{
-		{"keeping up: nothing shed", shedding{fraction: 1}, span, false, 1, false},
-		{"behind less than a span: nothing yet", shedding{fraction: 1, behind: true}, span - time.Second, true, 1, false},
-		{"behind a whole span: one step down", shedding{fraction: 1, behind: true}, span, true, shedStep, true},
-		{"never below the floor", shedding{fraction: shedFloor, behind: true}, 10 * span, true, shedFloor, false},
-		{"just caught up: the stretch restarts", shedding{fraction: 0.5, behind: true}, 100 * span, false, 0.5, false},
-		{"kept up recoverSpans spans: a step back up", shedding{fraction: 0.5}, recoverSpans * span, false, 0.5 + recoverStep, true},
-		{"never above the weight", shedding{fraction: 0.95}, recoverSpans * span, false, 1, true},
+		{"keeping up: nothing shed", shedding{fraction: 1}, span, false, false, 1, false},
+		{"behind less than a span: nothing yet", shedding{fraction: 1, behind: true}, span - time.Second, true, false, 1, false},
+		{"behind a whole span: one step down", shedding{fraction: 1, behind: true}, span, true, false, shedStep, true},
+		{"behind, every peer behind too: nothing shed", shedding{fraction: 1, behind: true}, 10 * span, true, true, 1, false},
+		{"behind, shed, then every peer behind: kept", shedding{fraction: 0.5, behind: true}, 10 * span, true, true, 0.5, false},
+		{"never below the floor", shedding{fraction: shedFloor, behind: true}, 10 * span, true, false, shedFloor, false},
+		{"just caught up: the stretch restarts", shedding{fraction: 0.5, behind: true}, 100 * span, false, false, 0.5, false},
+		{"kept up recoverSpans spans: a step back up", shedding{fraction: 0.5}, recoverSpans * span, false, false, 0.5 + recoverStep, true},
+		{"never above the weight", shedding{fraction: 0.95}, recoverSpans * span, false, false, 1, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sh := tt.start
 			sh.changedAt = t0
-			got, changed := sh.step(t0.Add(tt.at), tt.behind, span)
+			got, changed := sh.step(t0.Add(tt.at), tt.behind, !tt.noRoom, span)
 			require.InDelta(t, tt.want, got, 1e-9)
 			require.Equal(t, tt.changed, changed)
 		})

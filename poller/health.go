@@ -19,6 +19,7 @@ type health struct {
 	redisFull       atomic.Bool  // the last heartbeat found Redis over maxmemory (nodes.Registry.OverMaxmemory)
 	evictionWarning atomic.Bool  // Redis runs an evicting maxmemory-policy
 	shareTaken      atomic.Bool  // held its planned share once since start (or readyBound passed)
+	peerRoom        atomic.Bool  // a peer kept up as of the last read of the members' infos (peersWithRoom)
 	pollPanics      atomic.Int64
 	pollErrors      atomic.Int64
 	polls           atomic.Int64

@@ -98,7 +98,7 @@ func (hb *heartbeat) shed() {
 		return
 	}
 	st := hb.sched.Stats(false)
-	fraction, changed := hb.shedding.step(hb.clock.Now(), st.Behind.Behind, hb.leaseTTL)
+	fraction, changed := hb.shedding.step(hb.clock.Now(), st.Behind.Behind, hb.health.peerRoom.Load(), hb.leaseTTL)
 	if !changed {
 		return
 	}

@@ -99,7 +99,7 @@ var settings = []setting{
 		bind: func(c *Config) flag.Value { return &floatValue{p: &c.Weight, zero: "1"} },
 		show: func(c Config) string { return strconv.FormatFloat(orDefault(c.Weight, 1), 'g', -1, 64) }},
 	{name: "shed-when-behind", field: "KeepWeightWhenBehind", usage: "while this worker stays behind (pollworker_behind), lower the weight its heartbeat carries " +
-		"to 3/4 each --lease-ttl (to a quarter of --weight at least), so that its peers take load off it; it takes a tenth back after each 10 × --lease-ttl " +
+		"to 3/4 each --lease-ttl (to a quarter of --weight at least), so that its peers take load off it, while some peer keeps up (a fleet behind as a whole sheds nothing); it takes a tenth back after each 10 × --lease-ttl " +
 		"it keeps up; --shed-when-behind=false keeps --weight",
 		bind: func(c *Config) flag.Value { return &notValue{&c.KeepWeightWhenBehind} },
 		show: func(c Config) string { return strconv.FormatBool(!c.KeepWeightWhenBehind) }},

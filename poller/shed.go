@@ -1,7 +1,10 @@
 package poller
 
 import (
+	"slices"
 	"time"
+
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // Shedding: a worker that stays behind lowers the weight its heartbeat
@@ -31,11 +34,15 @@ type shedding struct {
 }
 
 // step moves the fraction for the worker's state now (behind or not, with
-// span its behind span) and reports whether it changed: down by shedStep
-// (to no less than shedFloor) once the worker has been behind a whole span
-// since the last change, up by recoverStep (to 1) after recoverSpans spans
-// without being behind.
-func (s *shedding) step(now time.Time, behind bool, span time.Duration) (fraction float64, changed bool) {
+// span its behind span; room: a peer keeps up, peersWithRoom) and reports
+// whether it changed: down by shedStep (to no less than shedFloor) once
+// the worker has been behind a whole span since the last change and a
+// peer has room, up by recoverStep (to 1) after recoverSpans spans
+// without being behind. While every peer is behind too nothing is shed:
+// a lower weight would only move sessions between workers that cannot
+// poll them either, and each move is a handoff (workers step on their own
+// clocks, so their relative weights would swing).
+func (s *shedding) step(now time.Time, behind, room bool, span time.Duration) (fraction float64, changed bool) {
 	if s.fraction == 0 {
 		s.fraction, s.changedAt = 1, now
 	}
@@ -43,7 +50,7 @@ func (s *shedding) step(now time.Time, behind bool, span time.Duration) (fractio
 		s.behind, s.changedAt = behind, now // each stretch is timed from its start
 	}
 	switch {
-	case behind && s.fraction > shedFloor && now.Sub(s.changedAt) >= span:
+	case behind && room && s.fraction > shedFloor && now.Sub(s.changedAt) >= span:
 		s.fraction, s.changedAt = max(shedFloor, s.fraction*shedStep), now
 		return s.fraction, true
 	case !behind && s.fraction < 1 && now.Sub(s.changedAt) >= recoverSpans*span:
@@ -51,4 +58,21 @@ func (s *shedding) step(now time.Time, behind bool, span time.Duration) (fractio
 		return s.fraction, true
 	}
 	return s.fraction, false
+}
+
+// peersWithRoom reports whether a placeable member other than me keeps up
+// (its heartbeat info says nothing of being behind, nodes.Info.Behind, or
+// there is none yet: a worker just started has room): shedding moves load
+// only to such peers.
+func peersWithRoom(me string, placeable []string, infos []nodes.Info) bool {
+	for _, id := range placeable {
+		if id == me {
+			continue
+		}
+		i := slices.IndexFunc(infos, func(info nodes.Info) bool { return info.ID == id })
+		if i < 0 || infos[i].Behind == "" {
+			return true
+		}
+	}
+	return false
 }
