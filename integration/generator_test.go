@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -1502,7 +1504,13 @@ func (w *genWorld) settle() {
 		return len(behind) == 0
 	}) {
 		sort.Strings(behind)
-		w.violate(checkBehind, "-", "%v still say behind %v after the last step, with no load", behind, recoveryWait)
+		var why []string
+		for _, id := range behind {
+			if m, err := w.workers[id].metrics(); err == nil {
+				why = append(why, fmt.Sprintf("%s: %s", id, behindMetrics(m)))
+			}
+		}
+		w.violate(checkBehind, "-", "%v still say behind %v after the last step, with no load (%s)", behind, recoveryWait, strings.Join(why, "; "))
 	}
 	if len(w.planted) > 0 {
 		return // check may rightly report what is left planted
@@ -1515,6 +1523,19 @@ func (w *genWorld) settle() {
 	}) {
 		w.violate(checkCLI, "-", "check still fails %v after the last step: exit %d: %s", recoveryWait, code, firstLines(out, 8))
 	}
+}
+
+// behindMetrics lists a worker's figures of being behind, for a report:
+// every pollworker_behind*, pollworker_polls_* gauge and the held count.
+func behindMetrics(m map[string]float64) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if strings.HasPrefix(k, "pollworker_behind") || strings.HasPrefix(k, "pollworker_polls_") && !strings.Contains(k, "_total") ||
+			strings.HasPrefix(k, "pollworker_sessions_held") {
+			out = append(out, fmt.Sprintf("%s=%g", k, m[k]))
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // pollsAround lists, for a gap report, the three polls of a session
