@@ -1,4 +1,4 @@
-package poller
+package integration
 
 import (
 	"cmp"
@@ -11,19 +11,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pollworker/pollworker/internal/history"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
+	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
+
+// The Redis Cluster tests of the poller: a real three-master cluster
+// (redistest.StartCluster), Coordinators in this process. They lived in
+// poller/ and moved here (issue 23): poller's own tests decide its rules
+// without a cluster; these check the whole against one.
 
 // TestRedisClusterConvergesAndHandsOff runs two workers against a real
 // three-master Redis Cluster: leases of one session share a slot, renewal
 // and acquisition batch by slot, membership and the session index work.
 func TestRedisClusterConvergesAndHandsOff(t *testing.T) {
+	redistest.Require(t)
 	t.Parallel()
 	t0 := time.Now()
 	cluster := redistest.StartCluster(t, 3)
@@ -37,9 +44,9 @@ func TestRedisClusterConvergesAndHandsOff(t *testing.T) {
 		ids = append(ids, id)
 		require.NoError(t, store.Put(context.Background(), session.Session{ID: id, URL: "http://127.0.0.1:1/", Interval: session.Duration(250 * time.Millisecond)}))
 	}
-	rec := newRecorder()
-	a := start(t, fastConfig(client, "a", rec.poller("a")))
-	start(t, fastConfig(client, "b", rec.poller("b")))
+	hist := &pollHistory{}
+	a := runCoordinator(t, clusterConfig(client, "a", hist.poller("a")))
+	runCoordinator(t, clusterConfig(client, "b", hist.poller("b")))
 
 	inspect := func() map[string]string {
 		hs, err := lease.Inspect(context.Background(), client, keyspace.Space{}, ids, 0)
@@ -75,7 +82,10 @@ func TestRedisClusterConvergesAndHandsOff(t *testing.T) {
 		return true
 	}, 10*time.Second, 20*time.Millisecond)
 	t.Logf("handed off after %v", time.Since(t0).Round(time.Millisecond))
-	rec.check(t)
+	tot := Check(History{Polls: hist.snapshot()}).Totals()
+	require.Zero(t, tot.Overlaps, "overlaps")
+	require.Zero(t, tot.Stale, "tokens back")
+	require.Zero(t, tot.SharedTokens, "tokens shared")
 }
 
 // TestRedisClusterReshardIsNotALoss reshards under load (issue 27): while
@@ -88,6 +98,7 @@ func TestRedisClusterConvergesAndHandsOff(t *testing.T) {
 // drains, and its peers take every session at once: no loss quarantine
 // (here a minute) although the markers name other servers.
 func TestRedisClusterReshardIsNotALoss(t *testing.T) {
+	redistest.Require(t)
 	t.Parallel()
 	const moved = 1000 // slots 0-999: redis-cli takes the source's lowest slots first
 	cluster := redistest.StartCluster(t, 3)
@@ -122,17 +133,16 @@ func TestRedisClusterReshardIsNotALoss(t *testing.T) {
 		ids = append(ids, id)
 		require.NoError(t, store.Put(ctx, session.Session{ID: id, URL: "http://127.0.0.1:1/", Interval: session.Duration(100 * time.Millisecond)}))
 	}
-	rec := newRecorder()
 	hist := &pollHistory{}
-	cfg := func(id string) Config {
-		c := fastConfig(client, id, hist.poller(id, rec.poller(id)))
+	cfg := func(id string) poller.Config {
+		c := clusterConfig(client, id, hist.poller(id))
 		c.LossQuarantine = time.Minute
-		c.Observer = LeaseEvents(hist.count)
+		c.Observer = poller.LeaseEvents(hist.count)
 		return c
 	}
-	a := start(t, cfg("a"))
-	start(t, cfg("b"))
-	start(t, cfg("c"))
+	a := runCoordinator(t, cfg("a"))
+	runCoordinator(t, cfg("b"))
+	runCoordinator(t, cfg("c"))
 	holders := func() map[string]string {
 		hs, err := lease.Inspect(ctx, client, keyspace.Space{}, ids, 0)
 		require.NoError(t, err)
@@ -155,13 +165,13 @@ func TestRedisClusterReshardIsNotALoss(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return hist.polledSince(ids, reshardEnd) }, 15*time.Second, 20*time.Millisecond,
 		"every session polled again after the reshard")
-	h := history.History{Polls: hist.snapshot(), End: time.Now()}
+	h := History{Polls: hist.snapshot(), End: time.Now()}
 	for _, id := range ids {
-		h.Spans = append(h.Spans, history.Span{Session: id, From: spanFrom})
+		h.Spans = append(h.Spans, Span{Session: id, From: spanFrom})
 	}
-	rep := history.Check(h)
+	rep := Check(h)
 	tot := rep.Totals()
-	longest := slices.MaxFunc(rep.Sessions, func(a, b history.SessionReport) int { return cmp.Compare(a.MaxGap, b.MaxGap) })
+	longest := slices.MaxFunc(rep.Sessions, func(a, b SessionReport) int { return cmp.Compare(a.MaxGap, b.MaxGap) })
 	t.Logf("reshard of %d slots (%d of %d sessions) took %v; %d polls meanwhile and after, %d handoffs, lease events %v; longest unpolled time %v, of %s (moved: %v; interval 100 ms, lease TTL %v)",
 		moved, len(movers), len(ids), took.Round(time.Millisecond), tot.Polls, tot.Handoffs, hist.eventsSince(spanFrom), tot.MaxGap.Round(time.Millisecond),
 		longest.Session, slices.Contains(movers, longest.Session), cfg("x").LeaseTTL)
@@ -180,29 +190,82 @@ func TestRedisClusterReshardIsNotALoss(t *testing.T) {
 		}
 		return true
 	}, 15*time.Second, 20*time.Millisecond, "b and c take every session without a quarantine")
-	rec.check(t)
+	tot = Check(History{Polls: hist.snapshot()}).Totals()
+	require.Zero(t, tot.Overlaps, "overlaps")
+	require.Zero(t, tot.Stale, "tokens back")
+	require.Zero(t, tot.SharedTokens, "tokens shared")
 }
 
-// pollHistory records every poll's start and end for history.Check, and
-// the workers' lease events.
+// clusterConfig is a worker with short timings (a lease TTL of 900 ms),
+// keeping its weight when behind: placement must not depend on the
+// machine's speed (shedding is decided and tested in poller).
+func clusterConfig(client redis.UniversalClient, id string, p poller.Poller) poller.Config {
+	return poller.Config{
+		Client: client, ID: id, Poller: p,
+		LeaseTTL: 900 * time.Millisecond, RenewInterval: 150 * time.Millisecond,
+		HeartbeatInterval: 150 * time.Millisecond, DiscoveryInterval: 6 * time.Second, OrphanGrace: 400 * time.Millisecond,
+		RequestTimeout: 100 * time.Millisecond, DrainTimeout: 2 * time.Second,
+		KeepWeightWhenBehind: true,
+	}
+}
+
+// coordinator is a Coordinator running in this process.
+type coordinator struct {
+	c      *poller.Coordinator
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned
+}
+
+// runCoordinator starts a Coordinator for cfg, stopped at the end of the
+// test.
+func runCoordinator(t *testing.T, cfg poller.Config) *coordinator {
+	t.Helper()
+	c, err := poller.New(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &coordinator{c: c, cancel: cancel, done: make(chan struct{})}
+	go func() { _ = c.Run(ctx); close(r.done) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	return r
+}
+
+// stop cancels the Coordinator and waits for Run to return (it drains).
+func (r *coordinator) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10 s of its context's end")
+	}
+}
+
+// pollHistory records every poll's start and end for Check, and the
+// workers' lease events.
 type pollHistory struct {
 	mu     sync.Mutex
-	polls  []history.Poll
-	events []Event
+	polls  []Poll
+	events []poller.Event
 }
 
-// count is a lease event hook (LeaseEvents).
-func (h *pollHistory) count(ev Event) {
+// count is a lease event hook (poller.LeaseEvents).
+func (h *pollHistory) count(ev poller.Event) {
 	h.mu.Lock()
 	h.events = append(h.events, ev)
 	h.mu.Unlock()
 }
 
 // eventsSince counts the lease events of each type since t.
-func (h *pollHistory) eventsSince(t time.Time) map[EventType]int {
+func (h *pollHistory) eventsSince(t time.Time) map[poller.EventType]int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := map[EventType]int{}
+	out := map[poller.EventType]int{}
 	for _, ev := range h.events {
 		if !ev.At.Before(t) {
 			out[ev.Type]++
@@ -211,17 +274,19 @@ func (h *pollHistory) eventsSince(t time.Time) map[EventType]int {
 	return out
 }
 
-// poller records the polls of worker around inner's.
-func (h *pollHistory) poller(worker string, inner Poller) Poller {
-	return PollFunc(func(ctx context.Context, tn *Turn) error {
-		s, l := tn.Session(), tn.lease
-		p := history.Poll{Session: s.ID, Worker: worker, Token: l.Token(), Start: time.Now()}
-		err := inner.Poll(ctx, tn)
+// poller records the polls of worker; each takes 2 ms, as a quick target.
+func (h *pollHistory) poller(worker string) poller.Poller {
+	return poller.PollFunc(func(ctx context.Context, tn *poller.Turn) error {
+		p := Poll{Session: tn.Session().ID, Worker: worker, Token: tn.Token(), Start: time.Now()}
+		select {
+		case <-time.After(2 * time.Millisecond): // the poll's own duration, not a wait for a condition
+		case <-ctx.Done():
+		}
 		p.End = time.Now()
 		h.mu.Lock()
 		h.polls = append(h.polls, p)
 		h.mu.Unlock()
-		return err
+		return nil
 	})
 }
 
@@ -243,8 +308,8 @@ func (h *pollHistory) polledSince(ids []string, t time.Time) bool {
 	return true
 }
 
-func (h *pollHistory) snapshot() []history.Poll {
+func (h *pollHistory) snapshot() []Poll {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]history.Poll(nil), h.polls...)
+	return append([]Poll(nil), h.polls...)
 }
