@@ -48,17 +48,7 @@ func TestRedisClusterConvergesAndHandsOff(t *testing.T) {
 	a := runCoordinator(t, clusterConfig(client, "a", hist.poller("a")))
 	runCoordinator(t, clusterConfig(client, "b", hist.poller("b")))
 
-	inspect := func() map[string]string {
-		hs, err := lease.Inspect(context.Background(), client, keyspace.Space{}, ids, 0)
-		require.NoError(t, err)
-		out := map[string]string{}
-		for _, h := range hs {
-			if h.Owner != "" {
-				out[h.Session] = lease.HolderOf(h.Owner)
-			}
-		}
-		return out
-	}
+	inspect := func() map[string]string { return holdersOf(t, client, ids) }
 	require.Eventually(t, func() bool {
 		own := inspect()
 		per := map[string]int{}
@@ -143,17 +133,7 @@ func TestRedisClusterReshardIsNotALoss(t *testing.T) {
 	a := runCoordinator(t, cfg("a"))
 	runCoordinator(t, cfg("b"))
 	runCoordinator(t, cfg("c"))
-	holders := func() map[string]string {
-		hs, err := lease.Inspect(ctx, client, keyspace.Space{}, ids, 0)
-		require.NoError(t, err)
-		out := map[string]string{}
-		for _, h := range hs {
-			if h.Owner != "" {
-				out[h.Session] = lease.HolderOf(h.Owner)
-			}
-		}
-		return out
-	}
+	holders := func() map[string]string { return holdersOf(t, client, ids) }
 	require.Eventually(t, func() bool { return len(holders()) == len(ids) }, 15*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return hist.polledSince(ids, time.Now().Add(-time.Second)) }, 15*time.Second, 20*time.Millisecond)
 
@@ -194,6 +174,20 @@ func TestRedisClusterReshardIsNotALoss(t *testing.T) {
 	require.Zero(t, tot.Overlaps, "overlaps")
 	require.Zero(t, tot.Stale, "tokens back")
 	require.Zero(t, tot.SharedTokens, "tokens shared")
+}
+
+// holdersOf returns the worker holding each of ids that is held.
+func holdersOf(t *testing.T, client redis.UniversalClient, ids []string) map[string]string {
+	t.Helper()
+	hs, err := lease.Inspect(context.Background(), client, keyspace.Space{}, ids, 0)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, h := range hs {
+		if h.Owner != "" {
+			out[h.Session] = lease.HolderOf(h.Owner)
+		}
+	}
+	return out
 }
 
 // clusterConfig is a worker with short timings (a lease TTL of 900 ms),
