@@ -101,3 +101,29 @@ func TestGapBound(t *testing.T) {
 		})
 	}
 }
+
+// TestGenBaseNeed: the settle step requires that no worker says behind
+// only while the active sessions need at most genRoom of the placeable
+// workers' host slots: the generator's 12 sessions every 100 ms on a
+// host holding each poll 30 ms need 0.9 of one worker's 4 slots, so a
+// fleet drained down to one worker may rightly stay behind.
+func TestGenBaseNeed(t *testing.T) {
+	w := &genWorld{rec: &recorder{URL: "http://a"}, rec2: &recorder{URL: "http://b"}, slow: &recorder{URL: "http://c"},
+		sessions: map[string]*genSession{}, workers: map[string]lossWorker{"w1": {}, "w2": {}, "w3": {}},
+		cordoned: map[string]bool{}, stopped: map[string]bool{}}
+	for i := range genSessions {
+		id := "s" + string(rune('a'+i))
+		w.sessions[id] = &genSession{id: id, url: "http://a/" + id, interval: chaosInterval}
+	}
+	w.sessions["paused"] = &genSession{id: "paused", url: "http://a/p", interval: chaosInterval, paused: true}
+	w.sessions["other"] = &genSession{id: "other", url: "http://b/o", interval: time.Second}
+	need, placeable := w.baseNeed()
+	require.InDelta(t, 0.9, need, 1e-9, "12 × 30ms/100ms = 3.6 slots of 4")
+	require.Equal(t, 3, placeable)
+	require.LessOrEqual(t, need, genRoom*float64(placeable), "three workers have room")
+
+	w.cordoned["w1"], w.stopped["w2"] = true, true
+	need, placeable = w.baseNeed()
+	require.Equal(t, 1, placeable)
+	require.Greater(t, need, genRoom*float64(placeable), "one worker left has not")
+}
