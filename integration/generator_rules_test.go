@@ -127,3 +127,30 @@ func TestGenBaseNeed(t *testing.T) {
 	require.Equal(t, 1, placeable)
 	require.Greater(t, need, genRoom*float64(placeable), "one worker left has not")
 }
+
+// TestLoadRatios: the fair bound of a load step is the busiest worker's
+// due/achieved when its share is above the fleet's.
+func TestLoadRatios(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
+	dueOf := map[string]float64{"a": 10, "b": 10, "c": 10, "d": 10}
+	var polls []Poll
+	// w1 holds a, b and c and polls each 4 times; w2 holds d and polls it
+	// 8 times.
+	for i := range 4 {
+		for _, id := range []string{"a", "b", "c"} {
+			polls = append(polls, Poll{Session: id, Worker: "w1", Start: at(i * 100)})
+		}
+	}
+	for i := range 8 {
+		polls = append(polls, Poll{Session: "d", Worker: "w2", Start: at(i * 50)})
+	}
+	due, achieved, worst := loadRatios(dueOf, polls)
+	require.Equal(t, 40.0, due)
+	require.Equal(t, 20, achieved)
+	require.InDelta(t, 30.0/12, worst, 1e-9, "w1: 30 due, 12 done")
+
+	// A session that moved is counted with its last holder.
+	polls = append(polls, Poll{Session: "c", Worker: "w2", Start: at(1000)})
+	_, _, worst = loadRatios(dueOf, polls)
+	require.InDelta(t, 20.0/9, worst, 1e-9, "w1: 20 due (a, b), 12 done; w2: 20 due (c, d), 9 done")
+}
