@@ -138,6 +138,7 @@ func TestSchedulerGroupWaitsInOrderOfDue(t *testing.T) {
 	// b came later, but is due earlier than c.
 	f.sched.mu.Lock()
 	b.next = b.next.Add(-time.Second)
+	b.rank = b.next
 	heap.Fix(&b.group.waiting, b.index)
 	f.sched.mu.Unlock()
 

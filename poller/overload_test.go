@@ -49,6 +49,43 @@ func TestSchedulerOverrunPollGivesItsSlotToTheWaiting(t *testing.T) {
 	require.EqualValues(t, 3, st.Deferred)
 }
 
+// TestSchedulerRanksABehindPollByItsStart: a session due again at once
+// after its poll ends waits among the waiting polls by when it fell due
+// (one interval after its poll was due), not by when its poll ended. x's
+// poll runs 1.8 s (a target answering slowly, or a poll waiting for a
+// processor): z, due at 1.2 s, waits behind x, due again at 1 s. Before,
+// x queued at its end (1.8 s), behind z: under overload a session whose
+// poll took longer waited longer for its next one, and gaps between the
+// polls' starts varied with the polls' durations.
+func TestSchedulerRanksABehindPollByItsStart(t *testing.T) {
+	f := newSchedFixture(t, func(c *schedConfig) { c.Limit = 1 })
+	x := f.start("x")
+	px := f.nextPoll() // t = 0: x takes the only slot
+	f.clock.Step(200 * time.Millisecond)
+	y := f.start("y") // due at 0.2 s
+	f.waitPhase(y, admitting)
+	f.clock.Step(time.Second)
+	z := f.start("z") // due at 1.2 s
+	f.waitPhase(z, admitting)
+	f.clock.Step(600 * time.Millisecond)
+	close(px.finish) // t = 1.8 s: x's next poll was due at 1 s
+	py := f.nextPoll()
+	require.Equal(t, y, py.w, "y waited longest")
+	f.waitPhase(x, admitting)
+	close(py.finish)
+	p := f.nextPoll()
+	require.Equal(t, x, p.w, "x, due at 1 s, before z, due at 1.2 s")
+	f.waitPhase(z, admitting)
+	close(p.finish)
+	pz := f.nextPoll()
+	require.Equal(t, z, pz.w)
+	close(pz.finish)
+	close(f.nextPoll().finish) // y again: due at 1.2 s
+	for _, w := range []*pollLoop{x, y, z} {
+		f.waitPhase(w, queued)
+	}
+}
+
 // overloadObserver records what the control plane did during a flood:
 // each renewal cycle, and every lease that left Held and every Redis error.
 type overloadObserver struct {

@@ -34,6 +34,8 @@ type pollLoop struct {
 	phase         phase
 	index         int       // position in the scheduler's queue while queued
 	next          time.Time // when the next (or running) poll is due
+	rank          time.Time // its place in the heaps: next, or, behind its schedule, when its last poll began (record)
+	rankFrom      time.Time // set by record for the settle that follows: the rank of a poll due at once; zero: next
 	stopRequested bool
 	failures      int                // consecutive failed polls (backoff)
 	group         *pollGroup         // the group of its polls (GroupLimiter); nil when none
@@ -109,7 +111,7 @@ type dueQueue []*pollLoop
 
 func (q dueQueue) Len() int { return len(q) }
 
-func (q dueQueue) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
+func (q dueQueue) Less(i, j int) bool { return q[i].rank.Before(q[j].rank) }
 
 func (q dueQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]

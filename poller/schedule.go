@@ -441,6 +441,14 @@ func (s *scheduler) record(l *pollLoop, end turnEnd, began time.Time) {
 		s.meterPolledLocked(l, now, began, next.Sub(l.next))
 	}
 	if next.Before(now) {
+		// Due at once. It takes its place among the waiting polls by when
+		// it fell due, and, behind its schedule, by when the poll that
+		// just ended began, not by when it ended: how long a poll took
+		// (the target's answer, or its wait for a processor among the
+		// polls running) does not move the session back, so that under
+		// overload polls start in the order their previous polls started
+		// and every session's gap between starts is alike.
+		l.rankFrom = maxTime(next, began)
 		next = now
 	}
 	// The freed slot goes to the polls already waiting first: l, due again
@@ -568,6 +576,11 @@ func (s *scheduler) settleLocked(w *pollLoop, now, at time.Time) bool {
 		// polls now.
 		s.unadmitLocked(w)
 	}
+	w.rank = at
+	if from := w.rankFrom; !from.IsZero() && from.Before(at) {
+		w.rank = from // record: due at once, ranked by when it fell due
+	}
+	w.rankFrom = time.Time{}
 	if w.stopRequested {
 		w.next = at // what a successor keeps (nextDue)
 		s.exitLocked(w)
