@@ -36,6 +36,7 @@ type pollLoop struct {
 	next          time.Time // when the next (or running) poll is due
 	rank          time.Time // its place in the heaps: next, or, behind its schedule, when its last poll began (record)
 	rankFrom      time.Time // set by record for the settle that follows: the rank of a poll due at once; zero: next
+	lastBegan     time.Time // when its last poll began (record); zero before the first: ties of rank go to the one polled longest ago
 	stopRequested bool
 	failures      int                // consecutive failed polls (backoff)
 	group         *pollGroup         // the group of its polls (GroupLimiter); nil when none
@@ -111,7 +112,12 @@ type dueQueue []*pollLoop
 
 func (q dueQueue) Len() int { return len(q) }
 
-func (q dueQueue) Less(i, j int) bool { return q[i].rank.Before(q[j].rank) }
+func (q dueQueue) Less(i, j int) bool {
+	if !q[i].rank.Equal(q[j].rank) {
+		return q[i].rank.Before(q[j].rank)
+	}
+	return q[i].lastBegan.Before(q[j].lastBegan)
+}
 
 func (q dueQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]

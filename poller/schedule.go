@@ -451,6 +451,7 @@ func (s *scheduler) record(l *pollLoop, end turnEnd, began time.Time) {
 		l.rankFrom = maxTime(next, began)
 		next = now
 	}
+	l.lastBegan = began
 	// The freed slot goes to the polls already waiting first: l, due again
 	// at once after a poll that overran its interval, queues behind them
 	// rather than keep the slot (which starved the waiting sessions).
