@@ -200,7 +200,12 @@ func TestAcceptance(t *testing.T) {
 	t.Logf("SIGSTOP %v then SIGCONT: w3 back to %d sessions after %v", time.Since(t0).Round(time.Millisecond),
 		len(sessionsOf(lastPollers(tg, time.Now().Add(-400*time.Millisecond)), "w3")), time.Since(resumed).Round(time.Millisecond))
 
-	require.Len(t, lastPollers(tg, time.Now().Add(-400*time.Millisecond)), len(ids), "every session still polled")
+	// Every session is still polled: w3 takes its share back by graceful
+	// handoffs, some of which may be under way at the moment w3 passed 50
+	// sessions (a loaded machine makes them slower, not fewer), so the
+	// check waits for them rather than look at that one moment.
+	require.Eventually(t, func() bool { return len(lastPollers(tg, time.Now().Add(-400*time.Millisecond))) == len(ids) },
+		10*time.Second, 50*time.Millisecond, "every session still polled")
 
 	// During the pause only w3 may send stale requests, and each must have
 	// begun while its lease was still valid: before t0 + TTL - renew
