@@ -3,7 +3,10 @@ package poller
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +24,21 @@ import (
 	"github.com/pollworker/pollworker/session"
 )
 
+// parallelTests is how many parallel tests of this package run at once
+// unless -test.parallel says otherwise. Most of them wait on lease TTLs and
+// poll intervals of a real clock, not on the CPU, so the default of
+// GOMAXPROCS (2 on CI) would leave the package waiting in series.
+const parallelTests = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit && runtime.GOMAXPROCS(0) < parallelTests {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallelTests)); err != nil {
+			panic(err)
+		}
+	}
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"))
 }
 
