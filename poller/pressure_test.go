@@ -185,6 +185,10 @@ func TestMemoryPressureKeepsEveryonePolling(t *testing.T) {
 		// not read as a membership change; 4 lease TTLs below are still
 		// several heartbeat TTLs.
 		cfg.HeartbeatTTL = cfg.LeaseTTL
+		// Round trips of 250 ms before a renewal reads as failed (100 ms
+		// in fastConfig): a lease lost to a starved round trip is not what
+		// this test is about.
+		cfg.RenewInterval, cfg.RequestTimeout = 300*time.Millisecond, 250*time.Millisecond
 		rs = append(rs, start(t, cfg))
 	}
 	require.Eventually(t, func() bool {

@@ -38,7 +38,7 @@ func TestNewWorkerIsReadyOnceItHoldsItsShare(t *testing.T) {
 		}
 		owned = len(w2.c.Status().Owned)
 		return true
-	}, 10*time.Second, time.Millisecond, "w2 never became ready")
+	}, 30*time.Second, time.Millisecond, "w2 never became ready") // seconds under -race on a loaded machine
 	require.Equal(t, planned, owned, "ready only with its share")
 	rec.check(t)
 }

@@ -328,7 +328,7 @@ func TestPlainPollerReadsNoState(t *testing.T) {
 			}
 		}
 		return true
-	}, 10*time.Second, 10*time.Millisecond)
+	}, 30*time.Second, 10*time.Millisecond) // seconds under -race on a loaded machine
 	require.Zero(t, hook.n.Load())
 
 	// The same counter does see the loads under Config.Stateful.
