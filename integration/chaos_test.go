@@ -652,6 +652,7 @@ func iterate(t *testing.T, rng *rand.Rand, f fault) outcome {
 type safetyFinding struct {
 	check, session, detail string
 	at                     time.Time // the (later) poll's start
+	poll                   Poll      // the poll found past its lease (checkPastLease only)
 }
 
 // safetyFindings lists the overlaps, stale and shared tokens and polls past
@@ -671,25 +672,26 @@ func safetyFindings(rep Report, t0 time.Time, limit func(Poll) bool) []safetyFin
 				continue
 			}
 			out = append(out, safetyFinding{checkOverlap, s.Session, fmt.Sprintf("overlap %s: %s tok %d [%v,%v] and %s tok %d [%v,%v]", s.Session,
-				o.A.Worker, o.A.Token, o.A.Start.Sub(t0), o.A.End.Sub(t0), o.B.Worker, o.B.Token, o.B.Start.Sub(t0), o.B.End.Sub(t0)), o.B.Start})
+				o.A.Worker, o.A.Token, o.A.Start.Sub(t0), o.A.End.Sub(t0), o.B.Worker, o.B.Token, o.B.Start.Sub(t0), o.B.End.Sub(t0)), o.B.Start, Poll{}})
 		}
 		for _, st := range s.Stale {
 			if limit(st.Poll) {
 				continue
 			}
-			out = append(out, safetyFinding{checkTokenBack, s.Session, fmt.Sprintf("stale %s: %s tok %d < %d at %v", s.Session, st.Poll.Worker, st.Poll.Token, st.Max, st.Poll.Start.Sub(t0)), st.Poll.Start})
+			out = append(out, safetyFinding{checkTokenBack, s.Session, fmt.Sprintf("stale %s: %s tok %d < %d at %v", s.Session, st.Poll.Worker, st.Poll.Token, st.Max, st.Poll.Start.Sub(t0)), st.Poll.Start, Poll{}})
 		}
 		for _, p := range s.SharedTokens {
 			if limit(p) {
 				continue
 			}
-			out = append(out, safetyFinding{checkTokenShared, s.Session, fmt.Sprintf("shared token %s: %s tok %d at %v", s.Session, p.Worker, p.Token, p.Start.Sub(t0)), p.Start})
+			out = append(out, safetyFinding{checkTokenShared, s.Session, fmt.Sprintf("shared token %s: %s tok %d at %v", s.Session, p.Worker, p.Token, p.Start.Sub(t0)), p.Start, Poll{}})
 		}
 		for _, p := range s.PastDeadline {
 			if limit(p) {
 				continue
 			}
-			out = append(out, safetyFinding{checkPastLease, s.Session, fmt.Sprintf("past deadline %s: %s tok %d < fence %d at %v", s.Session, p.Worker, p.Token, p.FenceAtStart, p.Start.Sub(t0)), p.Start})
+			out = append(out, safetyFinding{checkPastLease, s.Session, fmt.Sprintf("past deadline %s: %s tok %d < fence %d at %v (served until %v, abandoned by the worker %v)",
+				s.Session, p.Worker, p.Token, p.FenceAtStart, p.Start.Sub(t0), p.End.Sub(t0), p.Abandoned), p.Start, p})
 		}
 	}
 	return out

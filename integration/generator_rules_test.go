@@ -154,3 +154,26 @@ func TestLoadRatios(t *testing.T) {
 	_, _, worst = loadRatios(dueOf, polls)
 	require.InDelta(t, 20.0/9, worst, 1e-9, "w1: 20 due (a, b), 12 done; w2: 20 due (c, d), 9 done")
 }
+
+func TestAbandonedServedLate(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 14, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	loaded := []timeWindow{{at(1000), at(8000)}, {at(20000), at(27000)}}
+	for _, tc := range []struct {
+		name string
+		p    Poll
+		want bool
+	}{
+		{"abandoned, served in a load step", Poll{Start: at(7900), Abandoned: true}, true},
+		{"abandoned, served at the step's end", Poll{Start: at(8000), Abandoned: true}, true},
+		{"abandoned, in the second step", Poll{Start: at(20000), Abandoned: true}, true},
+		{"abandoned, served after the step", Poll{Start: at(8001), Abandoned: true}, false},
+		{"abandoned, before any step", Poll{Start: at(999), Abandoned: true}, false},
+		{"served to its end in a load step", Poll{Start: at(5000)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, abandonedServedLate(loaded, tc.p))
+		})
+	}
+	require.False(t, abandonedServedLate(nil, Poll{Start: at(5000), Abandoned: true}), "no load step")
+}

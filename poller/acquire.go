@@ -49,6 +49,12 @@ func (ho *holdings) take(ctx context.Context, ids []string, orphan bool) {
 	if out.failed {
 		ho.obs.RedisError("acquire")
 	}
+	switch {
+	case out.quarantined:
+		ho.view.dataLost()
+	case out.took:
+		ho.view.lossReread = false // the quarantine is over
+	}
 	if len(out.release) > 0 {
 		// Taken, but paused or removed since the plan was made: given
 		// back at once, with no schedule to keep (none was polled).
@@ -67,6 +73,9 @@ type acquireOutcome struct {
 	failed  bool            // some outcome is unknown (a Redis error)
 	retry   time.Duration   // the earliest contended lease's remaining TTL; -1 if none
 	release []lease.Handoff // leases taken for sessions no longer active
+	// quarantined: some lease was refused for the loss quarantine (Redis
+	// lost data); took: some lease was taken.
+	quarantined, took bool
 }
 
 // applyResult applies one acquire result, received at now (decideAcquired):
@@ -75,7 +84,9 @@ type acquireOutcome struct {
 func (ho *holdings) applyResult(r lease.Result, orphan bool, now time.Time, out *acquireOutcome) {
 	if r.Lease != nil {
 		delete(ho.claims.contended, r.Session)
+		out.took = true
 	}
+	out.quarantined = out.quarantined || r.Quarantined
 	_, held := ho.held[r.Session]
 	s, active := ho.view.sessions[r.Session]
 	switch decideAcquired(r, held, active, r.Lease != nil && r.Lease.State() == lease.Held) {

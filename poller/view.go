@@ -55,6 +55,23 @@ type view struct {
 	// again when no bucket read of the round covered them.
 	staleHeld  map[int]struct{}
 	recheckAll bool
+	// lossReread: the view was set to be read afresh for the loss
+	// quarantine under way (dataLost), until a lease is taken again.
+	lossReread bool
+}
+
+// dataLost makes the next round read every bucket afresh, once per loss
+// quarantine (an acquisition found Redis had lost data: restarted empty,
+// flushed, failed over). The session revision starts again from nothing
+// there and may reach the seen one again with other changes (the operator
+// applies the sessions again, then pauses one), which Changes cannot tell
+// from those already applied: a paused session would read as active.
+func (v *view) dataLost() {
+	if v.lossReread || !v.synced {
+		return
+	}
+	v.lossReread, v.synced = true, false
+	v.log.Warn("Redis lost data: the sessions are read afresh", zap.Int64("seen revision", v.seenRev))
 }
 
 // bucket is what the worker knows of one index bucket.

@@ -1,0 +1,114 @@
+package poller
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pollworker/pollworker/internal/faultproxy"
+	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/session"
+)
+
+// TestSessionPausedAfterADataLossIsNotPolled (rule 7; the generated chaos
+// run, seed 20261129 iteration 487): Redis loses its data, the operator
+// applies the sessions again and pauses one, and the session revision,
+// counted again from nothing, reaches the revision the worker had seen
+// before the loss. The change record then reads as "nothing new" and,
+// before the fix, the worker kept the paused session as active, took its
+// lease once the loss quarantine ended and polled it. The loss quarantine
+// now makes the worker read every session afresh (view.dataLost).
+func TestSessionPausedAfterADataLossIsNotPolled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	proxy, err := faultproxy.Start(srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = viaProxy.Close() })
+	store, err := session.NewStore(admin, keyspace.Space{})
+	require.NoError(t, err)
+	ids := addSessions(t, admin, 8, 50*time.Millisecond)
+	put := func(id, url string) {
+		t.Helper()
+		require.NoError(t, store.Put(ctx, session.Session{ID: id, URL: url, Interval: session.Duration(50 * time.Millisecond)}))
+	}
+	revision := func() int64 {
+		t.Helper()
+		rev, _, err := store.Sizes(ctx)
+		require.NoError(t, err)
+		return rev
+	}
+
+	rec := newRecorder()
+	var mu sync.Mutex
+	lastURL := map[string]string{}
+	inner := rec.poller("w")
+	poller := PollFunc(func(ctx context.Context, tn *Turn) error {
+		mu.Lock()
+		lastURL[tn.Session().ID] = tn.Session().URL
+		mu.Unlock()
+		return inner.Poll(ctx, tn)
+	})
+	start(t, fastConfig(viaProxy, "w", poller))
+	polledAll := func(ids []string, n int) func() bool {
+		return func() bool {
+			for _, id := range ids {
+				if rec.polled(id) < n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	require.Eventually(t, polledAll(ids, 2), 30*time.Second, 10*time.Millisecond, "every session polled")
+
+	// Four more revisions; the worker has seen the last once it polls the
+	// new URL.
+	newURL := "http://127.0.0.1:1/" + ids[1] + "/v2"
+	for _, u := range []string{"/a", "/b", "/c"} {
+		put(ids[1], "http://127.0.0.1:1/"+ids[1]+u)
+	}
+	put(ids[1], newURL)
+	seen := revision()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return lastURL[ids[1]] == newURL
+	}, 30*time.Second, 10*time.Millisecond, "the worker applied revision %d", seen)
+
+	// The loss, while the worker cannot see Redis: the sessions applied
+	// again, one paused, and the revision back where the worker saw it.
+	proxy.Partition()
+	require.NoError(t, admin.FlushAll(ctx).Err())
+	for _, id := range ids {
+		url := "http://127.0.0.1:1/" + id
+		if id == ids[1] {
+			url = newURL
+		}
+		put(id, url)
+	}
+	require.NoError(t, store.Pause(ctx, ids[0]))
+	for revision() < seen {
+		put(ids[1], newURL)
+	}
+	require.Equal(t, seen, revision(), "the revision counted again reaches the one the worker saw")
+	proxy.Heal()
+
+	// Once the worker polls the others again (it took their leases after
+	// the loss quarantine, a lease TTL after the heal), and again after
+	// that, the paused session is not among them.
+	rec.reset()
+	require.Eventually(t, polledAll(ids[1:], 3), 30*time.Second, 10*time.Millisecond, "the others polled after the loss")
+	rec.reset()
+	require.Eventually(t, polledAll(ids[1:], 3), 30*time.Second, 10*time.Millisecond, "the others polled again")
+	require.Zero(t, rec.polled(ids[0]), "%s was paused after the loss", ids[0])
+	rec.check(t)
+}
