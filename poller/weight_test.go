@@ -88,7 +88,7 @@ func TestWeightsShareTheLoad(t *testing.T) {
 	require.Eventually(t, func() bool {
 		per, n := perWorker(t, client, ids)
 		return n == len(ids) && per["w2"] <= 21 && per["w1"] >= 59
-	}, 15*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond) // 15 s ran out once in a fresh-clone make test (the suite's other packages beside it)
 	rec.check(t)
 }
 
