@@ -62,10 +62,12 @@ type view struct {
 
 // dataLost makes the next round read every bucket afresh, once per loss
 // quarantine (an acquisition found Redis had lost data: restarted empty,
-// flushed, failed over). The session revision starts again from nothing
-// there and may reach the seen one again with other changes (the operator
-// applies the sessions again, then pauses one), which Changes cannot tell
-// from those already applied: a paused session would read as active.
+// flushed, failed over). The session revision counter starts afresh there
+// at Redis' clock and records its start, which Changes reports as a reset;
+// this is the defence for a clock that went back across the loss, where
+// the counter could reach the seen revision again with other changes (the
+// operator applies the sessions again, then pauses one) and read as
+// "nothing new": a paused session would read as active.
 func (v *view) dataLost() {
 	if v.lossReread || !v.synced {
 		return

@@ -26,10 +26,20 @@ func TestChangesNameTheChangedBuckets(t *testing.T) {
 	require.NoError(t, s.Put(ctx, sess("a")))
 	require.NoError(t, s.Put(ctx, sess("b")))
 	require.NoError(t, s.Put(ctx, sess("b"))) // a replacement: same size
-	got, r1, _, err := s.Changes(ctx, r0)
+	// The first write started the counter (at the server's clock): a
+	// reader that had seen revision 0 rereads everything.
+	_, _, reset, err = s.Changes(ctx, r0)
 	require.NoError(t, err)
+	require.True(t, reset, "the counter started after revision 0")
+	r0 = counterStartedAt(t, s)
+	got, r1, reset, err := s.Changes(ctx, r0)
+	require.NoError(t, err)
+	require.False(t, reset)
 	require.ElementsMatch(t, []BucketSize{{keyspace.BucketOf("a"), 1, day, true, ""}, {keyspace.BucketOf("b"), 1, day, true, ""}}, got)
-	require.Equal(t, rev(t, s), r1)
+	r, err := s.Rev(ctx)
+	require.NoError(t, err)
+	require.Equal(t, r, r1)
+	require.Equal(t, r0+3, r1, "three writes since the counter started")
 	r, sizes, err := s.Sizes(ctx)
 	require.NoError(t, err)
 	require.Equal(t, r1, r)
@@ -67,6 +77,14 @@ func TestChangesNameTheChangedBuckets(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, reset)
 	require.Zero(t, r3)
+
+	// Written again, the counter starts afresh above every revision
+	// counted before: never back at r1 with the writes since unread.
+	require.NoError(t, s.Put(ctx, sess("a")))
+	_, r4, reset, err := s.Changes(ctx, r1)
+	require.NoError(t, err)
+	require.True(t, reset, "the counter started again after r1")
+	require.Greater(t, r4, r1)
 }
 
 func TestBucketIDsAndFetch(t *testing.T) {

@@ -7,8 +7,10 @@
 //
 //	<sessionPrefix>:<id>          the session's JSON (see Session)
 //	<prefix>:sessions:<b>         the ids of bucket b = keyspace.BucketOf(id)
-//	<prefix>:{sessions}:rev       change counter, incremented by every write
-//	<prefix>:{sessions}:changes   bucket -> revision of its last change
+//	<prefix>:{sessions}:rev       change counter, incremented by every write;
+//	                              a missing one starts at Redis time (µs)
+//	<prefix>:{sessions}:changes   bucket -> revision of its last change;
+//	                              "!start" -> the value the counter started at
 //	<prefix>:{sessions}:sizes     bucket -> number of ids in it
 //	<prefix>:{sessions}:loads     placement unit -> polls per day (weight.go)
 //	<prefix>:{sessions}:settings  url-rule -> http or any (URLRule, url.go)

@@ -30,14 +30,16 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	seen, _ := store.Rev(ctx) // what a worker has applied so far
-
-	for _, id := range []string{"api-1", "api-2"} {
+	put := func(id string) {
 		s := session.Session{ID: id, URL: "https://example.com/" + id, Interval: session.Duration(30 * time.Second)}
 		if err := store.Put(ctx, s); err != nil {
 			log.Fatal(err)
 		}
 	}
+	put("api-1")
+	seen, _ := store.Rev(ctx) // what a worker has applied so far
+
+	put("api-2")
 	if err := store.Pause(ctx, "api-2"); err != nil {
 		log.Fatal(err)
 	}
@@ -63,5 +65,5 @@ func Example() {
 	// api-1 30s paused: false
 	// api-2 30s paused: true
 	// problems: 0
-	// buckets changed: 2 revisions: 3 reset: false
+	// buckets changed: 1 revisions: 2 reset: false
 }

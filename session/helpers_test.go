@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -49,11 +50,25 @@ func sess(id string) Session {
 	return Session{ID: id, URL: "https://example.com/" + id, Interval: Duration(time.Second)}
 }
 
+// rev returns the revisions counted since the counter started (0 before
+// it exists): a missing counter starts at the server's clock (Changes).
 func rev(t testing.TB, s *Store) int64 {
 	t.Helper()
 	n, err := s.Rev(ctxT(t))
 	require.NoError(t, err)
-	return n
+	return n - counterStartedAt(t, s)
+}
+
+// counterStartedAt is the value the revision counter started at, 0 before
+// it exists.
+func counterStartedAt(t testing.TB, s *Store) int64 {
+	t.Helper()
+	score, err := s.client.ZScore(ctxT(t), s.keys.SessionChanges(), counterStart).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0
+	}
+	require.NoError(t, err)
+	return int64(score)
 }
 
 func ids(ss []Session) []string {

@@ -43,6 +43,11 @@ type Problem struct {
 	sum uint64
 }
 
+// counterStart is the member of the changes set scored with the value the
+// revision counter started at (session_changed.lua): a reader that saw a
+// revision below it lost the change record.
+const counterStart = "!start"
+
 // Rev returns the session revision, 0 when the counter does not exist.
 func (s *Store) Rev(ctx context.Context) (int64, error) {
 	n, err := s.client.Get(ctx, s.keys.SessionRev()).Int64()
@@ -107,9 +112,11 @@ type BucketSize struct {
 // their sizes and loads, and the latest revision seen (since when nothing
 // changed). A caller that has read those buckets after this call has seen
 // every change up to rev. One round trip (a read-only script). If the
-// change record was lost (Redis restarted without persistence), the
-// current revision is below since: reset is then true and the caller must
-// start over with Weights.
+// change record was lost (Redis lost its data), reset is true and the
+// caller must start over with Weights: the current revision is then below
+// since, or the counter started afresh after since (a counter that does
+// not exist starts at the server's clock in microseconds, so a revision
+// counted after a loss never comes back to one seen before it).
 func (s *Store) Changes(ctx context.Context, since int64) (changed []BucketSize, rev int64, reset bool, err error) {
 	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionSizes(), s.keys.SessionLoads()}
 	reply, err := s.changes.Run(ctx, s.client, keys, since).Slice()
@@ -129,6 +136,9 @@ func (s *Store) Changes(ctx context.Context, since int64) (changed []BucketSize,
 	complete := reply[1] == int64(1)
 	rev = since
 	for i := 2; i < len(reply); i += 4 {
+		if reply[i] == counterStart {
+			return nil, now, true, nil // counted afresh since: the record before is gone
+		}
 		b, sel, ok := ParseUnit(fmt.Sprint(reply[i]))
 		if !ok {
 			continue // not written by Store

@@ -41,11 +41,18 @@ var Inspect string
 //go:embed unheld.lua
 var Unheld string
 
+// sessionRev is the prelude of the scripts that bump the session revision:
+// a missing counter starts at Redis' clock and records its start.
+//
+//go:embed session_rev.lua
+var sessionRev string
+
+//go:embed session_changed.lua
+var sessionChanged string
+
 // SessionChanged increments the session revision and records it as the
 // last change of some placement units, with their size and load changes.
-//
-//go:embed session_changed.lua
-var SessionChanged string
+var SessionChanged = sessionRev + sessionChanged
 
 // SessionChanges reads, read-only, the current session revision and the
 // placement units changed since a revision with their sizes and loads.
@@ -53,11 +60,12 @@ var SessionChanged string
 //go:embed session_changes.lua
 var SessionChanges string
 
+//go:embed session_loads.lua
+var sessionLoads string
+
 // SessionLoads replaces the loads hash with loads counted from the
 // definitions, unless the session revision moved meanwhile.
-//
-//go:embed session_loads.lua
-var SessionLoads string
+var SessionLoads = sessionRev + sessionLoads
 
 // NodeHeartbeat records a worker as live until the Redis server's time plus
 // a TTL in the node index, pruning expired entries (package nodes).

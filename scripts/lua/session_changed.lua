@@ -8,11 +8,12 @@
 -- reader that has seen revision r finds every unit changed since with
 -- ZRANGE changes (r +inf BYSCORE, and its size and load in the hashes.
 -- The first write to an empty index (no revision, no sizes) marks the loads
--- complete: they then count every session written since.
+-- complete: they then count every session written since. The revision is
+-- bumped by bump_revision (session_rev.lua, joined before this script).
 if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('HSET', KEYS[4], 'complete', '1')
 end
-local rev = redis.call('INCR', KEYS[1])
+local rev = bump_revision(KEYS[1], KEYS[2])
 for i = 1, #ARGV, 3 do
   redis.call('ZADD', KEYS[2], rev, ARGV[i])
   local d = tonumber(ARGV[i + 1])
@@ -24,4 +25,4 @@ for i = 1, #ARGV, 3 do
     redis.call('HINCRBY', KEYS[4], ARGV[i], l)
   end
 end
-return rev
+return tonumber(rev)

@@ -12,7 +12,7 @@ local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 if cur ~= tonumber(ARGV[1]) then
   return -1
 end
-local rev = redis.call('INCR', KEYS[1])
+local rev = bump_revision(KEYS[1], KEYS[2]) -- session_rev.lua
 for _, f in ipairs(redis.call('HKEYS', KEYS[3])) do
   if f ~= 'complete' then
     redis.call('ZADD', KEYS[2], rev, f)
@@ -35,4 +35,4 @@ for i = 2, #ARGV, 3 do
   end
 end
 redis.call('HSET', KEYS[3], 'complete', '1')
-return rev
+return tonumber(rev)
