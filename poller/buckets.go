@@ -122,8 +122,11 @@ func (v *view) applyChanges(ctx context.Context) (sizesChanged, ok bool) {
 			v.seenRev = rev
 			return sizesChanged, true
 		}
-		if rev < v.seenRev {
+		switch {
+		case rev < v.seenRev:
 			v.log.Warn("session change record lost; rereading every bucket", zap.Int64("seen", v.seenRev), zap.Int64("now", rev))
+		case len(changed) == 0 && rev > v.seenRev:
+			v.log.Info("session change record started afresh (a new index, or Redis lost data); rereading every bucket", zap.Int64("seen", v.seenRev), zap.Int64("now", rev))
 		}
 	}
 	w, err := v.store.Weights(ctx)
