@@ -24,6 +24,7 @@ import (
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // The generated chaos suite (issue 22, "make the suite find the next
@@ -856,11 +857,34 @@ func (w *genWorld) doDrain(st *genStep) {
 		return
 	}
 	id := pickSession(st.rng, ids)
+	w.waitListed(id, genFailover)
 	if ok, _, _ := w.operator("drain", id); ok {
 		w.cordoned[id] = true
 		st.note = id
 	}
 	st.allowance = genHandoff
+}
+
+// waitListed waits, up to within, until the live workers Redis lists
+// include id. A worker is briefly not listed after its registration was
+// lost (its node key planted then deleted by bad-node-type, Redis lost
+// data) until its next claim writes it again, and `drain` rightly refuses
+// a worker that is not listed (seed 20261130 iteration 375: drain 240 ms
+// after bad-node-type on the same worker); an operator would drain it
+// once it is listed again. A worker not listed again within the bound
+// leaves the drain to fail: an operator-command violation.
+func (w *genWorld) waitListed(id string, within time.Duration) {
+	w.t.Helper()
+	r, err := nodes.NewReader(w.admin, keyspace.Space{}, nil)
+	require.NoError(w.t, err)
+	deadline := time.Now().Add(within)
+	for {
+		m, err := r.Members(context.Background())
+		if (err == nil && m.Contains(id)) || !time.Now().Before(deadline) {
+			return
+		}
+		hold(50 * time.Millisecond)
+	}
 }
 
 func (w *genWorld) doUncordon(st *genStep) {
@@ -1288,7 +1312,16 @@ func (w *genWorld) doBadNode(st *genStep) {
 // never go back or be shared; the session may be refused (its gaps are
 // exempt from then on).
 func (w *genWorld) doHugeFence(st *genStep) {
-	id := pickSession(st.rng, w.ids(active))
+	// Not a session whose fencing counter holds planted data of another
+	// type (bad-fence-type earlier in the plan): HSET would be refused
+	// (seed 20261130 iteration 206).
+	id := pickSession(st.rng, w.ids(func(s *genSession) bool {
+		if !active(s) {
+			return false
+		}
+		t, err := w.admin.Type(context.Background(), keyspace.Space{}.Fencing(s.id)).Result()
+		return err == nil && (t == "hash" || t == "none")
+	}))
 	if id == "" {
 		return
 	}
