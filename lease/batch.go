@@ -33,21 +33,6 @@ func evalsha(script *redis.Script, numKeys, extra int) []any {
 	return args
 }
 
-// ints returns the reply as n integers.
-func (c *call) ints(n int) ([]int64, error) {
-	if c.err != nil {
-		return nil, c.err
-	}
-	vals, err := c.cmd.Int64Slice()
-	if err != nil {
-		return nil, err
-	}
-	if len(vals) != n {
-		return nil, fmt.Errorf("script reply has %d values, want %d", len(vals), n)
-	}
-	return vals, nil
-}
-
 // transport sends batched script calls over pipelines: the part of the
 // manager that both the writer (Manager) and the read-only Reader use. It
 // holds configuration only; it is safe for concurrent use.

@@ -477,9 +477,6 @@ func withID(problems []FileProblem, id string) []FileProblem {
 	return problems
 }
 
-// parseLabels reads a mapping of strings to strings, or says why not.
-func parseLabels(v *yaml.Node) (map[string]string, string) { return parseStringMap("labels", v) }
-
 // parseStringMap reads field, a mapping of strings to strings, or says why
 // not.
 func parseStringMap(field string, v *yaml.Node) (map[string]string, string) {

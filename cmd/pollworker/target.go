@@ -23,7 +23,7 @@ func targetCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "target",
 		Usage: "serve a local HTTP target to poll while trying pollworker out (logs every poll)",
-		Description: "Answers every GET on a loopback address with --status and prints one line per request:\n" +
+		Description: "Answers every request (any method) on a loopback address with --status and prints one line per request:\n" +
 			"the time, the path, and the X-Poll-Session, X-Poll-Worker and X-Poll-Token headers the\n" +
 			"workers send (and X-Poll-Slot for a scheduled session). As a downstream system should, it keeps the highest fencing token seen per\n" +
 			"session and answers a lower one with 409 Conflict (\"stale token\"). For trying things out:\n\n" +
