@@ -35,7 +35,8 @@ import (
 //   - kept up: polls/s ≥ 0.98 × sessions/s.
 //
 // Then the overload (1.5× and 2× the sessions one worker sustained here),
-// a --record changes run, and a fleet of 3 workers: sessions added with
+// the 2× sessions over a fleet of 5 on this machine (polls/s against the
+// one worker's), a --record changes run, and a fleet of 3 workers: sessions added with
 // `pollworker sessions add` (→ first poll) and a SIGTERM of one worker
 // (→ handoff gap at the target).
 
@@ -51,6 +52,7 @@ type e2eSizes struct {
 	changesAt     int // sessions of the --record changes run; 0 = none
 	fleetWorkers  int
 	fleetSessions int // per worker
+	fleetVsOne    int // workers of the fleet run on the 2× overload's sessions; 0 = none
 	adds          int
 	startTimeout  time.Duration
 	tinyInProcess bool // tiny mode: only the limit loop, in-process
@@ -64,10 +66,10 @@ func e2eSizesFor(mode string) e2eSizes {
 	case "quick":
 		return e2eSizes{perWorker: []int{1000, 5000}, runs: 1, interval: time.Second, warm: 2 * time.Second, window: 5 * time.Second,
 			warmOurs: 12 * time.Second,
-			overload: true, changesAt: 1000, fleetWorkers: 3, fleetSessions: 2000, adds: 20, startTimeout: 60 * time.Second}
+			overload: true, fleetVsOne: 5, changesAt: 1000, fleetWorkers: 3, fleetSessions: 2000, adds: 20, startTimeout: 60 * time.Second}
 	default:
 		return e2eSizes{perWorker: []int{1000, 5000, 10000, 20000}, runs: 3, interval: time.Second, warm: 3 * time.Second,
-			warmOurs: 11 * time.Second, window: 6 * time.Second, refine: true, overload: true, changesAt: 5000,
+			warmOurs: 11 * time.Second, window: 6 * time.Second, refine: true, overload: true, fleetVsOne: 5, changesAt: 5000,
 			fleetWorkers: 3, fleetSessions: 10000, adds: 50, startTimeout: 60 * time.Second}
 	}
 }
@@ -106,7 +108,7 @@ func (r e2eRun) keptUp() bool { return r.st.perSec >= 0.98*float64(r.n) }
 func runE2E(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	es := e2eSizesFor(sz.mode)
 	if len(sz.e2eSizes) > 0 {
-		es.perWorker, es.refine, es.overload, es.changesAt, es.fleetWorkers = sz.e2eSizes, false, false, 0, 0
+		es.perWorker, es.refine, es.overload, es.changesAt, es.fleetWorkers, es.fleetVsOne = sz.e2eSizes, false, false, 0, 0, 0
 	}
 	if es.tinyInProcess {
 		return e2eTiny(ctx, es)

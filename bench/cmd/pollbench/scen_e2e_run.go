@@ -105,6 +105,14 @@ func (x *e2e) run(ctx context.Context) ([]Row, error) {
 				continue
 			}
 			rows = append(rows, overloadRows(f, n, sustained, o)...)
+			// The same sessions over a fleet on this machine, right after.
+			if w := x.sz.fleetVsOne; f == 2 && w > 0 {
+				fr, err := x.fleetVsOne(ctx, w, n, o)
+				rows = append(rows, fr...)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("fleet of %d vs one at %d: %w", w, n, err))
+				}
+			}
 		}
 	}
 	if n := x.sz.changesAt; n > 0 {
@@ -270,45 +278,9 @@ func (x *e2e) fleet(ctx context.Context, per int) ([]Row, error) {
 	w := x.sz.fleetWorkers
 	n := w * per
 	at := fmt.Sprintf("%d workers × %d sessions", w, per)
-	ids := e2eIDs("e2e", n)
-	if err := x.apply(ctx, ids); err != nil {
-		return nil, err
-	}
-	x.target.clear()
-	mark := x.target.now()
-	procs := make([]*e2eProc, w)
-	defer func() {
-		for _, p := range procs {
-			if p != nil {
-				_ = p.stop(15 * time.Second)
-			}
-		}
-	}()
-	for i := range procs {
-		p, err := x.startWorker("w-"+strconv.Itoa(i), "all")
-		if err != nil {
-			return nil, err
-		}
-		procs[i] = p
-	}
-	if err := x.waitPolled(ctx, procs[0], mark, "", n); err != nil {
-		return nil, err
-	}
-	held := func() float64 {
-		var h float64
-		for _, p := range procs {
-			if p == nil {
-				continue
-			}
-			m, err := scrapeMetrics(ctx, p.httpAddr)
-			if err != nil {
-				return -1
-			}
-			h += sumMetric(m, "pollworker_leases_held")
-		}
-		return h
-	}
-	if err := waitFor(ctx, x.sz.startTimeout, fmt.Sprintf("%d leases held", n), func() bool { return held() == float64(n) }); err != nil {
+	procs, mark, err := x.startFleet(ctx, w, n)
+	defer stopProcs(procs)
+	if err != nil {
 		return nil, err
 	}
 	if err := sleepCtx(ctx, x.sz.warmOurs); err != nil {
@@ -406,6 +378,76 @@ func (x *e2e) fleet(ctx context.Context, per int) ([]Row, error) {
 			Target: "p99 ≤ 250 ms", Unit: "ms", Ours: ls, Met: met(missing == 0 && !math.IsNaN(ls.P99) && ls.P99 <= 250),
 			Note: "the schedule passes to the successor, so a punctual handoff has gap = interval; the target applies to the excess"})
 	return rows, nil
+}
+
+// startFleet applies n sessions, starts w workers on them and waits until
+// every session was polled and its lease is held. It returns the workers
+// (to stop with stopProcs, also on an error) and the target's time before
+// they started.
+func (x *e2e) startFleet(ctx context.Context, w, n int) ([]*e2eProc, time.Duration, error) {
+	procs := make([]*e2eProc, w)
+	if err := x.apply(ctx, e2eIDs("e2e", n)); err != nil {
+		return procs, 0, err
+	}
+	x.target.clear()
+	mark := x.target.now()
+	for i := range procs {
+		p, err := x.startWorker("w-"+strconv.Itoa(i), "all")
+		if err != nil {
+			return procs, mark, err
+		}
+		procs[i] = p
+	}
+	if err := x.waitPolled(ctx, procs[0], mark, "", n); err != nil {
+		return procs, mark, err
+	}
+	held := func() float64 {
+		var h float64
+		for _, p := range procs {
+			m, err := scrapeMetrics(ctx, p.httpAddr)
+			if err != nil {
+				return -1
+			}
+			h += sumMetric(m, "pollworker_leases_held")
+		}
+		return h
+	}
+	err := waitFor(ctx, x.sz.startTimeout, fmt.Sprintf("%d leases held", n), func() bool { return held() == float64(n) })
+	return procs, mark, err
+}
+
+// stopProcs stops the processes of procs that are not nil.
+func stopProcs(procs []*e2eProc) {
+	for _, p := range procs {
+		if p != nil {
+			_ = p.stop(15 * time.Second)
+		}
+	}
+}
+
+// fleetVsOne runs w workers on the n sessions that single, one worker, was
+// just measured on: more than one worker sustains, so that both are bound
+// by this machine's CPU. It reports the polls/s the fleet achieves against
+// the one worker's: what running w processes costs.
+func (x *e2e) fleetVsOne(ctx context.Context, w, n int, single e2eRun) ([]Row, error) {
+	procs, mark, err := x.startFleet(ctx, w, n)
+	defer stopProcs(procs)
+	if err != nil {
+		return nil, err
+	}
+	if err := sleepCtx(ctx, x.sz.warmOurs); err != nil {
+		return nil, err
+	}
+	from, load := x.target.now(), x.loadMeter(procs)
+	if err := sleepCtx(ctx, x.sz.window); err != nil {
+		return nil, err
+	}
+	st := analyze(x.target.since(mark), from-x.sz.interval, from, x.target.now(), x.sz.interval)
+	ratio := 100 * st.perSec / single.st.perSec
+	return []Row{{Figure: fmt.Sprintf("fleet of %d vs 1 worker on this machine, the same %d sessions: polls/s achieved", w, n),
+		Target: "≥ 90 %", Unit: "%", Ours: one(ratio), Met: met(ratio >= 90),
+		Note: fmt.Sprintf("%.0f polls/s due; the fleet %.0f polls/s, one worker %.0f polls/s (the overload run just before, same window); the fleet's %s",
+			float64(n)/x.sz.interval.Seconds(), st.perSec, single.st.perSec, load())}}, nil
 }
 
 // loadMeter starts measuring CPU: the returned func says, since the call,
