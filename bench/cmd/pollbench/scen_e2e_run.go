@@ -283,14 +283,10 @@ func (x *e2e) fleet(ctx context.Context, per int) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := sleepCtx(ctx, x.sz.warmOurs); err != nil {
+	st, load, err := x.measureFleet(ctx, procs, mark, min(x.sz.window, 5*time.Second))
+	if err != nil {
 		return nil, err
 	}
-	from, load := x.target.now(), x.loadMeter(procs)
-	if err := sleepCtx(ctx, min(x.sz.window, 5*time.Second)); err != nil {
-		return nil, err
-	}
-	st := analyze(x.target.since(mark), from-x.sz.interval, from, x.target.now(), x.sz.interval)
 	rows := []Row{{Figure: "fleet, " + at + ": polls/s ÷ sessions/s", Target: "≥ 0.98", Ours: one(st.perSec / float64(n)),
 		Met: met(st.perSec >= 0.98*float64(n)), Note: fmt.Sprintf("busiest/mean 10 ms slot %.2f, lateness p99 %.1f ms; %s", st.busiestSlot, st.lateP99, load())}}
 
@@ -417,6 +413,19 @@ func (x *e2e) startFleet(ctx context.Context, w, n int) ([]*e2eProc, time.Durati
 }
 
 // stopProcs stops the processes of procs that are not nil.
+// measureFleet lets a started fleet warm up, then measures the target's
+// polls over window: the stats since mark and the processes' CPU meter.
+func (x *e2e) measureFleet(ctx context.Context, procs []*e2eProc, mark, window time.Duration) (arrivalStats, func() string, error) {
+	if err := sleepCtx(ctx, x.sz.warmOurs); err != nil {
+		return arrivalStats{}, nil, err
+	}
+	from, load := x.target.now(), x.loadMeter(procs)
+	if err := sleepCtx(ctx, window); err != nil {
+		return arrivalStats{}, nil, err
+	}
+	return analyze(x.target.since(mark), from-x.sz.interval, from, x.target.now(), x.sz.interval), load, nil
+}
+
 func stopProcs(procs []*e2eProc) {
 	for _, p := range procs {
 		if p != nil {
@@ -435,14 +444,10 @@ func (x *e2e) fleetVsOne(ctx context.Context, w, n int, single e2eRun) ([]Row, e
 	if err != nil {
 		return nil, err
 	}
-	if err := sleepCtx(ctx, x.sz.warmOurs); err != nil {
+	st, load, err := x.measureFleet(ctx, procs, mark, x.sz.window)
+	if err != nil {
 		return nil, err
 	}
-	from, load := x.target.now(), x.loadMeter(procs)
-	if err := sleepCtx(ctx, x.sz.window); err != nil {
-		return nil, err
-	}
-	st := analyze(x.target.since(mark), from-x.sz.interval, from, x.target.now(), x.sz.interval)
 	ratio := 100 * st.perSec / single.st.perSec
 	return []Row{{Figure: fmt.Sprintf("fleet of %d vs 1 worker on this machine, the same %d sessions: polls/s achieved", w, n),
 		Target: "≥ 90 %", Unit: "%", Ours: one(ratio), Met: met(ratio >= 90),
