@@ -60,3 +60,26 @@ func TestSummaryJSONNaN(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"n":0,"median":null,"p99":null,"max":null}`, string(b))
 }
+
+func TestRecorderFirstPolls(t *testing.T) {
+	r := NewRecorder()
+	t0 := time.Now()
+	all := r.WaitPolled(4)
+	for _, s := range []string{"a", "b", "a", "c"} {
+		r.Poll(s, "w0")
+	}
+	at, last := r.FirstPolls(t0, 4, []float64{0.5, 0.75, 1}, 2)
+	require.Len(t, at, 3)
+	require.GreaterOrEqual(t, at[0], time.Duration(0), "2 of 4 polled")
+	require.GreaterOrEqual(t, at[1], at[0], "3 of 4 polled, not before 2")
+	require.Equal(t, time.Duration(-1), at[2], "the fourth was never polled")
+	require.Len(t, last, 2)
+	require.Contains(t, last[0], "b by w0")
+	require.Contains(t, last[1], "c by w0")
+	r.Poll("d", "w1")
+	<-all
+	at, last = r.FirstPolls(t0, 4, []float64{1}, 10)
+	require.GreaterOrEqual(t, at[0], time.Duration(0))
+	require.Len(t, last, 4)
+	require.Contains(t, last[3], "d by w1")
+}

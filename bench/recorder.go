@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -21,6 +23,12 @@ type Recorder struct {
 	watchDone  chan struct{}
 	wantPolled int
 	allPolled  chan struct{}
+	firsts     []firstPoll // every session's first poll, in order, after WaitPolled
+}
+
+type firstPoll struct {
+	session, worker string
+	at              time.Time
 }
 
 type pollRec struct {
@@ -42,6 +50,9 @@ func (r *Recorder) Poll(session, worker string) {
 	prev, seen := r.last[session]
 	r.last[session] = pollRec{worker: worker, at: now}
 	if !seen {
+		if r.firsts != nil {
+			r.firsts = append(r.firsts, firstPoll{session, worker, now})
+		}
 		if r.allPolled != nil && len(r.last) >= r.wantPolled {
 			close(r.allPolled)
 			r.allPolled = nil
@@ -75,6 +86,7 @@ func (r *Recorder) WaitPolled(n int) <-chan struct{} {
 	ch := make(chan struct{})
 	if len(r.last) == 0 {
 		r.last = make(map[string]pollRec, n) // no growth while measuring
+		r.firsts = make([]firstPoll, 0, n)
 	}
 	if len(r.last) >= n {
 		close(ch)
@@ -82,6 +94,27 @@ func (r *Recorder) WaitPolled(n int) <-chan struct{} {
 	}
 	r.wantPolled, r.allPolled = n, ch
 	return ch
+}
+
+// FirstPolls reports, for each fraction in fracs (0 < f ≤ 1) of the n
+// sessions WaitPolled waited for, the time from t0 until that many had
+// been polled once (-1 while fewer have), and the last k sessions polled
+// for the first time, as "session by worker at +d".
+func (r *Recorder) FirstPolls(t0 time.Time, n int, fracs []float64, k int) (at []time.Duration, last []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range fracs {
+		i := int(math.Ceil(f*float64(n))) - 1
+		if i < 0 || i >= len(r.firsts) {
+			at = append(at, -1)
+			continue
+		}
+		at = append(at, r.firsts[i].at.Sub(t0))
+	}
+	for _, p := range r.firsts[max(0, len(r.firsts)-k):] {
+		last = append(last, fmt.Sprintf("%s by %s at +%.2fs", p.session, p.worker, p.at.Sub(t0).Seconds()))
+	}
+	return at, last
 }
 
 // Polled is the number of distinct sessions polled so far.

@@ -22,6 +22,7 @@ import (
 func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	var secs, mem, churn, redisCPU, perLease []float64
 	var busiest, scripts string
+	var runs []string
 	for r := 0; r < sz.coldRuns; r++ {
 		if err := e.reset(ctx); err != nil {
 			return nil, err
@@ -53,6 +54,8 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		}
 		err = waitChan(ctx, all, sz.timeout, "every session polled")
 		el := time.Since(t0)
+		at, last := rec.FirstPolls(t0, sz.coldSessions, coldMilestones, 5)
+		runs = append(runs, coldRunNote(r, at, last))
 		acquired := e.acquired.Load() - acquiredBefore
 		churn = append(churn, float64(acquired)/float64(sz.coldSessions))
 		if err == nil {
@@ -68,7 +71,7 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		}
 		stopAll(ms)
 		if err != nil {
-			return nil, fmt.Errorf("%w (%d of %d polled)", err, rec.Polled(), sz.coldSessions)
+			return nil, fmt.Errorf("%w (%d of %d polled; %s)", err, rec.Polled(), sz.coldSessions, runs[len(runs)-1])
 		}
 		secs = append(secs, el.Seconds())
 	}
@@ -80,7 +83,7 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	return []Row{
 		{Figure: fmt.Sprintf("cold start, %d sessions over %d workers: all polled", sz.coldSessions, sz.coldWorkers),
 			Target: "1M over 50 in < 10 s", Unit: "s", Ours: s, Met: coldMet,
-			Note: fmt.Sprintf("%d runs; each worker reads the ids and definitions of its own index buckets only (≤ 20k definitions per round, leases in requests of 1000); all workers and redis-server share the machine's cores", sz.coldRuns)},
+			Note: fmt.Sprintf("%d runs; each worker reads the ids and definitions of its own index buckets only (≤ 20k definitions per round, leases in requests of 1000); all workers and redis-server share the machine's cores; time until this share of the sessions was polled once, and the last sessions polled: %s", sz.coldRuns, strings.Join(runs, "; "))},
 		{Figure: "leases acquired per session until all polled (1 = no churn)", Target: "reported", Unit: "x", Ours: bench.Summarize(churn),
 			Note: "workers start together and see each other join one by one; sessions taken before the fleet is complete move again"},
 		{Figure: "Redis CPU during the cold start", Target: "reported", Unit: "s", Ours: bench.Summarize(redisCPU),
@@ -89,6 +92,24 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 			Note: "the CPU time of everything Redis ran (session loads, heartbeats, renewals included) over the leases acquired; the script alone: lease BenchmarkScriptAcquire1000"},
 		{Figure: "Redis memory per session (definition + index + lease + fencing record)", Target: "reported", Unit: "B", Ours: bench.Summarize(mem)},
 	}, nil
+}
+
+// coldMilestones are the shares of the sessions whose first-poll time the
+// cold start reports per run: a slow start and a long tail look alike in
+// the time until all are polled.
+var coldMilestones = []float64{0.5, 0.9, 0.99, 0.999, 1}
+
+// coldRunNote says when each milestone was reached in run r and which
+// sessions came last.
+func coldRunNote(r int, at []time.Duration, last []string) string {
+	parts := make([]string, len(at))
+	for i, d := range at {
+		parts[i] = fmt.Sprintf("%g %% at %.2f s", 100*coldMilestones[i], d.Seconds())
+		if d < 0 {
+			parts[i] = fmt.Sprintf("%g %% not reached", 100*coldMilestones[i])
+		}
+	}
+	return fmt.Sprintf("run %d: %s (last: %s)", r+1, strings.Join(parts, ", "), strings.Join(last, ", "))
 }
 
 // busiestCommands names the n commands that used the most Redis CPU in d,
