@@ -59,6 +59,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	mdOut := fs.String("md", "", "write the report as markdown to this file")
 	only := fs.String("only", "", "comma-separated scenarios to run ("+scenarioNames()+"); default all but sim")
 	cold := fs.String("cold", "", "override the cold-start size as SESSIONSxWORKERS, e.g. 1000000x50")
+	e2eFleet := fs.Int("e2e-fleet", 0, "run e2e only as one worker and then a fleet of 5 (as they start, and with each at GOMAXPROCS = its share of the cores) on this many sessions: the fleet-of-5 figure alone")
 	e2eOnly := fs.String("e2e-sizes", "", "run e2e only at these comma-separated sessions per worker, e.g. 1000,5000 (sorted, duplicates dropped): the per-size comparison and the sustainable size among them, without the overload, changes and fleet runs")
 	verbose := fs.Bool("v", false, "log the workers' warnings to stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -105,6 +106,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		slices.Sort(sz.e2eSizes) // the search for the sustainable size goes up
 		sz.e2eSizes = slices.Compact(sz.e2eSizes)
 	}
+	if *e2eFleet < 0 {
+		return fmt.Errorf("-e2e-fleet %d: want a positive session count", *e2eFleet)
+	}
+	sz.e2eFleet = *e2eFleet
 	if *verbose {
 		sz.logger = zap.Must(zap.NewDevelopment(zap.IncreaseLevel(zap.WarnLevel)))
 	}
@@ -182,6 +187,7 @@ type sizes struct {
 	addsTTL                              time.Duration // lease TTL; the other intervals are a third of it
 
 	e2eSizes []int // -e2e-sizes: only the per-size comparison at these sizes
+	e2eFleet int   // -e2e-fleet: only the fleet-of-5 figure, at this many sessions
 
 	// sim: sessions, fleet sizes, workers sampled for per-worker figures,
 	// joins planned, leaves planned (a sample when below the fleet size).

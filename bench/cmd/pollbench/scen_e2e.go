@@ -53,6 +53,7 @@ type e2eSizes struct {
 	fleetWorkers  int
 	fleetSessions int // per worker
 	fleetVsOne    int // workers of the fleet run on the 2× overload's sessions; 0 = none
+	fleetVsOneAt  int // -e2e-fleet: only one worker and then the fleet on this many sessions
 	adds          int
 	startTimeout  time.Duration
 	tinyInProcess bool // tiny mode: only the limit loop, in-process
@@ -109,6 +110,9 @@ func runE2E(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	es := e2eSizesFor(sz.mode)
 	if len(sz.e2eSizes) > 0 {
 		es.perWorker, es.refine, es.overload, es.changesAt, es.fleetWorkers, es.fleetVsOne = sz.e2eSizes, false, false, 0, 0, 0
+	}
+	if sz.e2eFleet > 0 {
+		es.perWorker, es.refine, es.overload, es.changesAt, es.fleetWorkers, es.fleetVsOneAt = nil, false, false, 0, 0, sz.e2eFleet
 	}
 	if es.tinyInProcess {
 		return e2eTiny(ctx, es)
@@ -212,11 +216,10 @@ type e2eProc struct {
 	err      error
 }
 
-func (x *e2e) startProc(name string, args, env []string) (*e2eProc, error) {
-	bin := x.bin
-	if env != nil {
-		bin = x.self
-	}
+// startProc starts bin (the worker, or pollbench itself for the limit
+// loop) with args and env added to this process's environment; its output
+// goes to a log named after name.
+func (x *e2e) startProc(name, bin string, args, env []string) (*e2eProc, error) {
 	p := &e2eProc{log: filepath.Join(x.dir, name+".log"), done: make(chan struct{})}
 	f, err := os.Create(p.log)
 	if err != nil {
@@ -235,17 +238,18 @@ func (x *e2e) startProc(name string, args, env []string) (*e2eProc, error) {
 	return p, nil
 }
 
-// startWorker starts `pollworker run` with id and record mode.
-func (x *e2e) startWorker(id, record string) (*e2eProc, error) {
+// startWorker starts `pollworker run` with id and record mode, env added
+// to its environment.
+func (x *e2e) startWorker(id, record string, env ...string) (*e2eProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	p, err := x.startProc(id, []string{"run", "--id", id, "--redis-url", "redis://" + x.proxy.addr() + "/0",
+	p, err := x.startProc(id, x.bin, []string{"run", "--id", id, "--redis-url", "redis://" + x.proxy.addr() + "/0",
 		"--http-addr", addr, "--record", record, "--log-level", "warn", "--log-format", "console",
 		// reset declares the keyspace fresh; no quarantine either way.
-		"--loss-quarantine", "off"}, nil)
+		"--loss-quarantine", "off"}, env)
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +271,7 @@ func (x *e2e) startLimit(ids []string, record bool, slack time.Duration) (*e2ePr
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return nil, err
 	}
-	return x.startProc("limit", nil, []string{limitEnv + "=" + path})
+	return x.startProc("limit", x.self, nil, []string{limitEnv + "=" + path})
 }
 
 // stop sends SIGTERM and waits up to timeout, then kills.

@@ -7,8 +7,10 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pollworker/pollworker/bench"
@@ -115,6 +117,18 @@ func (x *e2e) run(ctx context.Context) ([]Row, error) {
 			}
 		}
 	}
+	if n, w := x.sz.fleetVsOneAt, x.sz.fleetVsOne; n > 0 && w > 0 {
+		o, err := x.ours(ctx, n, "all")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("one worker at %d: %w", n, err))
+		} else {
+			fr, err := x.fleetVsOne(ctx, w, n, o)
+			rows = append(rows, fr...)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("fleet of %d vs one at %d: %w", w, n, err))
+			}
+		}
+	}
 	if n := x.sz.changesAt; n > 0 {
 		o, err := x.ours(ctx, n, "changes")
 		if err != nil {
@@ -160,6 +174,17 @@ func over(runs []e2eRun, f func(e2eRun) float64) bench.Summary {
 // compareRows are the figures of ours and the limit at n sessions, the
 // median and p99 over the runs of each; ls are the runs of the limit+XADD
 // on the timer slack slack, if any.
+// pairedRatios lists, run by run, f of ours against f of the limit run
+// next to it: "210/200 µs = 1.05×, ...".
+func pairedRatios(o, l []e2eRun, f func(e2eRun) float64) string {
+	var parts []string
+	for i := range min(len(o), len(l)) {
+		a, b := f(o[i]), f(l[i])
+		parts = append(parts, fmt.Sprintf("%.1f/%.1f µs = %.2f×", a, b, a/b))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func (x *e2e) compareRows(n int, o, l, lx, ls []e2eRun, slack time.Duration) []Row {
 	at := fmt.Sprintf("%d sessions, 1 worker", n)
 	row := func(fig, target, unit string, f func(e2eRun) float64, within float64, note string) Row {
@@ -192,8 +217,8 @@ func (x *e2e) compareRows(n int, o, l, lx, ls []e2eRun, slack time.Duration) []R
 
 	rows := []Row{
 		row("worker CPU per poll", "≤ 1.5× limit+XADD", "µs", cpu, 1.5,
-			fmt.Sprintf("limit alone %.1f µs; %% of one core in the window (worker / limit+XADD / limit): the poller %s, redis-server %s, pollbench (target + proxy) %s, the whole machine (2 cores = 200, other work included) %s",
-				m(l, cpu), pct(func(r e2eRun) float64 { return r.cpuPct }), pct(func(r e2eRun) float64 { return r.redisPct }),
+			fmt.Sprintf("limit alone %.1f µs; per run, worker / limit alone (run one after the other): %s; %% of one core in the window (worker / limit+XADD / limit): the poller %s, redis-server %s, pollbench (target + proxy) %s, the whole machine (2 cores = 200, other work included) %s",
+				m(l, cpu), pairedRatios(o, l, cpu), pct(func(r e2eRun) float64 { return r.cpuPct }), pct(func(r e2eRun) float64 { return r.redisPct }),
 				pct(func(r e2eRun) float64 { return r.benchPct }), pct(func(r e2eRun) float64 { return r.machinePct }))),
 		row("worker RSS (VmRSS, end of window)", "≤ 3× limit+XADD", "MB", rss, 3,
 			fmt.Sprintf("VmHWM: worker %.1f MB, limit+XADD %.1f MB, limit %.1f MB; limit alone VmRSS %.1f MB; the worker's Go heap in use %.1f MB, heap objects %.0f, goroutines %.0f (its /metrics)",
@@ -278,7 +303,7 @@ func (x *e2e) fleet(ctx context.Context, per int) ([]Row, error) {
 	w := x.sz.fleetWorkers
 	n := w * per
 	at := fmt.Sprintf("%d workers × %d sessions", w, per)
-	procs, mark, err := x.startFleet(ctx, w, n)
+	procs, mark, err := x.startFleet(ctx, w, n, nil)
 	defer stopProcs(procs)
 	if err != nil {
 		return nil, err
@@ -380,7 +405,7 @@ func (x *e2e) fleet(ctx context.Context, per int) ([]Row, error) {
 // every session was polled and its lease is held. It returns the workers
 // (to stop with stopProcs, also on an error) and the target's time before
 // they started.
-func (x *e2e) startFleet(ctx context.Context, w, n int) ([]*e2eProc, time.Duration, error) {
+func (x *e2e) startFleet(ctx context.Context, w, n int, env []string) ([]*e2eProc, time.Duration, error) {
 	procs := make([]*e2eProc, w)
 	if err := x.apply(ctx, e2eIDs("e2e", n)); err != nil {
 		return procs, 0, err
@@ -388,7 +413,7 @@ func (x *e2e) startFleet(ctx context.Context, w, n int) ([]*e2eProc, time.Durati
 	x.target.clear()
 	mark := x.target.now()
 	for i := range procs {
-		p, err := x.startWorker("w-"+strconv.Itoa(i), "all")
+		p, err := x.startWorker("w-"+strconv.Itoa(i), "all", env...)
 		if err != nil {
 			return procs, mark, err
 		}
@@ -412,7 +437,6 @@ func (x *e2e) startFleet(ctx context.Context, w, n int) ([]*e2eProc, time.Durati
 	return procs, mark, err
 }
 
-// stopProcs stops the processes of procs that are not nil.
 // measureFleet lets a started fleet warm up, then measures the target's
 // polls over window: the stats since mark and the processes' CPU meter.
 func (x *e2e) measureFleet(ctx context.Context, procs []*e2eProc, mark, window time.Duration) (arrivalStats, func() string, error) {
@@ -426,6 +450,7 @@ func (x *e2e) measureFleet(ctx context.Context, procs []*e2eProc, mark, window t
 	return analyze(x.target.since(mark), from-x.sz.interval, from, x.target.now(), x.sz.interval), load, nil
 }
 
+// stopProcs stops the processes of procs that are not nil.
 func stopProcs(procs []*e2eProc) {
 	for _, p := range procs {
 		if p != nil {
@@ -437,22 +462,47 @@ func stopProcs(procs []*e2eProc) {
 // fleetVsOne runs w workers on the n sessions that single, one worker, was
 // just measured on: more than one worker sustains, so that both are bound
 // by this machine's CPU. It reports the polls/s the fleet achieves against
-// the one worker's: what running w processes costs.
+// the one worker's: what running w processes costs. Then again with each
+// worker's GOMAXPROCS at its share of the cores (what a CPU limit of that
+// share sets in a container, Go reading the cgroup's limit): w Go runtimes
+// of GOMAXPROCS = all cores each keep more threads spinning for work than
+// there are cores.
 func (x *e2e) fleetVsOne(ctx context.Context, w, n int, single e2eRun) ([]Row, error) {
-	procs, mark, err := x.startFleet(ctx, w, n)
+	procs := max(1, runtime.NumCPU()/w)
+	var rows []Row
+	for _, env := range [][]string{nil, {"GOMAXPROCS=" + strconv.Itoa(procs)}} {
+		st, load, err := x.fleetRate(ctx, w, n, env)
+		if err != nil {
+			return rows, err
+		}
+		ratio := 100 * st.perSec / single.st.perSec
+		row := Row{Figure: fmt.Sprintf("fleet of %d vs 1 worker on this machine, the same %d sessions: polls/s achieved", w, n),
+			Target: "≥ 90 %", Unit: "%", Ours: one(ratio), Met: met(ratio >= 90),
+			Note: fmt.Sprintf("%.0f polls/s due; the fleet %.0f polls/s, one worker %.0f polls/s (the overload run just before, same window); the fleet's %s",
+				float64(n)/x.sz.interval.Seconds(), st.perSec, single.st.perSec, load)}
+		if env != nil {
+			row.Figure = fmt.Sprintf("fleet of %d vs 1 worker, each worker GOMAXPROCS=%d (its share of the %d cores), the same %d sessions: polls/s achieved", w, procs, runtime.NumCPU(), n)
+			row.Target, row.Met = "reported", ""
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// fleetRate starts w workers (with env added to theirs) on n sessions,
+// measures them over the window and stops them: the target's stats and
+// the processes' CPU.
+func (x *e2e) fleetRate(ctx context.Context, w, n int, env []string) (arrivalStats, string, error) {
+	procs, mark, err := x.startFleet(ctx, w, n, env)
 	defer stopProcs(procs)
 	if err != nil {
-		return nil, err
+		return arrivalStats{}, "", err
 	}
 	st, load, err := x.measureFleet(ctx, procs, mark, x.sz.window)
 	if err != nil {
-		return nil, err
+		return arrivalStats{}, "", err
 	}
-	ratio := 100 * st.perSec / single.st.perSec
-	return []Row{{Figure: fmt.Sprintf("fleet of %d vs 1 worker on this machine, the same %d sessions: polls/s achieved", w, n),
-		Target: "≥ 90 %", Unit: "%", Ours: one(ratio), Met: met(ratio >= 90),
-		Note: fmt.Sprintf("%.0f polls/s due; the fleet %.0f polls/s, one worker %.0f polls/s (the overload run just before, same window); the fleet's %s",
-			float64(n)/x.sz.interval.Seconds(), st.perSec, single.st.perSec, load())}}, nil
+	return st, load(), nil
 }
 
 // loadMeter starts measuring CPU: the returned func says, since the call,

@@ -332,7 +332,7 @@ func (x *e2e) startOverloadWorker(id string, c overloadCase) (*e2eProc, error) {
 	args := []string{"run", "--id", id, "--redis-url", "redis://" + x.e.redis.Addr() + "/0",
 		"--http-addr", addr, "--record", "none", "--log-level", "info", "--log-format", "console",
 		"--loss-quarantine", "off", "--max-per-host", strconv.Itoa(c.maxPerHost)}
-	p, err := x.startProc(id, args, nil)
+	p, err := x.startProc(id, x.bin, args, nil)
 	if err != nil {
 		return nil, err
 	}
