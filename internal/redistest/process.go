@@ -40,8 +40,10 @@ type Process struct {
 }
 
 // StartProcess runs redis-server as cfg says, with persistence off (an
-// empty --save, --appendonly no), and waits until it answers PING: 10 s
-// at most, less if ctx ends first. On failure the process is stopped.
+// empty --save, --appendonly no), and waits until it answers, as itself
+// (INFO's process_id): 10 s at most, less if ctx ends first. On failure
+// the process is stopped; when another server holds the port, the error
+// says so.
 func StartProcess(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	port := strconv.Itoa(cfg.Port)
 	if cfg.TLS != nil {
@@ -71,7 +73,7 @@ func StartProcess(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	}()
 	addr := "127.0.0.1:" + strconv.Itoa(cfg.Port)
 	ready := make(chan error, 1)
-	go func() { ready <- waitReady(addr, cfg.TLS, p.done, 10*time.Second) }()
+	go func() { ready <- waitReady(addr, cfg.TLS, p.done, 10*time.Second, cmd.Process.Pid) }()
 	select {
 	case err := <-ready:
 		if err != nil {

@@ -6,7 +6,9 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -53,9 +55,23 @@ func Require(t testing.TB) string {
 // Start runs a redis-server without persistence on a free loopback port.
 // Extra args are redis-server command-line options ("--appendonly", "yes").
 // The server is stopped by t.Cleanup.
+// A port another server took between the pick and the bind (parallel
+// tests pick too) is picked again, up to 5 times.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
-	return StartPort(t, FreePort(t), args...)
+	Require(t)
+	for attempt := 1; ; attempt++ {
+		s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir(), args: args}
+		err := s.launch()
+		if err == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 5 {
+			t.Fatalf("redistest: %v", err)
+		}
+		t.Logf("redistest: %v; picking another port", err)
+	}
 }
 
 // StartPort is Start on a given loopback port, for tests that point a
@@ -90,20 +106,31 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 
 func (s *Server) start() {
 	s.t.Helper()
+	if err := s.launch(); err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
+}
+
+// launch starts the process; the error carries the server's log.
+func (s *Server) launch() error {
 	logf, err := os.Create(filepath.Join(s.Dir, "redis.log"))
 	if err != nil {
-		s.t.Fatalf("redistest: %v", err)
+		return err
 	}
 	p, err := StartProcess(context.Background(), ProcessConfig{Port: s.Port, Dir: s.Dir, TLS: s.tls,
 		Args: s.args, Output: logf, OnExit: func() { _ = logf.Close() }})
 	if err != nil {
 		_ = logf.Close()
 		log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
-		s.t.Fatalf("redistest: %v\n%s", err, log)
+		if !errors.Is(err, errPortTaken) && strings.Contains(string(log), "Address already in use") {
+			err = fmt.Errorf("%w: %w", errPortTaken, err) // it exited before another answered
+		}
+		return fmt.Errorf("%w\n%s", err, log)
 	}
 	s.mu.Lock()
 	s.proc = p
 	s.mu.Unlock()
+	return nil
 }
 
 // Stop kills the server and waits for it to exit. Safe to call twice.
@@ -141,26 +168,46 @@ func (s *Server) Pid() int {
 	return s.proc.Pid()
 }
 
-func waitReady(addr string, tlsConf *tls.Config, done <-chan struct{}, limit time.Duration) error {
+func waitReady(addr string, tlsConf *tls.Config, done <-chan struct{}, limit time.Duration, pid int) error {
 	deadline := time.Now().Add(limit)
+	other := 0 // the pid of another server found answering on addr
+	exited := func() error {
+		if other != 0 {
+			return fmt.Errorf("%w: %s is answered by another redis-server (pid %d), ours (pid %d) exited", errPortTaken, addr, other, pid)
+		}
+		return fmt.Errorf("redis-server on %s exited during start", addr)
+	}
 	for time.Now().Before(deadline) {
 		select {
 		case <-done:
-			return fmt.Errorf("redis-server on %s exited during start", addr)
+			return exited()
 		default:
 		}
-		if ping(addr, tlsConf) == nil {
+		got, err := serverPID(addr, tlsConf)
+		switch {
+		case err != nil:
+		case pid == 0 || got == pid:
 			return nil
+		default:
+			other = got // ours cannot bind: it exits soon
 		}
 		select {
 		case <-done:
+			return exited()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	return fmt.Errorf("redis-server on %s not ready after %v", addr, limit)
 }
 
-func ping(addr string, tlsConf *tls.Config) error {
+// errPortTaken: the port picked for a server was taken by another one
+// before it could bind (ports are picked free and bound a moment later;
+// parallel tests pick too).
+var errPortTaken = errors.New("port taken")
+
+// serverPID asks the server on addr for its process id (INFO server): a
+// readiness check that also tells whose server answers.
+func serverPID(addr string, tlsConf *tls.Config) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var c net.Conn
@@ -171,21 +218,32 @@ func ping(addr string, tlsConf *tls.Config) error {
 		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0, err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("ping: %q", line)
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+	if !strings.HasPrefix(line, "$") || err != nil || n < 0 {
+		return 0, fmt.Errorf("info: %q", line) // -LOADING, say
 	}
-	return nil
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("info: no process_id")
 }
 
 // Client returns a go-redis client for a redis:// URL, closed by t.Cleanup.

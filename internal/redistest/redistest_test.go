@@ -18,3 +18,18 @@ func TestStartRestart(t *testing.T) {
 	s.Stop()
 	require.Error(t, c.Ping(ctx).Err())
 }
+
+// TestPortTakenByAnotherServer: a server whose port another redis-server
+// already holds does not start "ready" on the other's process (whose
+// data and lifetime belong to another test); Start picks another port.
+func TestPortTakenByAnotherServer(t *testing.T) {
+	first := Start(t)
+	second := &Server{t: t, Port: first.Port, Dir: t.TempDir()}
+	err := second.launch()
+	require.ErrorIs(t, err, errPortTaken)
+	require.False(t, second.Running())
+
+	third := Start(t)
+	require.NotEqual(t, first.Pid(), third.Pid())
+	require.NoError(t, third.Client(t).Ping(context.Background()).Err())
+}

@@ -50,7 +50,7 @@ func StartSentinel(t testing.TB, masterName string, master *Server) *Sentinel {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
-	if err := waitReady(s.Addr(), nil, done, 10*time.Second); err != nil {
+	if err := waitReady(s.Addr(), nil, done, 10*time.Second, cmd.Process.Pid); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
 	// Wait until the sentinel knows the master.
