@@ -66,7 +66,9 @@ type Explanation struct {
 	Lease *LeaseFacts `json:"lease"`
 	// BadKey is a key of the session the workers cannot use, nil if none.
 	BadKey *lease.BadKey `json:"bad_key,omitempty"`
-	// Token is the fencing counter (the last token minted), 0 if none.
+	// Token is the session's fencing record's token, the last one minted
+	// where the session has a record (its first graceful release creates
+	// it); 0 if none.
 	Token int64 `json:"token"`
 	// Loss is the loss marker of the lease's slot.
 	Loss LossFacts `json:"loss_marker"`
@@ -194,7 +196,7 @@ func (s *Snapshot) Explain(id string) Explanation {
 	if h, ok := s.LeaseHolder(id); ok {
 		e.Lease = &LeaseFacts{Holder: h.ID, Incarnation: h.Incarnation, Live: h.Live, Current: h.Current, Cordoned: h.Cordoned,
 			ExpiresInMs: f.Lease.Remaining.Milliseconds(), AcquiredAgoMs: -1}
-		if ago, ok := lease.MintedAt(e.Token, s.ServerTime); ok {
+		if ago, ok := acquiredAt(e.Token, f.Lease.Owner, s.ServerTime); ok {
 			e.Lease.AcquiredAgoMs = s.ServerTime.Sub(ago).Milliseconds()
 		}
 	}

@@ -185,17 +185,38 @@ func (s *Snapshot) Quarantined() Quarantined {
 }
 
 // AcquiredAgo is how long ago session id's lease was taken, read off its
-// fencing token (lease.MintedAt); ok false when the token does not tell.
+// fencing token (lease.MintedAt), or where the session's fencing record
+// does not hold it, off the time in the lease's owner value (the holder's
+// clock: lease.Owner.Made); ok false when neither tells.
 func (s *Snapshot) AcquiredAgo(id string) (time.Duration, bool) {
 	f, found := s.Sessions[id]
 	if !found {
 		return 0, false
 	}
-	at, ok := lease.MintedAt(f.Token, s.ServerTime)
+	at, ok := acquiredAt(f.Token, f.Lease.Owner, s.ServerTime)
 	if !ok {
 		return 0, false
 	}
 	return s.ServerTime.Sub(at), true
+}
+
+// acquiredAt is when the lease of owner value owner was taken, now being
+// the server's time: when token was minted (the token of the session's
+// fencing record, the lease's where there is one), else when the holder
+// made the owner value, within a day before now (a second ahead of now
+// counts as now: the holder's clock may run a little ahead).
+func acquiredAt(token int64, owner string, now time.Time) (time.Time, bool) {
+	if at, ok := lease.MintedAt(token, now); ok {
+		return at, true
+	}
+	made := lease.ParseOwner(owner).Made
+	if made.IsZero() || now.Sub(made) > 24*time.Hour || made.Sub(now) > time.Second {
+		return time.Time{}, false
+	}
+	if made.After(now) {
+		made = now
+	}
+	return made, true
 }
 
 // Placed returns the active sessions read that some live worker may poll

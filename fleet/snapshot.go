@@ -119,8 +119,9 @@ type Facts struct {
 	Malformed string
 	// Lease is its lease (Owner "" when nobody holds it).
 	Lease lease.Holding
-	// Token is the fencing counter (the last token minted), 0 if none or
-	// not read.
+	// Token is the session's fencing record's token, the last one minted
+	// where the session has a record (its first graceful release creates
+	// it); 0 if none or not read.
 	Token int64
 	// Mark is its handoff mark, nil if none or not read.
 	Mark *lease.HandoffMark

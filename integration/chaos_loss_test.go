@@ -163,8 +163,9 @@ func (c *cluster) newTokens(from time.Time, seen map[string]map[int64]bool) int 
 	return len(got)
 }
 
-// evictCounters deletes the fencing counter of every session under its
-// held lease, as an eviction would, then hands leases over: a worker
+// evictCounters deletes the fencing record of every session under its
+// held lease and the slot's token high-water mark, as an eviction would,
+// then hands leases over: a worker
 // drains (its leases are released and taken at once) or is killed (they
 // expire after a TTL), one joins (the rebalance hands some over), and a
 // moment later the counters are deleted again, under the leases just
@@ -178,9 +179,10 @@ func (c *cluster) evictCounters() {
 		for id := range c.active {
 			keys = append(keys, keyspace.Space{}.Fencing(id))
 		}
+		keys = append(keys, keyspace.Space{}.EpochTokens(0)) // the token high-water mark too
 		n, err := c.admin.Del(ctx, keys...).Result()
 		require.NoError(c.t, err)
-		c.logf("DEL of %d fencing records under held leases", n)
+		c.logf("DEL of %d fencing records and the token high-water mark under held leases", n)
 	}
 	del()
 	w := c.victim()

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/lease"
 )
 
 // pollHold is how long the recorder keeps each request open: the poll's
@@ -21,8 +23,9 @@ import (
 // intervals rather than as two instants.
 const pollHold = 30 * time.Millisecond
 
-// fenceLookupTimeout bounds the read of the fencing counter per poll; the
-// read is skipped (FenceAtStart 0) when Redis is paused or down.
+// fenceLookupTimeout bounds the read of the fencing record and the lease
+// per poll; the read is skipped (FenceAtStart 0) when Redis is paused or
+// down.
 const fenceLookupTimeout = 50 * time.Millisecond
 
 // recorder is the downstream of the chaos tests: it records every poll as a
@@ -47,6 +50,20 @@ type recorder struct {
 	polls    []Poll
 	bad      int
 	inFlight int
+}
+
+// lastToken is the greatest token session s was polled with so far (0 if
+// none).
+func (rec *recorder) lastToken(s string) int64 {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var last int64
+	for _, p := range rec.polls {
+		if p.Session == s {
+			last = max(last, p.Token)
+		}
+	}
+	return last
 }
 
 // serving is the number of requests being served now.
@@ -101,8 +118,13 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var fence int64
 	if rec.fence != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), fenceLookupTimeout)
-		fence, _ = rec.fence.HGet(ctx, rec.keys.Fencing(s), keyspace.FieldToken).Int64()
+		pipe := rec.fence.Pipeline()
+		record := pipe.HGet(ctx, rec.keys.Fencing(s), keyspace.FieldToken)
+		holder := pipe.Get(ctx, rec.keys.Lease(s))
+		_, _ = pipe.Exec(ctx)
 		cancel()
+		fence, _ = record.Int64()
+		fence = max(fence, newerTerm(holder.Val(), tok))
 	}
 	// The poll's own duration (not a wait for a condition); it ends early
 	// when the poller goes away, as a real handler would see the
@@ -153,4 +175,50 @@ func (rec *recorder) polledSince(t time.Time, skip map[string]bool) map[string]b
 		}
 	}
 	return out
+}
+
+// newerTerm is token + 1 when the lease's owner value owner was made (by
+// the holder's clock, lease.Owner.Made) after token was minted (tokens are
+// the Redis clock in µs, and the holders and Redis share this machine's
+// clock), plus newTermSlack: the lease is a newer acquisition's, so a poll
+// with token arrived past its term. Else 0. It stands in for the fencing
+// record, which holds a session's current token only from its first
+// release on (acquire.lua): the history checker counts a poll whose token
+// is below FenceAtStart as past its deadline.
+func newerTerm(owner string, token int64) int64 {
+	made := lease.ParseOwner(owner).Made
+	if made.IsZero() || !made.After(time.UnixMicro(token).Add(newTermSlack)) {
+		return 0
+	}
+	return token + 1
+}
+
+// newTermSlack covers the owner value's millisecond precision and a token
+// minted up to a millisecond ahead of the clock (the slot's high-water
+// mark): an owner value made this much after its own lease's token is a
+// later acquisition's.
+const newTermSlack = 5 * time.Millisecond
+
+func TestNewerTerm(t *testing.T) {
+	minted := time.UnixMilli(1_795_000_000_000)
+	token := minted.UnixMicro() + 300
+	owner := func(made time.Time) string {
+		return fmt.Sprintf("w1#inc.%012x0123456789abcdef", made.UnixMilli())
+	}
+	tests := []struct {
+		name  string
+		owner string
+		want  int64
+	}{
+		{"the poll's own lease (made before its token)", owner(minted.Add(-40 * time.Millisecond)), 0},
+		{"made in the token's millisecond", owner(minted), 0},
+		{"a later acquisition's", owner(minted.Add(2 * time.Second)), token + 1},
+		{"an owner value without a time (an older version)", "w1#inc.0123456789abcdef", 0},
+		{"no lease", "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, newerTerm(tt.owner, token))
+		})
+	}
 }

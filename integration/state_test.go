@@ -76,8 +76,8 @@ func TestStaleHolderCannotOverwriteSuccessorState(t *testing.T) {
 	require.NoError(t, err)
 	victim := lease.HolderOf(owner)
 	require.Contains(t, workers, victim)
-	oldTok, err := admin.HGet(ctx, keyspace.Space{}.Fencing(ids[0]), keyspace.FieldToken).Int64()
-	require.NoError(t, err)
+	oldTok := rec.lastToken(ids[0])
+	require.Positive(t, oldTok)
 	t.Logf("SIGSTOP %s (holder of %s, token %d) for %v", victim, ids[0], oldTok, 2*chaosTTL)
 	workers[victim].signal(t, syscall.SIGSTOP)
 	hold(2 * chaosTTL) // the fault itself: a pause past the TTL
@@ -101,7 +101,7 @@ func TestStaleHolderCannotOverwriteSuccessorState(t *testing.T) {
 	proxy.Heal()
 	healed := time.Now()
 	require.Eventually(t, func() bool { return len(rec.polledSince(healed, nil)) == len(ids) }, 20*time.Second, 20*time.Millisecond)
-	require.Eventually(t, func() bool { return statesCurrent(t, admin, ids) }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return statesCurrent(t, admin, rec, ids) }, 10*time.Second, 20*time.Millisecond,
 		"every session's state written under its current lease")
 
 	rep := CheckStateWrites(watch.snapshot())
@@ -132,15 +132,13 @@ func heldBy(t *testing.T, c *redis.Client, ids []string) map[string]int {
 }
 
 // statesCurrent reports whether each session's stored state carries the
-// token of its current lease (its fencing counter).
-func statesCurrent(t *testing.T, c *redis.Client, ids []string) bool {
+// token of its current lease: the greatest token rec saw it polled with
+// (the fencing record holds it only after the session's first release).
+func statesCurrent(t *testing.T, c *redis.Client, rec *recorder, ids []string) bool {
 	t.Helper()
 	ctx := context.Background()
 	for _, id := range ids {
-		fence, err := c.HGet(ctx, keyspace.Space{}.Fencing(id), keyspace.FieldToken).Result()
-		if err != nil {
-			return false
-		}
+		fence := strconv.FormatInt(rec.lastToken(id), 10)
 		tok, err := c.HGet(ctx, keyspace.Space{}.State(id), "token").Result()
 		if err != nil || tok != fence {
 			return false

@@ -17,11 +17,14 @@ import (
 
 // stateWatch follows Redis's MONITOR stream, in which the commands a
 // script runs appear in execution order after the script call ("[0 lua]"),
-// and records the fencing tokens minted (acquire.lua's SET of a fence key)
-// and the states written (state_save.lua's HSET of a state key, with the
-// writer's token): what CheckStateWrites needs to tell whether a save was
-// accepted from a holder whose lease was no longer current. It reconnects
-// when Redis restarts (what runs meanwhile is not seen).
+// and records the leases taken (acquire.lua's SET of a lease key, with the
+// new owner value; a SET NX that failed is followed at once by the
+// script's GET of the same key, and is dropped), the save calls (with the
+// caller's owner value and token) and the states written (state_save.lua's
+// HSET of a state key, with the writer's token): what CheckStateWrites
+// needs to tell whether a save was accepted from a holder whose lease was
+// no longer current. It reconnects when Redis restarts (what runs
+// meanwhile is not seen).
 type stateWatch struct {
 	addr string
 	stop chan struct{}
@@ -104,27 +107,48 @@ func (w *stateWatch) follow(ready chan struct{}) {
 		close(ready)
 	}
 	w.mu.Unlock()
+	mintBefore := "" // the session of a mint parsed from the line before, if any
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
 			return
 		}
-		if ev, ok := parseMonitorLine(strings.TrimRight(line, "\r\n")); ok {
+		ev, ok := parseMonitorLine(strings.TrimRight(line, "\r\n"))
+		switch {
+		case ok && ev.Kind == stateLeaseRead:
+			if mintBefore == ev.Session { // the SET NX just before failed
+				w.mu.Lock()
+				w.events = w.events[:len(w.events)-1]
+				w.mu.Unlock()
+			}
+			mintBefore = ""
+		case ok:
 			w.mu.Lock()
 			w.events = append(w.events, ev)
 			w.mu.Unlock()
+			mintBefore = ""
+			if ev.Kind == StateMint {
+				mintBefore = ev.Session
+			}
+		default:
+			mintBefore = ""
 		}
 	}
 }
 
+// stateLeaseRead is a script's GET of a lease key: after a SET NX of the
+// same key on the line before, it says the SET NX failed.
+const stateLeaseRead StateKind = "lease-read"
+
 // stateSaveSHA names the state save script in EVALSHA calls.
 var stateSaveSHA = redis.NewScript(lua.StateSave).Hash()
 
-// parseMonitorLine reads one MONITOR line of a script's SET of a fencing
-// counter or HSET of a session's state, or of a client's call of the save
+// parseMonitorLine reads one MONITOR line of a script's SET or GET of a
+// lease key or HSET of a session's state, or of a client's call of the save
 // script:
 //
-//	+1795482626.575355 [0 lua] "HSET" "poll:fencing:{s1}" "token" "1795482626575300"
+//	+1795482626.575355 [0 lua] "SET" "poll:lease:{s1}" "w1#inc.0123" "NX" "PX" "10000"
+//	+1795482626.575356 [0 lua] "GET" "poll:lease:{s1}"
 //	+1795482626.575370 [0 lua] "HSET" "poll:state:{s1}" "data" "..." "token" "17..." ...
 func parseMonitorLine(line string) (StateEvent, bool) {
 	if !strings.HasPrefix(line, "+") {
@@ -139,7 +163,7 @@ func parseMonitorLine(line string) (StateEvent, bool) {
 		return StateEvent{}, false
 	}
 	args, ok := monitorArgs(rest)
-	if !ok || len(args) < 3 {
+	if !ok || len(args) < 2 {
 		return StateEvent{}, false
 	}
 	sec, err := strconv.ParseFloat(head, 64)
@@ -157,19 +181,18 @@ func parseMonitorLine(line string) (StateEvent, bool) {
 		if keys.State(id) != args[4] || err != nil {
 			return StateEvent{}, false
 		}
-		return StateEvent{Session: id, Kind: StateAttempt, Token: tok, At: at}, true
+		return StateEvent{Session: id, Kind: StateAttempt, Token: tok, Owner: args[5], At: at}, true
 	case !lua:
 		return StateEvent{}, false
-	case cmd == "HSET" && strings.HasPrefix(args[1], "poll:fencing:{") && len(args) == 4 && args[2] == keyspace.FieldToken:
-		id := strings.TrimSuffix(strings.TrimPrefix(args[1], "poll:fencing:{"), "}")
-		if keys.Fencing(id) != args[1] {
+	case (cmd == "SET" && len(args) >= 3 || cmd == "GET") && strings.HasPrefix(args[1], "poll:lease:{"):
+		id := strings.TrimSuffix(strings.TrimPrefix(args[1], "poll:lease:{"), "}")
+		if keys.Lease(id) != args[1] {
 			return StateEvent{}, false
 		}
-		tok, err := strconv.ParseInt(args[3], 10, 64)
-		if err != nil {
-			return StateEvent{}, false
+		if cmd == "GET" {
+			return StateEvent{Session: id, Kind: stateLeaseRead, At: at}, true
 		}
-		return StateEvent{Session: id, Kind: StateMint, Token: tok, At: at}, true
+		return StateEvent{Session: id, Kind: StateMint, Owner: args[2], At: at}, true
 	case cmd == "HSET" && strings.HasPrefix(args[1], "poll:state:{"):
 		id := strings.TrimSuffix(strings.TrimPrefix(args[1], "poll:state:{"), "}")
 		if keys.State(id) != args[1] {

@@ -48,3 +48,10 @@ func crc16(s string) uint16 {
 // the marker names, so that a marker moved by a slot migration is told
 // from a loss (see lease/doc.go). It shares the marker's slot.
 func (s Space) EpochConfirmed(slot uint16) string { return s.Epoch(slot) + ":at" }
+
+// EpochTokens is the high-water mark of slot's fencing tokens: the
+// greatest token minted for a lease in the slot (decimal), which the next
+// token exceeds, so that a session's tokens increase without the
+// acquisition writing the session's fencing record (see lease/doc.go). It
+// shares the marker's slot.
+func (s Space) EpochTokens(slot uint16) string { return s.Epoch(slot) + ":tokens" }

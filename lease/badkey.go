@@ -115,14 +115,15 @@ func (m *Manager) noteGood(session string) {
 	}
 }
 
-// noteBadMarker reports loudly that the loss marker of call c's slot had
-// the wrong type: acquire.lua has overwritten it with a fresh quarantine.
+// noteBadMarker reports loudly that a key of call c's slot's own was
+// unusable and acquire.lua has overwritten it: the loss marker (with a
+// fresh quarantine) or the token high-water mark (problem says which).
 func (m *Manager) noteBadMarker(c *call, problem string) {
 	m.mu.Lock()
 	m.markerRepairs++
 	m.mu.Unlock()
 	key, _ := c.args[3+2*len(c.idx)].(string) // after the sessions' keys
-	m.log.Error("loss marker had the wrong type: overwritten with a fresh loss quarantine (acquisitions in its slot wait one quarantine, as after a data loss)",
+	m.log.Error("a key of the slot's own was unusable and was overwritten: a loss marker of the wrong type with a fresh loss quarantine (acquisitions in its slot wait one quarantine, as after a data loss); a token high-water mark as if lost (tokens rest on the clock and the fencing records)",
 		zap.String("event", "bad_loss_marker"), zap.String("key", key), zap.String("problem", problem))
 }
 
@@ -140,8 +141,9 @@ func (m *Manager) BadKeys() []BadKey {
 	return out
 }
 
-// MarkerRepairs is how many loss markers of the wrong type this manager's
-// acquisitions overwrote with a fresh quarantine.
+// MarkerRepairs is how many acquisition calls of this manager overwrote an
+// unusable key of a slot's own: a loss marker of the wrong type (with a
+// fresh quarantine) or a token high-water mark of the wrong type or value.
 func (m *Manager) MarkerRepairs() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

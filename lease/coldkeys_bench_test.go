@@ -3,48 +3,114 @@ package lease
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pollworker/pollworker/internal/redisstats"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/scripts/lua"
 )
 
 // BenchmarkScriptAcquireNewKeys1000 times acquire.lua taking 1000 leases
 // of sessions never acquired before in each call, as a cold start does
-// (every call adds 2000 keys: the keyspace grows, its tables rehash), on
-// an empty server and on one already holding 3M keys (1M sessions' worth
-// of definitions, leases and records), against BenchmarkScriptAcquire1000,
-// which takes the same 1000 leases again and again.
+// (the keyspace grows, its tables rehash), on an empty server and on one
+// already holding 3M keys (1M sessions' worth of definitions and leases),
+// in one run:
+//   - records: the script before the token high-water mark
+//     (testdata/acquire_records.lua), which writes every token into the
+//     session's fencing record: two new keys per session;
+//   - highwater: today's, with the slot's high-water mark: one new key
+//     (the lease) per session;
+//   - setnx: the floor, a plain SET NX PX of each lease key, pipelined,
+//     no script (what any lease on one key per session costs Redis).
+//
+// redis-cpu-µs/lease is the server's CPU per session (INFO used_cpu_*).
 func BenchmarkScriptAcquireNewKeys1000(b *testing.B) {
-	for _, pre := range []int{0, 3_000_000} {
-		b.Run(fmt.Sprintf("keys=%d", pre), func(b *testing.B) {
-			srv := redistest.Start(b, "--enable-debug-command", "yes")
-			rdb := srv.Client(b)
-			ctx := context.Background()
-			for i := 0; i < pre; i += 250_000 { // in parts: each within the client's read timeout
-				if err := rdb.Do(ctx, "debug", "populate", 250_000, fmt.Sprintf("poll:sessions:x%d", i), 60).Err(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			s := &scriptBench{rdb: rdb}
-			const n = 1000
-			owners := make([]any, n)
-			for i := range owners {
-				owners[i] = "bench-worker-0123456789#0123456789abcdef"
-			}
-			batch := 0
-			args := func() []any {
-				a := []any{2*n + 1}
-				for i := range n {
-					id := fmt.Sprintf("session-%07d", batch*n+i)
-					a = append(a, realKeys.Lease(id), realKeys.Fencing(id))
-				}
-				batch++
-				a = append(a, realKeys.Epoch(0), int64(30000), int64(0), "")
-				return append(a, owners...)
-			}
-			s.ids = make([]string, n)
-			s.runEach(b, lua.Acquire, args, replyLen(4*n))
-		})
+	records, err := os.ReadFile("testdata/acquire_records.lua")
+	if err != nil {
+		b.Fatal(err)
 	}
+	for _, pre := range []int{0, 3_000_000} {
+		for _, variant := range []string{"records", "highwater", "setnx"} {
+			b.Run(fmt.Sprintf("keys=%d/%s", pre, variant), func(b *testing.B) {
+				srv := redistest.Start(b, "--enable-debug-command", "yes")
+				rdb := srv.Client(b)
+				ctx := context.Background()
+				for i := 0; i < pre; i += 250_000 { // in parts: each within the client's read timeout
+					if err := rdb.Do(ctx, "debug", "populate", 250_000, fmt.Sprintf("poll:sessions:x%d", i), 60).Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				const n = 1000
+				owners := make([]any, n)
+				for i := range owners {
+					owners[i] = fmt.Sprintf("bench-worker-0123456789#0123456789abc%03d", i)
+				}
+				batch := 0
+				ids := func() []string {
+					out := make([]string, n)
+					for i := range out {
+						out[i] = fmt.Sprintf("session-%07d", batch*n+i)
+					}
+					batch++
+					return out
+				}
+				if variant == "setnx" {
+					benchSetNX(b, rdb, ids, owners)
+					return
+				}
+				args := func() []any {
+					a := []any{2*n + 2}
+					for _, id := range ids() {
+						a = append(a, realKeys.Lease(id), realKeys.Fencing(id))
+					}
+					a = append(a, realKeys.Epoch(0), realKeys.EpochTokens(0), int64(30000), int64(0), "")
+					return append(a, owners...)
+				}
+				src := lua.Acquire
+				if variant == "records" {
+					src = string(records) // reads 2n+1 keys: the high-water key is an extra one it ignores
+				}
+				s := &scriptBench{rdb: rdb, ids: make([]string, n)}
+				s.runEach(b, src, args, replyLen(4*n))
+			})
+		}
+	}
+}
+
+// benchSetNX times pipelines of plain SET NX PX, one per lease key of the
+// sessions ids returns, and reports the server CPU per lease as runEach.
+func benchSetNX(b *testing.B, rdb *redis.Client, ids func() []string, owners []any) {
+	ctx := context.Background()
+	var cpu float64
+	n := len(owners)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		pipe := rdb.Pipeline()
+		for j, id := range ids() {
+			pipe.SetNX(ctx, realKeys.Lease(id), owners[j], 30*time.Second)
+		}
+		st, err := redisstats.Read(ctx, rdb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cpu -= st.CPUSeconds
+		b.StartTimer()
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if st, err = redisstats.Read(ctx, rdb); err != nil {
+			b.Fatal(err)
+		}
+		cpu += st.CPUSeconds
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/lease")
+	b.ReportMetric(cpu*1e6/float64(b.N*n), "redis-cpu-µs/lease")
 }

@@ -2,11 +2,13 @@
 //
 // A lease is the key <prefix>:lease:{<session>} holding an owner value that is
 // unique to one acquisition (the holder's id, its process incarnation and 64
-// random bits). Acquire is SET NX PX plus the minting of a fencing token into
-// the session's fencing record (<prefix>:fencing:{<session>}, a hash that
-// never expires), in one script: three commands per session (HMGET of the
-// record, SET NX PX, HSET of the token), the loss marker read once per
-// call. Renew (PEXPIRE) and release (DEL) are scripts that act only where
+// random bits). Acquire is SET NX PX plus the minting of a fencing token
+// above the slot's high-water mark (<prefix>:epoch:{tag}:tokens) and the
+// session's fencing record (<prefix>:fencing:{<session>}, a hash that
+// never expires, created by the session's first release), in one script:
+// two commands per session (HMGET of the record, SET NX PX), a third (HSET
+// of the token) where the record exists; the loss marker and the
+// high-water mark are read once per call. Renew (PEXPIRE) and release (DEL) are scripts that act only where
 // GET equals the owner value, so a holder can never extend or delete a lease
 // that another acquisition holds. Every script takes many sessions per call,
 // and the calls of one cycle go out at once, in one pipeline or (renewal of
@@ -36,20 +38,26 @@
 //     not Held; it is retried later with the same owner value, which the
 //     acquire script recognises (idempotent under client retries).
 //   - Fencing tokens of a session strictly increase, whatever Redis loses.
-//     A token is max(last + 1, the Redis server's clock in microseconds
-//     since the epoch), last being the record's token (or, while it has
-//     none, the fencing counter of the layout before it), and the record
-//     is set to it. Across acquisitions, expiry, holder restarts and SCRIPT
-//     FLUSH the record alone ensures it; when the record is lost (a restart without persistence,
-//     FLUSHALL, a failover to a replica that missed it, eviction) the clock
-//     puts the next token above every earlier one. Assumption: the clock of
+//     A token is max(last + 1, high + 1, the Redis server's clock in
+//     microseconds since the epoch), last being the record's token (or,
+//     while it has none, the fencing counter of the layout before it) and
+//     high the slot's high-water mark, the greatest token minted in the
+//     slot; the mark is set to it, and so is the record where the session
+//     has one. Across acquisitions, expiry, holder restarts and SCRIPT
+//     FLUSH the mark ensures it (and the record, once there is one); when
+//     both are lost (a restart without persistence, FLUSHALL, a failover
+//     to a replica that missed them, eviction) the clock puts the next
+//     token above every earlier one: a call mints at most one token per
+//     microsecond it runs, so its tokens are at or below the server clock
+//     when it returns. Assumption: the clock of
 //     the server that mints a token is ahead of the clock of the server
 //     that minted the previous token of that session at that time — true
 //     for one server whose clock is not stepped back, and across a failover
 //     as long as the servers' clocks differ by less than the time between
 //     the two acquisitions (NTP keeps them within milliseconds; a failover
 //     takes seconds). A clock stepped back by more than the time since a
-//     session's last acquisition, together with the loss of its record,
+//     session's last acquisition, together with the loss of its record and
+//     of the slot's high-water mark,
 //     can repeat a token. Tokens minted by a plain counter (pollworker
 //     before this scheme) are far below the clock, so an upgrade in place
 //     keeps them increasing. Tokens are int64, sent in decimal; the script

@@ -88,11 +88,12 @@ type InUseError struct {
 	// Members is the number of workers in the node index, live or not
 	// yet pruned.
 	Members int64
-	// Leases, Fences, Marks, States and Heartbeats count the keys of each
-	// kind found: leases, fencing records (and counters of the layout
-	// before them), handoff marks of that layout, session states, worker
-	// heartbeats.
-	Leases, Fences, Marks, States, Heartbeats int
+	// Leases, Fences, Marks, States, Heartbeats and HighWater count the
+	// keys of each kind found: leases, fencing records (and counters of the
+	// layout before them), handoff marks of that layout, session states,
+	// worker heartbeats, token high-water marks (keyspace EpochTokens: a
+	// lease was granted in the slot).
+	Leases, Fences, Marks, States, Heartbeats, HighWater int
 	// Example is one key found, to look at.
 	Example string
 }
@@ -111,6 +112,7 @@ func (e *InUseError) Error() string {
 	add(int64(e.Marks), "handoff marks")
 	add(int64(e.States), "session states")
 	add(int64(e.Heartbeats), "worker heartbeats")
+	add(int64(e.HighWater), "token high-water marks")
 	msg := ErrInUse.Error() + ": " + strings.Join(parts, ", ")
 	if e.Example != "" {
 		msg += " (e.g. " + e.Example + ")"
@@ -123,7 +125,7 @@ func (e *InUseError) Unwrap() error { return ErrInUse }
 
 // found reports whether anything was found.
 func (e *InUseError) found() bool {
-	return e.Members > 0 || e.Leases+e.Fences+e.Marks+e.States+e.Heartbeats > 0
+	return e.Members > 0 || e.Leases+e.Fences+e.Marks+e.States+e.Heartbeats+e.HighWater > 0
 }
 
 // InitResult is what InitKeyspace did.
@@ -220,6 +222,9 @@ func findUse(ctx context.Context, c redis.UniversalClient, keys keyspace.Space, 
 		{strings.TrimSuffix(keys.State(""), "{}"), &use.States},
 		{keys.Node(""), &use.Heartbeats},
 	}
+	marker := keys.Epoch(0)
+	epochPrefix := marker[:strings.IndexByte(marker, '{')]
+	tokensSuffix := strings.TrimPrefix(keys.EpochTokens(0), marker)
 	var mu sync.Mutex // ForEachMaster scans the masters at once
 	var checked int64
 	scan := func(ctx context.Context, server *redis.Client) error {
@@ -236,6 +241,14 @@ func findUse(ctx context.Context, c redis.UniversalClient, keys keyspace.Space, 
 		iter := server.Scan(ctx, 0, strings.TrimSuffix(keys.NodeIndex(), "nodes")+"*", 1000).Iterator()
 		for iter.Next(ctx) {
 			key := iter.Val()
+			if strings.HasPrefix(key, epochPrefix) && strings.HasSuffix(key, tokensSuffix) {
+				mu.Lock()
+				use.HighWater++
+				if use.Example == "" {
+					use.Example = key
+				}
+				mu.Unlock()
+			}
 			for _, k := range kinds {
 				if strings.HasPrefix(key, k.prefix) {
 					mu.Lock()

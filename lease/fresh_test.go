@@ -51,6 +51,9 @@ func TestInitKeyspace(t *testing.T) {
 		{name: "a state", wantErr: ErrInUse, want: InUseError{States: 1, Example: keys.State("s1")}, give: func(t *testing.T) {
 			require.NoError(t, rdb.Set(ctx, keys.State("s1"), "x", 0).Err())
 		}},
+		{name: "a token high-water mark (leases were granted, none left)", wantErr: ErrInUse, want: InUseError{HighWater: 1, Example: keys.EpochTokens(0)}, give: func(t *testing.T) {
+			require.NoError(t, rdb.Set(ctx, keys.EpochTokens(0), "1795000000000000", 0).Err())
+		}},
 		{name: "a heartbeat", wantErr: ErrInUse, want: InUseError{Heartbeats: 1, Example: keys.Node("w1")}, give: func(t *testing.T) {
 			require.NoError(t, rdb.Set(ctx, keys.Node("w1"), "{}", time.Minute).Err())
 		}},

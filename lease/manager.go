@@ -326,7 +326,7 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 // slot migration is told from a loss (acquire.lua, settledMasters).
 func (m *Manager) acquireArgs(b []int, sessions, owners []string) []any {
 	slot := m.epochSlot(sessions[b[0]])
-	numKeys := 2*len(b) + 1
+	numKeys := 2*len(b) + 2
 	if m.cluster {
 		numKeys++
 	}
@@ -335,7 +335,7 @@ func (m *Manager) acquireArgs(b []int, sessions, owners []string) []any {
 		s := sessions[i]
 		args = append(args, m.cfg.Keys.Lease(s), m.cfg.Keys.Fencing(s))
 	}
-	args = append(args, m.cfg.Keys.Epoch(slot))
+	args = append(args, m.cfg.Keys.Epoch(slot), m.cfg.Keys.EpochTokens(slot))
 	masters := ""
 	if m.cluster {
 		args = append(args, m.cfg.Keys.EpochConfirmed(slot))
@@ -457,9 +457,18 @@ func acquireReply(c *call, n int) (vals []int64, held []string, marker string, e
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if len(raw) == 4*n+2 && raw[4*n] == badPrefix+"marker>" {
-		marker, _ = raw[4*n+1].(string)
-		raw = raw[:4*n]
+	for len(raw) >= 4*n+2 { // reports of the slot's own keys, in pairs
+		what, _ := raw[len(raw)-2].(string)
+		problem, _ := raw[len(raw)-1].(string)
+		switch what {
+		case badPrefix + "marker>":
+			marker = joinProblems("loss marker: "+problem, marker)
+		case badPrefix + "high>":
+			marker = joinProblems("token high-water mark: "+problem, marker)
+		default:
+			return nil, nil, "", fmt.Errorf("script reply has %d values, want %d", len(raw), 4*n)
+		}
+		raw = raw[:len(raw)-2]
 	}
 	if len(raw) != 4*n {
 		return nil, nil, "", fmt.Errorf("script reply has %d values, want %d", len(raw), 4*n)
@@ -485,6 +494,14 @@ func acquireReply(c *call, n int) (vals []int64, held []string, marker string, e
 		}
 	}
 	return vals, held, marker, nil
+}
+
+// joinProblems joins two reports, the second possibly empty.
+func joinProblems(a, b string) string {
+	if b == "" {
+		return a
+	}
+	return a + "; " + b
 }
 
 // adopt records a successful acquisition whose reply arrived by now; its
@@ -715,8 +732,10 @@ type Holding struct {
 	// use (fencing record, or counter of the layout before it; lease key),
 	// nil if none: nobody acquires the session until it is repaired.
 	Bad *BadKey
-	// Token is the session's last fencing token (of the lease held now,
-	// if any), 0 when none was minted or the record is bad.
+	// Token is the token of the session's fencing record: its last token
+	// (of the lease held now, if any) where the session has a record, which
+	// its first graceful release creates; 0 without one, or when the record
+	// is bad.
 	Token int64
 	// HandoffDue is when the session's next poll is due by the handoff
 	// mark of its last release, on the Redis server's clock (the next

@@ -44,7 +44,7 @@ func TestSettledMaster(t *testing.T) {
 // (the masters' run ids, or "-"). It returns the raw reply.
 func markerScript(t *testing.T, c *redis.Client, s string, argv ...any) []any {
 	t.Helper()
-	keys := []string{realKeys.Lease(s), realKeys.Fencing(s), realKeys.Epoch(0), realKeys.EpochConfirmed(0)}
+	keys := []string{realKeys.Lease(s), realKeys.Fencing(s), realKeys.Epoch(0), realKeys.EpochTokens(0), realKeys.EpochConfirmed(0)}
 	masters := make([]string, len(argv))
 	for i, a := range argv {
 		masters[i] = fmt.Sprint(a)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -17,6 +18,10 @@ func TestParseOwner(t *testing.T) {
 		{name: "with incarnation", give: "w1#0123abcd4567ef89.a1b2c3d4e5f60718",
 			want: Owner{Holder: "w1", Incarnation: "0123abcd4567ef89", Nonce: "a1b2c3d4e5f60718"}},
 		{name: "before incarnations", give: "w1#a1b2c3d4e5f60718", want: Owner{Holder: "w1", Nonce: "a1b2c3d4e5f60718"}},
+		{name: "with the time it was made", give: "w1#inc.019abc0de123a1b2c3d4e5f60718",
+			want: Owner{Holder: "w1", Incarnation: "inc", Nonce: "019abc0de123a1b2c3d4e5f60718", Made: time.UnixMilli(0x019abc0de123)}},
+		{name: "a time that is not hex", give: "w1#inc.019abc0dexyza1b2c3d4e5f60718",
+			want: Owner{Holder: "w1", Incarnation: "inc", Nonce: "019abc0dexyza1b2c3d4e5f60718"}},
 		{name: "dotted holder", give: "host.example.com-1#inc.n", want: Owner{Holder: "host.example.com-1", Incarnation: "inc", Nonce: "n"}},
 		{name: "dotted holder, no incarnation", give: "host.example.com-1#n", want: Owner{Holder: "host.example.com-1", Nonce: "n"}},
 		{name: "holder alone", give: "w1", want: Owner{Holder: "w1"}},
@@ -42,8 +47,9 @@ func TestOwnerCarriesIncarnation(t *testing.T) {
 	old := f.manager(t, "w1", withInc("aaaa1111"))
 	ra := acquireOne(t, old, "s1")
 	require.NotNil(t, ra.Lease)
-	require.Regexp(t, regexp.MustCompile(`^w1#aaaa1111\.[0-9a-f]{16}$`), ra.Lease.Owner())
-	require.Equal(t, Owner{Holder: "w1", Incarnation: "aaaa1111", Nonce: ra.Lease.Owner()[len("w1#aaaa1111."):]}, ParseOwner(ra.Lease.Owner()))
+	require.Regexp(t, regexp.MustCompile(`^w1#aaaa1111\.[0-9a-f]{28}$`), ra.Lease.Owner())
+	require.Equal(t, Owner{Holder: "w1", Incarnation: "aaaa1111", Nonce: ra.Lease.Owner()[len("w1#aaaa1111."):], Made: f.clock.Now().Truncate(time.Millisecond)},
+		ParseOwner(ra.Lease.Owner()), "the manager's clock when the value was made")
 
 	restarted := f.manager(t, "w1", withInc("bbbb2222"))
 	rb := acquireOne(t, restarted, "s1")
@@ -59,7 +65,7 @@ func TestOwnerCarriesIncarnation(t *testing.T) {
 
 	plain := f.manager(t, "w2")
 	rp := acquireOne(t, plain, "s3")
-	require.Regexp(t, regexp.MustCompile(`^w2#[0-9a-f]{16}$`), rp.Lease.Owner(), "no incarnation: the old format")
+	require.Regexp(t, regexp.MustCompile(`^w2#[0-9a-f]{28}$`), rp.Lease.Owner(), "no incarnation: holder#nonce")
 
 	for _, bad := range []string{"a.b", "a#b", "a-b"} {
 		_, err := New(Config{Client: f.rdb, Holder: "w", Incarnation: bad})

@@ -495,7 +495,7 @@ func TestRealManagerSurvivesScriptFlush(t *testing.T) {
 	r3 := acquireOne(t, m, "s3")
 	require.NoError(t, r3.Err)
 	require.NotNil(t, r3.Lease)
-	require.Equal(t, r.fence(t, "s3"), r3.Lease.Token())
+	require.Greater(t, r3.Lease.Token(), l2.Token(), "the script ran")
 	require.Equal(t, r3.Lease.Owner(), r.owner(t, "s3"))
 	requireCalls([]int{1, 1}, 1)
 
@@ -771,7 +771,10 @@ func TestRealBatching10000Sessions(t *testing.T) {
 
 	require.NoError(t, m.ReleaseAll(ctx))
 	require.Zero(t, m.Count())
-	require.Equal(t, int64(n+1), r.rdb.DBSize(ctx).Val(), "only the fencing records (with their handoff marks) and the loss marker remain")
+	require.Equal(t, int64(n+2), r.rdb.DBSize(ctx).Val(), "only the fencing records (with their handoff marks), the loss marker and the token high-water mark remain")
+	for i := range 10 {
+		require.Equal(t, res[i*n/10].Lease.Token(), r.fence(t, ids[i*n/10]), "a release records the released token")
+	}
 }
 
 func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
@@ -782,7 +785,7 @@ func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
 	b := r.manager(t, "b")
 	la := acquireOne(t, a, "s").Lease
 	require.NotNil(t, la)
-	owner, token := la.Owner(), la.Token()
+	owner := la.Owner()
 
 	rb := acquireOne(t, b, "s")
 	require.NoError(t, rb.Err)
@@ -804,6 +807,7 @@ func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
 		{"owner value in upper case", strings.ToUpper(owner)},
 		{"empty", ""},
 	}
+	record := r.fence(t, "s")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := r.pttl(t, "s")
@@ -814,7 +818,7 @@ func TestRealOtherOwnerCannotRenewOrRelease(t *testing.T) {
 			got := r.pttl(t, "s")
 			require.Greater(t, got, int64(0))
 			require.LessOrEqual(t, got, before, "TTL must not be extended")
-			require.Equal(t, token, r.fence(t, "s"))
+			require.Equal(t, record, r.fence(t, "s"), "the fencing record is untouched")
 		})
 	}
 
@@ -855,7 +859,7 @@ func TestRealAcquireIdempotentUnderClientRetry(t *testing.T) {
 		require.NotNil(t, res.Lease)
 		require.Equal(t, r.fence(t, "s"), res.Lease.Token())
 		require.Equal(t, res.Lease.Owner(), r.owner(t, "s"))
-		require.Equal(t, 3, setCalls(t, r.rdb), "the script ran twice; the loss marker, the counter and the lease were set once")
+		require.Equal(t, 5, setCalls(t, r.rdb), "the script ran twice; the loss marker and the lease were set once, the token high-water mark by each run")
 		require.NoError(t, m.ReleaseAll(ctx))
 	})
 
@@ -877,7 +881,7 @@ func TestRealAcquireIdempotentUnderClientRetry(t *testing.T) {
 		require.NoError(t, res.Err)
 		require.NotNil(t, res.Lease)
 		require.Equal(t, landed, res.Lease.Owner())
-		require.Equal(t, r.fence(t, "s"), res.Lease.Token(), "the landed acquisition's token, minted once")
+		require.Equal(t, r.fence(t, "s"), res.Lease.Token(), "the retry's token, minted again (the landed one's was never recorded nor used) and recorded, so that a further retry gets it")
 		require.NoError(t, m.ReleaseAll(ctx))
 	})
 }

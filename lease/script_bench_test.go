@@ -195,11 +195,11 @@ func BenchmarkScriptAcquire1000(b *testing.B) { benchAcquire(b, 1000) }
 
 func benchAcquire(b *testing.B, n int) {
 	s := newScriptBench(b, n)
-	args := []any{2*n + 1}
+	args := []any{2*n + 2}
 	for _, id := range s.ids {
 		args = append(args, realKeys.Lease(id), realKeys.Fencing(id))
 	}
-	args = append(args, realKeys.Epoch(0), int64(30000), int64(0), "") // no quarantine, as after MarkFresh
+	args = append(args, realKeys.Epoch(0), realKeys.EpochTokens(0), int64(30000), int64(0), "") // no quarantine, as after MarkFresh
 	for _, o := range s.owners {
 		args = append(args, o)
 	}
@@ -226,13 +226,13 @@ func BenchmarkScriptAcquireLayouts1000(b *testing.B) {
 		b.Fatal(err)
 	}
 	oldArgs := []any{3*n + 1}
-	newArgs := []any{2*n + 1}
+	newArgs := []any{2*n + 2}
 	for _, id := range s.ids {
 		oldArgs = append(oldArgs, realKeys.Lease(id), realKeys.Fence(id), realKeys.Released(id))
 		newArgs = append(newArgs, realKeys.Lease(id), realKeys.Fencing(id))
 	}
 	oldArgs = append(oldArgs, realKeys.Epoch(0), int64(30000))
-	newArgs = append(newArgs, realKeys.Epoch(0), int64(30000), int64(0), "")
+	newArgs = append(newArgs, realKeys.Epoch(0), realKeys.EpochTokens(0), int64(30000), int64(0), "")
 	for _, o := range s.owners {
 		oldArgs = append(oldArgs, o)
 		newArgs = append(newArgs, o)

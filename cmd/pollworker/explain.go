@@ -177,7 +177,7 @@ func printExplanation(w io.Writer, e fleet.Explanation, sched *scheduledView) {
 // tokenText shows a token.
 func tokenText(token int64) string {
 	if token == 0 {
-		return "none (no lease was ever granted, or the counter was lost)"
+		return "none recorded (a session's fencing record is created by its first graceful release: until then its holder alone knows its token; or the record was lost)"
 	}
 	return strconv.FormatInt(token, 10)
 }

@@ -24,8 +24,9 @@ func initCommand() *cli.Command {
 			"(--loss-quarantine, the lease TTL: 30s by default), so that every lease granted before a\n" +
 			"loss has ended first. init writes the marker of a new keyspace, after checking that it is\n" +
 			"new: it refuses (exit 2) a keyspace with a worker in its node index, or any lease, fencing\n" +
-			"counter, handoff mark, session state or heartbeat key under --key-prefix. Fencing counters\n" +
-			"never expire but nothing counts them, so only a scan can tell that none exists: init reads\n" +
+			"record or counter, handoff mark, token high-water mark, session state or heartbeat key\n" +
+			"under --key-prefix. Fencing records and high-water marks never expire but nothing counts\n" +
+			"them, so only a scan can tell that none exists: init reads\n" +
 			"the node index (one read), then every key of each Redis server with SCAN MATCH\n" +
 			"'<key-prefix>:*' (non-blocking, about a thousand keys per round trip), if the server holds\n" +
 			"at most --scan-limit keys. Sessions may be added before or after it.\n\n" +

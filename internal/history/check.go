@@ -14,9 +14,11 @@ type Poll struct {
 	Token   int64
 	Start   time.Time
 	End     time.Time
-	// FenceAtStart is the session's fencing counter read from Redis when the
-	// poll arrived (0 when unknown). A token below it means a newer
-	// acquisition had already happened: the poll ran past its lease.
+	// FenceAtStart is the session's last token read from Redis when the
+	// poll arrived (0 when unknown): its fencing record's, or a value above
+	// the poll's token when the lease found there was taken after the
+	// poll's token was minted. A token below it means a newer acquisition
+	// had already happened: the poll ran past its lease.
 	FenceAtStart int64
 	// Abandoned is set when the poller dropped the request (closed the
 	// connection) before the downstream had finished it.

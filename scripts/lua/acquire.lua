@@ -1,10 +1,12 @@
 -- acquire.lua: take the leases of several sessions at once.
 -- KEYS[2i-1]=lease key of session i, KEYS[2i]=its fencing record (a hash:
--- field token, the last token minted; field handoff, the mark release.lua
--- leaves), both in one slot; KEYS[2n+1]=the loss marker of that slot
--- (keyspace Epoch; optional: without it no loss is looked for);
--- KEYS[2n+2]=its confirmation time (optional: without it a slot migration
--- is not told from a loss)
+-- field token, the session's last token recorded; field handoff, the mark
+-- release.lua leaves), both in one slot; KEYS[2n+1]=the loss marker of
+-- that slot (keyspace Epoch; optional: without it no loss is looked for);
+-- KEYS[2n+2]=the slot's high-water mark (keyspace EpochTokens; optional:
+-- without it every acquisition writes its token into the record);
+-- KEYS[2n+3]=the marker's confirmation time (optional: without it a slot
+-- migration is not told from a loss)
 -- ARGV[1]=ttl in ms; ARGV[2]=loss quarantine in ms (0 = off); ARGV[3]=the
 -- masters: '' (a marker of another server is always a loss), '-' (ask the
 -- caller for them when a marker may have moved) or the run ids of the
@@ -38,22 +40,38 @@
 -- or, instead of all that, {'<masters?>'} when ARGV[3] is '-' and the
 -- marker may have moved: nothing was written; the caller calls again with
 -- the run ids of the masters (see Moves below).
--- after the 4n values, when the loss marker had the wrong type, two more:
---   '<bad:marker>', its type. The marker is pollworker's own key: it is
---   overwritten with a fresh quarantine, as a lost marker is (a repair
---   that only delays acquisitions, never lets two holders overlap).
+-- after the 4n values, when the loss marker or the high-water mark had the
+-- wrong type or an unusable value, two more per key: '<bad:marker>' or
+-- '<bad:high>', and why. Both are pollworker's own keys: the marker is
+-- overwritten with a fresh quarantine, as a lost marker is (a repair that
+-- only delays acquisitions, never lets two holders overlap); the
+-- high-water mark is read as missing and overwritten (tokens then rest on
+-- the clock and the records, as after its loss).
 --
--- Cost: a free lease costs three commands (HMGET of the record, SET NX PX
--- of the lease, HSET of the token); TIME, INFO and the marker are read once
--- per call. A lease held by another costs two more (GET, PTTL).
+-- Cost: a free lease of a session without a record costs two commands
+-- (HMGET of the record, finding none, and SET NX PX of the lease); one
+-- with a record a third (HSET of the token); TIME, INFO, the marker and
+-- the high-water mark are read once per call and the mark written once.
+-- A lease held by another costs two more (GET, PTTL).
 --
--- Tokens: a new token is max(last + 1, Redis TIME in microseconds), and the
--- record's token is set to it. The record never expires; if it is lost (a
--- restart without persistence, FLUSHALL, a failover to a replica that
--- missed it, eviction) the clock still puts the next token above every
--- earlier one, as long as the server clock has moved forward since the
--- earlier token was minted. Tokens from a plain counter (older versions)
--- are far below the clock, so an upgrade keeps them increasing too.
+-- Tokens: a new token is max(last + 1, high + 1, Redis TIME in
+-- microseconds), last being the session's record's token (0 without one)
+-- and high the slot's high-water mark, the greatest token minted in the
+-- slot, which is set to it. The record's token is set too where the
+-- session has a record (its first release creates it, release.lua), or
+-- where no high-water mark is passed. So a session's tokens increase
+-- through the record or the mark, whichever holds the last; if both are
+-- lost (a restart without persistence, FLUSHALL, a failover to a replica
+-- that missed them, eviction) the clock still puts the next token above
+-- every earlier one, as long as the server clock has moved forward since
+-- the earlier token was minted. The mark runs ahead of the clock by at
+-- most one microsecond per token minted in a call, and a call spends more
+-- than that on each (a SET of a new key), so every token is at or below
+-- the server clock when its call returns. Tokens are unique in a slot.
+-- Tokens from a plain counter (older versions) are far below the clock,
+-- so an upgrade keeps them increasing too. A version that writes every
+-- token into the record reads the records only: while it runs beside this
+-- one, a session without a record relies on the clock as after a loss.
 -- Lua numbers are doubles, exact up to 2^53: a token above 2^53-1 could be
 -- minted twice (or below the last), so a token that is not a decimal
 -- integer below 2^53-1 is refused (reported as bad, never overwritten).
@@ -151,7 +169,7 @@ local badmarker
 -- in this slot (the marker says so), so a record without a token needs
 -- no look at them
 local recordsonly = false
-local marker, confirmed = KEYS[2 * n + 1], KEYS[2 * n + 2]
+local marker, high, confirmed = KEYS[2 * n + 1], KEYS[2 * n + 2], KEYS[2 * n + 3]
 local asked = ARGV[3] == '-'
 local masters = {}
 if not asked then
@@ -209,6 +227,21 @@ if marker then
   quarantine = tonumber(u) - now
 end
 
+-- top is the slot's high-water mark (0 when missing or unusable)
+local top, top0, badhigh = 0, 0, nil
+if high then
+  local v, problem = get(high)
+  if v == nil then
+    badhigh = problem
+  elseif v then
+    top, problem = parse(v)
+    if top == nil then
+      top, badhigh = 0, problem
+    end
+  end
+  top0 = top
+end
+
 -- handoff reads a mark: the release time and the next poll's due time
 -- (nil when it does not say), or nil when the mark does not count.
 local function handoff(mark, token)
@@ -256,7 +289,7 @@ for i = 1, n do
   local cur, token
   if last ~= nil then
     clock()
-    token = math.max(last + 1, nowus)
+    token = math.max(last + 1, top + 1, nowus)
     if token > safe then
       last, problem = nil, 'the next token would pass 2^53-1'
     end
@@ -285,9 +318,13 @@ for i = 1, n do
   elseif cur == false and quarantine > 0 then
     put(0, quarantine, '<quarantine>', 0)
   elseif cur == false or (cur == me and not rec[1]) then
-    -- a new term; or a retried request whose token the record lost: minted
-    -- again rather than guessed
-    redis.call('HSET', record, 'token', string.format('%d', token))
+    -- a new term; or a retried request whose token the record does not
+    -- hold (lost, or never written: minted again rather than guessed, and
+    -- recorded, so a further retry gets the same one)
+    top = token
+    if rec[1] or legacy or cur == me or not high then
+      redis.call('HSET', record, 'token', string.format('%d', token))
+    end
     if legacy then
       redis.call('DEL', legacy[1], legacy[2])
     end
@@ -312,8 +349,15 @@ for i = 1, n do
     put(0, redis.call('PTTL', lease), cur, 0)
   end
 end
+if high and (top ~= top0 or badhigh) then
+  redis.call('SET', high, string.format('%d', top))
+end
 if badmarker then
   out[#out + 1] = '<bad:marker>'
   out[#out + 1] = badmarker
+end
+if badhigh then
+  out[#out + 1] = '<bad:high>'
+  out[#out + 1] = badhigh
 end
 return out

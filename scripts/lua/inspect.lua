@@ -6,7 +6,9 @@
 -- keeps acquire.lua from taking the lease: "ROLE:problem" where ROLE is
 -- lease, fence or oldfence and problem is as acquire.lua reports it
 -- ("wrong type string", a token "not a decimal integer: ..." or "at or
--- above 2^53-1: ..."); the session's last token (0 if none); and when its
+-- above 2^53-1: ..."); the token of the session's fencing record, the
+-- last one minted where the session has a record (its first release
+-- creates it; 0 if none); and when its
 -- next poll is due by a handoff mark that still counts (Redis time in ms;
 -- -1 without one, or if the mark does not say).
 -- A record without a token is read as acquire.lua reads it in a slot whose

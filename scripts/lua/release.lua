@@ -6,7 +6,8 @@
 -- holder's schedule, or -1 when unknown; ARGV[1+2n+i]=the token of lease i
 -- (n = #KEYS/2)
 -- returns an array of integers: 1 deleted, 0 not ours (missing or another owner)
--- A deleted lease's mark is the record's field handoff, set to
+-- A deleted lease's mark is the record's field handoff (the record is
+-- created with field token = the lease's token if it has none), set to
 -- "<token>:<release time>:<until>" or "<token>:<release time>:<until>:<next
 -- poll due>" (Redis TIME, in ms; until = the release, or the next poll due,
 -- plus ARGV[1]); acquire.lua reads it to report the handoff gap and to keep
@@ -35,9 +36,17 @@ for i = 1, n do
     else
       mark = string.format('%s:%d:%d', ARGV[1 + 2 * n + i], now, now + life)
     end
-    -- pcall: a record of the wrong type is left alone; HSET needs no more
-    -- ACL than the acquisition's
-    redis.pcall('HSET', record, 'handoff', mark)
+    -- pcall: a record of the wrong type is left alone. A session's first
+    -- release creates its record, with this lease's token (acquire.lua
+    -- writes a token only into a record that exists), so that the mark
+    -- counts; a token already there is this lease's too, or one an
+    -- operator wrote, and is left as it is. HGET and HSET, not HSETNX:
+    -- no more ACL than the acquisition's
+    if redis.pcall('HGET', record, 'token') == false then
+      redis.pcall('HSET', record, 'token', ARGV[1 + 2 * n + i], 'handoff', mark)
+    else
+      redis.pcall('HSET', record, 'handoff', mark)
+    end
     out[i] = 1
   else
     out[i] = 0
