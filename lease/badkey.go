@@ -122,9 +122,10 @@ func (m *Manager) noteBadMarker(c *call, problem string) {
 	m.mu.Lock()
 	m.markerRepairs++
 	m.mu.Unlock()
-	key, _ := c.args[3+2*len(c.idx)].(string) // after the sessions' keys
+	key, _ := c.args[3+2*len(c.idx)].(string)  // after the sessions' keys
+	high, _ := c.args[4+2*len(c.idx)].(string) // after the marker
 	m.log.Error("a key of the slot's own was unusable and was overwritten: a loss marker of the wrong type with a fresh loss quarantine (acquisitions in its slot wait one quarantine, as after a data loss); a token high-water mark as if lost (tokens rest on the clock and the fencing records)",
-		zap.String("event", "bad_loss_marker"), zap.String("key", key), zap.String("problem", problem))
+		zap.String("event", "bad_loss_marker"), zap.String("key", key), zap.String("high_water_key", high), zap.String("problem", problem))
 }
 
 // BadKeys returns the sessions the last acquisitions skipped for a bad key
