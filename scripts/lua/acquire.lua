@@ -23,8 +23,10 @@
 --   token, 0, -1, -1  already held by this owner value (a retried request):
 --                 the TTL is set again (the caller counts its deadline from
 --                 the retry) and the token is the record's, which is this
---                 acquisition's; if the record lost it, it is minted again
---                 rather than guessed
+--                 acquisition's; if the record does not hold it (lost, or
+--                 never written: a session before its first release), it is
+--                 minted again rather than guessed, and written into the
+--                 record, so that a further retry gets the same one
 --   0, pttl, cur, 0  held by another owner value cur (a string); pttl = its
 --                 remaining ms (-1 if none)
 --   0, left, '<quarantine>', 0  free, but the slot is quarantined after a
