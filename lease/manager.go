@@ -262,6 +262,7 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 	results := make([]Result, len(sessions))
 	var todo []int
 	owners := make([]string, len(sessions))
+	made := m.cfg.Clock.Now() // read outside m.mu: a fake clock runs its callbacks under its own lock
 	m.mu.Lock()
 	for i, s := range sessions {
 		results[i].Session = s
@@ -275,7 +276,7 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 		}
 		owner, ok := m.pending[s]
 		if !ok {
-			owner = m.newOwner()
+			owner = m.newOwner(made)
 			m.pending[s] = owner
 		}
 		owners[i] = owner

@@ -77,12 +77,12 @@ func validateIncarnation(s string) error {
 	return nil
 }
 
-// newOwner returns a fresh owner value, unique per acquisition:
-// holder#[incarnation.]<12 hex: the clock's Unix ms><16 random hex>.
-func (m *Manager) newOwner() string {
+// newOwner returns a fresh owner value, unique per acquisition, made at
+// made: holder#[incarnation.]<12 hex: made's Unix ms><16 random hex>.
+func (m *Manager) newOwner(made time.Time) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read crashes the program instead
-	ms := uint64(m.cfg.Clock.Now().UnixMilli()) & (1<<(4*madeDigits) - 1)
+	ms := uint64(made.UnixMilli()) & (1<<(4*madeDigits) - 1)
 	nonce := fmt.Sprintf("%0*x", madeDigits, ms) + hex.EncodeToString(b[:])
 	if m.cfg.Incarnation == "" {
 		return m.cfg.Holder + "#" + nonce
