@@ -120,6 +120,14 @@ func (r *recorder) polled(id string) int {
 	return r.count[id]
 }
 
+// token returns the greatest token session id was polled under (0 if
+// never); reset keeps it.
+func (r *recorder) token(id string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.maxToken[id]
+}
+
 func (r *recorder) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -2,6 +2,7 @@ package poller
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -85,7 +86,7 @@ func testPausedAfterADataLoss(t *testing.T, quarantine bool) {
 	if !quarantine {
 		cfg.LossQuarantine = -1
 	}
-	start(t, cfg)
+	r := start(t, cfg)
 	polledAll := func(ids []string, n int) func() bool {
 		return func() bool {
 			for _, id := range ids {
@@ -148,15 +149,35 @@ func testPausedAfterADataLoss(t *testing.T, quarantine bool) {
 		}
 		require.GreaterOrEqual(t, revision(), seen)
 	}
+	// The tokens the worker polled under before the loss: a lease taken
+	// after it has a greater one (minted from the server's clock).
+	before := map[string]int64{}
+	for _, id := range ids {
+		before[id] = rec.token(id)
+	}
 	proxy.Heal()
 
-	// Once the worker polls the others again (it took their leases after
-	// the loss quarantine, a lease TTL after the heal), and again after
-	// that, the paused session is not among them.
-	rec.reset()
-	require.Eventually(t, polledAll(ids[1:], 3), 30*time.Second, 10*time.Millisecond, "the others polled after the loss")
+	// Until the worker learns of the loss (a renewal finds its lease gone),
+	// it rightly goes on polling under the leases it renewed before: how
+	// long that takes depends on the machine. So the test waits for what
+	// shows it learnt: every other session polled under a lease taken after
+	// the loss, and the paused one no longer held. The bug took the paused
+	// session's lease again with the others and polled it.
+	retaken := func() bool {
+		for _, id := range ids[1:] {
+			if rec.token(id) <= before[id] {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, func() bool {
+		return retaken() && !slices.Contains(r.c.Status().Owned, ids[0])
+	}, 30*time.Second, 10*time.Millisecond, "the others taken again after the loss, %s let go", ids[0])
+	require.Equal(t, before[ids[0]], rec.token(ids[0]), "%s was paused after the loss, and polled under a lease taken after it", ids[0])
 	rec.reset()
 	require.Eventually(t, polledAll(ids[1:], 3), 30*time.Second, 10*time.Millisecond, "the others polled again")
 	require.Zero(t, rec.polled(ids[0]), "%s was paused after the loss", ids[0])
+	require.Equal(t, before[ids[0]], rec.token(ids[0]), "%s was paused after the loss, and polled under a lease taken after it", ids[0])
 	rec.check(t)
 }
