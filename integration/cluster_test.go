@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/internal/redistest"
@@ -131,8 +132,8 @@ func TestRedisClusterReshardIsNotALoss(t *testing.T) {
 		return c
 	}
 	a := runCoordinator(t, cfg("a"))
-	runCoordinator(t, cfg("b"))
-	runCoordinator(t, cfg("c"))
+	b := runCoordinator(t, cfg("b"))
+	c := runCoordinator(t, cfg("c"))
 	holders := func() map[string]string { return holdersOf(t, client, ids) }
 	require.Eventually(t, func() bool { return len(holders()) == len(ids) }, 15*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return hist.polledSince(ids, time.Now().Add(-time.Second)) }, 15*time.Second, 20*time.Millisecond)
@@ -143,8 +144,22 @@ func TestRedisClusterReshardIsNotALoss(t *testing.T) {
 	for _, id := range movers {
 		require.Equal(t, to, cluster.SlotOwner(t, keyspace.Slot(keyspace.Space{}.Lease(id))), "%s moved", id)
 	}
-	require.Eventually(t, func() bool { return hist.polledSince(ids, reshardEnd) }, 15*time.Second, 20*time.Millisecond,
-		"every session polled again after the reshard")
+	if !assert.Eventually(t, func() bool { return hist.polledSince(ids, reshardEnd) }, 15*time.Second, 20*time.Millisecond,
+		"every session polled again after the reshard") {
+		// Seen once in a fresh-clone make test, not understood: say what
+		// was left and what the workers saw.
+		un := hist.unpolledSince(ids, reshardEnd)
+		hs := holders()
+		for _, id := range un {
+			t.Logf("not polled since the reshard: %s (moved %v, slot %d, lease held by %q)", id, slices.Contains(movers, id), keyspace.Slot(keyspace.Space{}.Lease(id)), hs[id])
+		}
+		for _, w := range []*coordinator{a, b, c} {
+			st := w.c.Status()
+			t.Logf("worker %s: ready %v, members %v, owns %d, polls %d", st.ID, st.Ready, st.Members, len(st.Owned), st.Polls)
+		}
+		t.Logf("lease events since the reshard began: %v", hist.eventsSince(spanFrom))
+		t.FailNow()
+	}
 	h := History{Polls: hist.snapshot(), End: time.Now()}
 	for _, id := range ids {
 		h.Spans = append(h.Spans, Span{Session: id, From: spanFrom})
@@ -286,6 +301,11 @@ func (h *pollHistory) poller(worker string) poller.Poller {
 
 // polledSince reports whether every one of ids had a poll start after t.
 func (h *pollHistory) polledSince(ids []string, t time.Time) bool {
+	return len(h.unpolledSince(ids, t)) == 0
+}
+
+// unpolledSince returns the ids not polled after t.
+func (h *pollHistory) unpolledSince(ids []string, t time.Time) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	seen := map[string]bool{}
@@ -294,12 +314,13 @@ func (h *pollHistory) polledSince(ids []string, t time.Time) bool {
 			seen[p.Session] = true
 		}
 	}
+	var out []string
 	for _, id := range ids {
 		if !seen[id] {
-			return false
+			out = append(out, id)
 		}
 	}
-	return true
+	return out
 }
 
 func (h *pollHistory) snapshot() []Poll {

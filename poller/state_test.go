@@ -101,25 +101,40 @@ func (c *cursorLog) polledBy(id, worker string) bool {
 	return false
 }
 
-// check verifies every session's history: every poll saved, each poll saw
-// the cursor the previous one saved (across handoffs too), tokens never
-// went backwards, and every poll had its SessionState.
+// check verifies every session's history: every poll saw the cursor the
+// last save before it left (across handoffs too), tokens never went
+// backwards, and every poll had its SessionState. A save may fail only by
+// its poll's context being cancelled, as it is the moment the lease
+// becomes uncertain (a renewal slower than the request timeout, on a
+// loaded machine): it may or may not have been written, so the next poll
+// may see either cursor.
 func (c *cursorLog) check(t *testing.T) {
 	t.Helper()
 	require.Zero(t, c.plain.Load(), "Poll without State under Config.Stateful")
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	cancelled := 0
 	for id, ps := range c.polls {
+		may := []int{0} // the cursors the next poll may see; the first poll ever sees none
 		for i, p := range ps {
-			require.NoError(t, p.err, "%s poll %d by %s", id, i, p.worker)
-			if i == 0 {
-				require.Equal(t, 0, p.seen, "%s: first poll ever sees no state", id)
-				continue
+			require.Contains(t, may, p.seen, "%s poll %d by %s (token %d) sees cursor %d, not what the saves before left %v",
+				id, i, p.worker, p.token, p.seen, may)
+			switch {
+			case p.err == nil:
+				may = []int{p.saved}
+			case errors.Is(p.err, context.Canceled) && p.saved == -1:
+				cancelled++
+				may = []int{p.seen, p.seen + 1}
+			default:
+				require.NoError(t, p.err, "%s poll %d by %s", id, i, p.worker)
 			}
-			require.Equal(t, ps[i-1].saved, p.seen, "%s poll %d by %s (token %d) does not see the cursor saved by %s (token %d)",
-				id, i, p.worker, p.token, ps[i-1].worker, ps[i-1].token)
-			require.GreaterOrEqual(t, p.token, ps[i-1].token, "%s: token went backwards", id)
+			if i > 0 {
+				require.GreaterOrEqual(t, p.token, ps[i-1].token, "%s: token went backwards", id)
+			}
 		}
+	}
+	if cancelled > 0 {
+		t.Logf("%d saves cancelled with their poll (lease uncertain)", cancelled)
 	}
 }
 
