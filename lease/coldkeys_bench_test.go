@@ -22,8 +22,11 @@ import (
 //   - records: the script before the token high-water mark
 //     (testdata/acquire_records.lua), which writes every token into the
 //     session's fencing record: two new keys per session;
-//   - highwater: today's, with the slot's high-water mark: one new key
-//     (the lease) per session;
+//   - highwater: the script with the slot's high-water mark, one new key
+//     (the lease) per session, before it read the records with one EXISTS
+//     per call (testdata/acquire_highwater.lua): a read per session;
+//   - exists: today's, whose one EXISTS finds no record, so no session
+//     is read: one command per session;
 //   - setnx: the floor, a plain SET NX PX of each lease key, pipelined,
 //     no script (what any lease on one key per session costs Redis).
 //
@@ -33,8 +36,12 @@ func BenchmarkScriptAcquireNewKeys1000(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	highwater, err := os.ReadFile("testdata/acquire_highwater.lua")
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, pre := range []int{0, 3_000_000} {
-		for _, variant := range []string{"records", "highwater", "setnx"} {
+		for _, variant := range []string{"records", "highwater", "exists", "setnx"} {
 			b.Run(fmt.Sprintf("keys=%d/%s", pre, variant), func(b *testing.B) {
 				srv := redistest.Start(b, "--enable-debug-command", "yes")
 				rdb := srv.Client(b)
@@ -71,8 +78,11 @@ func BenchmarkScriptAcquireNewKeys1000(b *testing.B) {
 					return append(a, owners...)
 				}
 				src := lua.Acquire
-				if variant == "records" {
+				switch variant {
+				case "records":
 					src = string(records) // reads 2n+1 keys: the high-water key is an extra one it ignores
+				case "highwater":
+					src = string(highwater)
 				}
 				s := &scriptBench{rdb: rdb, ids: make([]string, n)}
 				s.runEach(b, src, args, replyLen(4*n))

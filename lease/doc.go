@@ -6,9 +6,11 @@
 // above the slot's high-water mark (<prefix>:epoch:{tag}:tokens) and the
 // session's fencing record (<prefix>:fencing:{<session>}, a hash that
 // never expires, created by the session's first release), in one script:
-// two commands per session (HMGET of the record, SET NX PX), a third (HSET
-// of the token) where the record exists; the loss marker and the
-// high-water mark are read once per call. Renew (PEXPIRE) and release (DEL) are scripts that act only where
+// one command per session (SET NX PX) when EXISTS finds no record among
+// the call's sessions, as at a cold start; otherwise two (HMGET of the
+// record, SET NX PX), a third (HSET of the token) where the record exists;
+// the loss marker and the high-water mark are read once per call. Renew
+// (PEXPIRE) and release (DEL) are scripts that act only where
 // GET equals the owner value, so a holder can never extend or delete a lease
 // that another acquisition holds. Every script takes many sessions per call,
 // and the calls of one cycle go out at once, in one pipeline or (renewal of
