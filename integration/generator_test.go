@@ -170,6 +170,7 @@ var genKinds = []genKind{
 	{name: "bad-marker-type", class: classData, quick: true, run: (*genWorld).doBadMarker},
 	{name: "bad-node-type", class: classData, quick: true, run: (*genWorld).doBadNode},
 	{name: "huge-fence", class: classData, quick: true, run: (*genWorld).doHugeFence},
+	{name: "bad-high-water", class: classData, quick: true, run: (*genWorld).doBadHighWater},
 	{name: "junk-members", class: classData, quick: true, run: (*genWorld).doJunkMembers},
 	{name: "overload-host-limit", class: classLoad, quick: true, run: (*genWorld).doLoadHost},
 	{name: "overload-cpu", class: classLoad, long: true, run: (*genWorld).doLoadCPU},
@@ -1289,6 +1290,40 @@ func (w *genWorld) doBadMarker(st *genStep) {
 	typ, _ := w.admin.Type(ctx, key).Result()
 	st.allowance, st.outage = genLoss, true
 	st.note = "a " + typ + " at the step's end"
+}
+
+// doBadHighWater makes the token high-water mark (slot 0's, the one
+// outside Cluster) unusable for 0.5-2 s: a hash, a string that is not a
+// number, or a number at or above 2^53-1. An acquisition reads it as
+// missing (tokens rest on the records and the clock, as after its loss),
+// reports it and overwrites it: no session may lose its bound, and tokens
+// must never go back or be shared. A session is added meanwhile, so that
+// a worker acquires while the mark is bad.
+func (w *genWorld) doBadHighWater(st *genStep) {
+	ctx := context.Background()
+	key := keyspace.Space{}.EpochTokens(0)
+	switch st.rng.IntN(3) {
+	case 0:
+		w.plant(ctx, key, plantHash)
+		st.note = key + " a hash"
+	case 1:
+		w.plant(ctx, key, plantString)
+		st.note = key + " garbage"
+	default:
+		v := fmt.Sprint(int64(1)<<53 + st.rng.Int64N(1<<20))
+		require.NoError(w.t, w.admin.Set(ctx, key, v, 0).Err())
+		st.note = key + " = " + v
+	}
+	// A session added now makes a worker acquire while the mark is bad.
+	note := st.note
+	w.doAdd(st)
+	st.note = note + ", then " + st.note + " added"
+	hold(time.Duration(500+st.rng.IntN(1500)) * time.Millisecond)
+	if v, err := w.admin.Get(ctx, key).Int64(); err == nil && v < 1<<53-1 {
+		st.note += ", overwritten by an acquisition"
+	} else {
+		st.note += ", still bad at the step's end"
+	}
 }
 
 // doBadNode makes a live worker's heartbeat key a hash: at worst that
