@@ -184,22 +184,6 @@ func (s *Snapshot) Quarantined() Quarantined {
 	return q
 }
 
-// AcquiredAgo is how long ago session id's lease was taken, read off its
-// fencing token (lease.MintedAt), or where the session's fencing record
-// does not hold it, off the time in the lease's owner value (the holder's
-// clock: lease.Owner.Made); ok false when neither tells.
-func (s *Snapshot) AcquiredAgo(id string) (time.Duration, bool) {
-	f, found := s.Sessions[id]
-	if !found {
-		return 0, false
-	}
-	at, ok := acquiredAt(f.Token, f.Lease.Owner, s.ServerTime)
-	if !ok {
-		return 0, false
-	}
-	return s.ServerTime.Sub(at), true
-}
-
 // acquiredAt is when the lease of owner value owner was taken, now being
 // the server's time: when token was minted (the token of the session's
 // fencing record, the lease's where there is one), else when the holder
