@@ -49,7 +49,7 @@ func TestSelectKinds(t *testing.T) {
 		{spec: "pause,rm", want: []string{"pause", "rm"}},
 		{spec: "load", want: []string{"overload-host-limit", "overload-cpu"}},
 		{spec: "default,-load", want: quick[:len(quick)-1]},
-		{spec: "data,-huge-fence,-bad-state", want: []string{"bad-lease-type", "bad-fence-type", "bad-marker-type", "bad-node-type", "junk-members"}},
+		{spec: "data,-huge-fence,-bad-state", want: []string{"bad-lease-type", "bad-fence-type", "bad-marker-type", "bad-node-type", "bad-high-water", "junk-members"}},
 		{spec: "-add", want: quick[1:]},
 		{spec: "default,-pause,pause", want: quick},
 		{spec: "-add,add", want: quick},
