@@ -38,7 +38,13 @@ func (v *view) refresh(ctx context.Context, full bool) bool {
 	rctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	v.news.peerNews.Store(false) // news from now on asks for another round
+	// A change read (membership, weights, sizes) asks for a new plan until
+	// one is made: a read that fails later in the round must not lose it,
+	// or the worker would keep the old plan until the next change (seen: a
+	// joiner never handed its share, the session changes read timing out
+	// on a loaded machine right after the join was read).
 	membersChanged, ok := v.readMembers(rctx, full)
+	v.replan = v.replan || membersChanged
 	if !ok {
 		return false
 	}
@@ -46,11 +52,12 @@ func (v *view) refresh(ctx context.Context, full bool) bool {
 		v.claims.scheduleExpiry(d + 2*retrySlack)
 	}
 	sizesChanged, ok := v.applyChanges(rctx)
+	v.replan = v.replan || sizesChanged
 	if !ok {
 		return false
 	}
-	if membersChanged || sizesChanged {
-		v.assignBuckets()
+	if v.replan {
+		v.replan = !v.assignBuckets()
 		v.sweepAll = true
 	}
 	return v.loadBuckets(ctx) && v.recheckHeld(ctx)
@@ -81,7 +88,7 @@ func (v *view) readMembers(ctx context.Context, full bool) (changed, ok bool) {
 		infos, err := v.registry.Get(ctx, m.Placeable()...)
 		if err != nil {
 			v.health.redisFailed("members", "discovery", err)
-			return false, false
+			return changed, false
 		}
 		v.weighing.readVersion = m.Version
 		v.weighing.members = fleet.WeighMembers(m.Placeable(), infos) // cordoned workers take nothing
@@ -92,7 +99,7 @@ func (v *view) readMembers(ctx context.Context, full bool) (changed, ok bool) {
 		f, err := v.weighing.planner.Fleet(ms, fleet.Selector{})
 		if err != nil { // WeighMembers makes only valid weights
 			v.log.Error("planner refused the fleet", zap.Error(err))
-			return false, false
+			return changed, false
 		}
 		v.fleet, v.weighing.fleetKey = f, key
 		changed = true // a new fleet: plan again
@@ -183,10 +190,10 @@ func (v *view) planSpaces() bool {
 // assignBuckets asks the planner (package assign) where every bucket goes
 // and decides which buckets this worker reads: those assigned to it, with
 // definitions, and those it watches for orphans (it is the best ranked
-// after their owner), ids only.
-func (v *view) assignBuckets() {
+// after their owner), ids only. It reports false when no plan was made.
+func (v *view) assignBuckets() bool {
 	if !v.planSpaces() {
-		return
+		return false
 	}
 	me := v.me
 	want := make(map[int]bool) // bucket -> assigned
@@ -217,6 +224,7 @@ func (v *view) assignBuckets() {
 			v.buckets[b] = &bucket{assigned: assigned, ids: polled[b]}
 		}
 	}
+	return true
 }
 
 // polledByBucket returns the sessions polled here, by bucket.

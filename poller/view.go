@@ -48,6 +48,7 @@ type view struct {
 	membersChanged bool                        // since the last Round report
 	touched        map[string]struct{}         // sessions whose standing may have changed since the last round
 	sweepAll       bool                        // the next round looks at every session (assignment changed)
+	replan         bool                        // what the plan weighs changed since it was last made (kept across a round that failed)
 	wasMember      bool                        // member at the last round
 	// staleHeld are the buckets changed since the sessions polled here
 	// in them were last read, and recheckAll says every bucket may have
