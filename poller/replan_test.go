@@ -49,8 +49,8 @@ func TestJoinReadInAFailedRoundIsPlanned(t *testing.T) {
 	require.Positive(t, owners()["b"], "the join is planned in the next round")
 }
 
-// failScript fails the first left calls (alone or pipelined) of the
-// script whose SHA is sha, as a Redis timeout would.
+// failScript fails the first left calls of the script whose SHA is sha,
+// alone or with the whole pipeline they are in, as a Redis timeout would.
 type failScript struct {
 	sha  string
 	left atomic.Int64
@@ -59,8 +59,11 @@ type failScript struct {
 func (h *failScript) fail(cmds ...redis.Cmder) error {
 	for _, c := range cmds {
 		if a := c.Args(); len(a) > 1 && a[1] == h.sha && h.left.Add(-1) >= 0 {
-			c.SetErr(errors.New("injected: i/o timeout"))
-			return c.Err()
+			err := errors.New("injected: i/o timeout")
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
 		}
 	}
 	return nil

@@ -407,40 +407,6 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
-// failFirstLoads fails the first n pipelines that load a state, as a
-// Redis timeout would.
-type failFirstLoads struct {
-	sha  string
-	left atomic.Int64
-}
-
-func (h *failFirstLoads) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *failFirstLoads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && a[1] == h.sha && h.left.Add(-1) >= 0 {
-			cmd.SetErr(errors.New("injected: state load timed out"))
-			return cmd.Err()
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *failFirstLoads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			if a := c.Args(); len(a) > 1 && a[1] == h.sha && h.left.Add(-1) >= 0 {
-				err := errors.New("injected: state load timed out")
-				for _, c := range cmds {
-					c.SetErr(err)
-				}
-				return err
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // TestStateLoadFailureIsRetriedSoon: a state load that fails (a Redis
 // timeout) is no failure of the target: the load is tried again within a
 // second, not an interval and a backoff later (it was, and a session at
@@ -450,7 +416,7 @@ func TestStateLoadFailureIsRetriedSoon(t *testing.T) {
 	client := redistest.Start(t).Client(t)
 	const iv = 30 * time.Second
 	putSessions(t, client, map[string]time.Duration{"a": iv})
-	hook := &failFirstLoads{sha: redis.NewScript(lua.StateLoad).Hash()}
+	hook := &failScript{sha: redis.NewScript(lua.StateLoad).Hash()}
 	hook.left.Store(2)
 	client.AddHook(hook)
 	log := newCursorLog()
