@@ -133,9 +133,9 @@ func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
 	b := start(t, cfg("b"))
 	// Deadlines far beyond the 2.2 s longest interval a moved session waits
 	// for its next poll: Eventually returns when the condition holds, and
-	// a loaded machine (-race, a shared CI runner) joins slowly. Seen once
-	// in a fresh-clone make test, not understood: on failure, say what
-	// each worker holds and sees.
+	// a loaded machine (-race, a shared CI runner) joins slowly. On
+	// failure, say what each worker holds and sees (which showed a
+	// keeping its old plan with members [a b]: TestJoinReadInAFailedRoundIsPlanned).
 	if !assert.Eventually(t, func() bool { return len(log.handoffs()) >= 5 }, time.Minute, 10*time.Millisecond,
 		"b takes its share") {
 		for _, w := range []*running{a, b} {
