@@ -311,11 +311,20 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 	}
 	m.send(ctx, m.acquire, calls, 1, true, handle)
 	if len(moved) > 0 {
-		masters := m.settledMasters(ctx)
-		for _, c := range moved {
-			c.withMasters(masters)
+		masters, complete := m.settledMasters(ctx)
+		if !complete {
+			// Nothing was written: the sessions are not taken now, and
+			// the caller asks again (an error result).
+			for _, c := range moved {
+				c.cmd, c.err = nil, errMastersUnread
+			}
+			handle(moved, m.cfg.Clock.Now())
+		} else {
+			for _, c := range moved {
+				c.withMasters(masters)
+			}
+			m.send(ctx, m.acquire, moved, 1, true, handle) // never asks again
 		}
-		m.send(ctx, m.acquire, moved, 1, true, handle) // never asks again
 	}
 	m.notify(changes)
 	return results

@@ -3,6 +3,7 @@ package lease
 import (
 	"bufio"
 	"context"
+	"errors"
 	"strings"
 	"sync"
 
@@ -13,6 +14,11 @@ import (
 // the loss marker it found may have been moved by a slot migration: it
 // wants the run ids of the masters (settledMasters) to decide.
 const askMasters = "<masters?>"
+
+// errMastersUnread is the error of the sessions of an acquire call that
+// asked for the masters when a master did not answer: nothing was
+// written, and the sessions are asked for again in a later call.
+var errMastersUnread = errors.New("a slot's loss marker may have moved, and not every master's run id could be read: not acquired now")
 
 // asksMasters reports whether c's reply is askMasters.
 func (c *call) asksMasters() bool {
@@ -38,28 +44,31 @@ func (c *call) withMasters(masters []string) {
 
 // settledMasters asks every master of the cluster, now, for its run id, and
 // returns those of the masters that have been masters since they started
-// (never promoted from replica: see settledMaster). A master that does not
-// answer is left out: a marker it wrote then counts as a loss, as before.
-func (m *Manager) settledMasters(ctx context.Context) []string {
+// (never promoted from replica: see settledMaster). complete is false when
+// a master did not answer (a timeout on a loaded server): a marker it
+// wrote would then read as a loss and start a quarantine of the slot for
+// a move, so the caller sends nothing and tries again later.
+func (m *Manager) settledMasters(ctx context.Context) (ids []string, complete bool) {
 	cc, ok := m.client.(*redis.ClusterClient)
 	if !ok {
-		return nil
+		return nil, true
 	}
 	var mu sync.Mutex
-	var ids []string
-	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+	complete = true
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		text, err := c.Info(ctx, "server", "replication").Result()
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
-			return nil // left out
+			complete = false
+			return nil
 		}
 		if id, ok := settledMaster(text); ok {
-			mu.Lock()
 			ids = append(ids, id)
-			mu.Unlock()
 		}
 		return nil
 	})
-	return ids
+	return ids, complete && err == nil
 }
 
 // settledMaster reads the text of INFO server and replication: the run id

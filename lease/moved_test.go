@@ -142,6 +142,8 @@ func TestRealMovedMarkerRules(t *testing.T) {
 // (resharding) carries its loss marker with the old master's run id; the
 // next acquisition in that slot counts it as moved, not as a data loss, so
 // nothing waits a quarantine; the lease migrated with it is still renewed.
+// While the old master does not answer, the acquisition waits rather than
+// read the move as a loss.
 func TestRealClusterReshardIsNotALoss(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
@@ -172,8 +174,26 @@ func TestRealClusterReshardIsNotALoss(t *testing.T) {
 	require.NotEqual(t, infoField(nodes[from].Info(ctx, "server").Val(), "run_id"),
 		infoField(nodes[to].Info(ctx, "server").Val(), "run_id"))
 
+	// The old master does not answer for a while (paused: its INFO times
+	// out): the move cannot be told from a loss, so nothing is written
+	// and the session is not taken now; the marker keeps naming the old
+	// master, and no quarantine starts.
 	other := sessionInSlot(t, slot, "s")
-	res := acquireOne(t, m, other)
+	marker := nodes[to].Get(ctx, realKeys.Epoch(slot)).Val()
+	quick := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = quick.Close() })
+	mq, err := New(Config{Client: quick, Holder: "w2", TTL: 10 * time.Second, LossQuarantine: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, quick.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }))
+	require.NoError(t, nodes[from].Do(ctx, "client", "pause", 1500, "all").Err())
+	res := mq.Acquire(ctx, []string{other})[0]
+	require.ErrorIs(t, res.Err, errMastersUnread)
+	require.False(t, res.Quarantined)
+	require.Nil(t, res.Lease)
+	require.Equal(t, marker, nodes[to].Get(ctx, realKeys.Epoch(slot)).Val(), "the marker is left as it was")
+	require.Eventually(t, func() bool { return nodes[from].Ping(ctx).Err() == nil }, 10*time.Second, 50*time.Millisecond)
+
+	res = acquireOne(t, m, other)
 	require.NoError(t, res.Err)
 	require.False(t, res.Quarantined, "a migration is not a loss")
 	require.NotNil(t, res.Lease)
