@@ -102,9 +102,11 @@
 //     marker's confirmation time (<marker>:at, a time on the old master's
 //     clock when the slot was still there, so it has not restarted since
 //     the slot arrived; 2 s of margin for clock skew and the uptime's whole
-//     seconds). A failover (a promoted master), a restart, a master that
-//     does not answer, and a marker written before this scheme (no
-//     confirmation time) all count as a loss, as before; so does a move of
+//     seconds). While a master does not answer that INFO, nothing is
+//     written and the sessions are not taken (Result.Err): the caller asks
+//     again later. A failover (a promoted master), a restart, and a marker
+//     written before this scheme (no confirmation time) all count as a
+//     loss, as before; so does a move of
 //     a slot to a master that was itself promoted once, or out of a master
 //     that no longer serves any slot (a safe false alarm). Assumption:
 //     server clocks within 1 s of each other.
