@@ -88,7 +88,7 @@ func acquireArgs(sessions []string, owner string, ttl time.Duration) (keys []str
 	for _, s := range sessions {
 		// The lease and its fencing record (see acquire.lua).
 		keys = append(keys, ks.Lease(s), ks.Fencing(s))
-		args = append(args, owner+"#"+s)
+		args = append(args, owner+"#"+s, 1) // an owner value for one session
 	}
 	return keys, args
 }

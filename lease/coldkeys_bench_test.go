@@ -22,11 +22,12 @@ import (
 //   - records: the script before the token high-water mark
 //     (testdata/acquire_records.lua), which writes every token into the
 //     session's fencing record: two new keys per session;
-//   - highwater: the script with the slot's high-water mark, one new key
-//     (the lease) per session, before it read the records with one EXISTS
-//     per call (testdata/acquire_highwater.lua): a read per session;
-//   - exists: today's, whose one EXISTS finds no record, so no session
-//     is read: one command per session;
+//   - perowner: the script with one EXISTS per call, whose one EXISTS
+//     finds no record, so no session is read: one command per session;
+//     each session's owner value its own argument, as the Manager passed
+//     them before owner values came in runs (testdata/acquire_perowner.lua);
+//   - exists: today's, which takes the call's owner value once, as the
+//     Manager passes it (one value per call: see appendOwnerRuns);
 //   - setnx: the floor, a plain SET NX PX of each lease key, pipelined,
 //     no script (what any lease on one key per session costs Redis).
 //
@@ -36,12 +37,12 @@ func BenchmarkScriptAcquireNewKeys1000(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	highwater, err := os.ReadFile("testdata/acquire_highwater.lua")
+	perowner, err := os.ReadFile("testdata/acquire_perowner.lua")
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, pre := range []int{0, 3_000_000} {
-		for _, variant := range []string{"records", "highwater", "exists", "setnx"} {
+		for _, variant := range []string{"records", "perowner", "exists", "setnx"} {
 			b.Run(fmt.Sprintf("keys=%d/%s", pre, variant), func(b *testing.B) {
 				srv := redistest.Start(b, "--enable-debug-command", "yes")
 				rdb := srv.Client(b)
@@ -52,7 +53,7 @@ func BenchmarkScriptAcquireNewKeys1000(b *testing.B) {
 					}
 				}
 				const n = 1000
-				owners := make([]any, n)
+				owners := make([]any, n) // one value per session, as the Manager made them before runs
 				for i := range owners {
 					owners[i] = fmt.Sprintf("bench-worker-0123456789#0123456789abc%03d", i)
 				}
@@ -75,14 +76,17 @@ func BenchmarkScriptAcquireNewKeys1000(b *testing.B) {
 						a = append(a, realKeys.Lease(id), realKeys.Fencing(id))
 					}
 					a = append(a, realKeys.Epoch(0), realKeys.EpochTokens(0), int64(30000), int64(0), "")
+					if variant == "exists" { // the call's one owner value, for all n sessions
+						return append(a, fmt.Sprintf("bench-worker-0123456789#0123456789abc%03d", batch), n)
+					}
 					return append(a, owners...)
 				}
 				src := lua.Acquire
 				switch variant {
 				case "records":
 					src = string(records) // reads 2n+1 keys: the high-water key is an extra one it ignores
-				case "highwater":
-					src = string(highwater)
+				case "perowner":
+					src = string(perowner)
 				}
 				s := &scriptBench{rdb: rdb, ids: make([]string, n)}
 				s.runEach(b, src, args, replyLen(4*n))

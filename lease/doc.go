@@ -1,8 +1,11 @@
 // Package lease holds per-session leases in Redis with fencing tokens.
 //
 // A lease is the key <prefix>:lease:{<session>} holding an owner value that is
-// unique to one acquisition (the holder's id, its process incarnation and 64
-// random bits). Acquire is SET NX PX plus the minting of a fencing token
+// unique to one acquisition of the session (the holder's id, its process
+// incarnation, the time and 64 random bits). The sessions taken in one
+// Acquire share one value, which the scripts take once per call (and the
+// renewals once per run of leases sharing it): one argument per session
+// cost Redis more CPU per lease. Acquire is SET NX PX plus the minting of a fencing token
 // above the slot's high-water mark (<prefix>:epoch:{tag}:tokens) and the
 // session's fencing record (<prefix>:fencing:{<session>}, a hash that
 // never expires, created by the session's first release), in one script:

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -263,6 +265,7 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 	var todo []int
 	owners := make([]string, len(sessions))
 	made := m.cfg.Clock.Now() // read outside m.mu: a fake clock runs its callbacks under its own lock
+	fresh := ""               // the owner value of every session acquired anew by this call
 	m.mu.Lock()
 	for i, s := range sessions {
 		results[i].Session = s
@@ -276,7 +279,10 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 		}
 		owner, ok := m.pending[s]
 		if !ok {
-			owner = m.newOwner(made)
+			if fresh == "" {
+				fresh = m.newOwner(made)
+			}
+			owner = fresh
 			m.pending[s] = owner
 		}
 		owners[i] = owner
@@ -331,16 +337,20 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 }
 
 // acquireArgs is the command line of one acquire call for the sessions
-// at positions b, with their owner values. Under Redis Cluster it passes
+// at positions b, with their owner values. It orders b by owner value:
+// the script takes each value once, with the number of sessions it is for
+// (one value for the whole call, but for sessions retried with the value
+// of an earlier call whose reply was lost). Under Redis Cluster it passes
 // the loss marker's confirmation time and '-', so that a marker moved by a
 // slot migration is told from a loss (acquire.lua, settledMasters).
 func (m *Manager) acquireArgs(b []int, sessions, owners []string) []any {
+	slices.SortStableFunc(b, func(x, y int) int { return strings.Compare(owners[x], owners[y]) })
 	slot := m.epochSlot(sessions[b[0]])
 	numKeys := 2*len(b) + 2
 	if m.cluster {
 		numKeys++
 	}
-	args := evalsha(m.acquire, numKeys, numKeys+3+len(b))
+	args := evalsha(m.acquire, numKeys, numKeys+5)
 	for _, i := range b {
 		s := sessions[i]
 		args = append(args, m.cfg.Keys.Lease(s), m.cfg.Keys.Fencing(s))
@@ -352,8 +362,20 @@ func (m *Manager) acquireArgs(b []int, sessions, owners []string) []any {
 		masters = "-"
 	}
 	args = append(args, m.ttlArg, m.quarantineArg, masters)
-	for _, i := range b {
-		args = append(args, owners[i])
+	return appendOwnerRuns(args, len(b), func(j int) string { return owners[b[j]] })
+}
+
+// appendOwnerRuns appends the owner values of n items (ownerOf(j) for j in
+// [0, n)) as the scripts take them: each run of equal values as the value
+// and the length of the run.
+func appendOwnerRuns(args []any, n int, ownerOf func(int) string) []any {
+	for j := 0; j < n; {
+		o, k := ownerOf(j), j+1
+		for k < n && ownerOf(k) == o {
+			k++
+		}
+		args = append(args, o, k-j)
+		j = k
 	}
 	return args
 }

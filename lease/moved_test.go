@@ -53,7 +53,7 @@ func markerScript(t *testing.T, c *redis.Client, s string, argv ...any) []any {
 	if len(argv) > 0 && ids == "" {
 		ids = " " // none
 	}
-	args := []any{int64(10000), int64(time.Hour / time.Millisecond), ids, "a#" + s}
+	args := []any{int64(10000), int64(time.Hour / time.Millisecond), ids, "a#" + s, 1}
 	raw, err := redis.NewScript(lua.Acquire).Run(context.Background(), c, keys, args...).Slice()
 	require.NoError(t, err)
 	return raw

@@ -165,7 +165,7 @@ func runAcquireDue(t *testing.T, c redis.Scripter, ttlMs int64, owners map[strin
 	args := []any{ttlMs, 0, ""}
 	for _, s := range sessions {
 		ks = append(ks, realKeys.Lease(s), realKeys.Fencing(s))
-		args = append(args, owners[s])
+		args = append(args, owners[s], 1)
 	}
 	raw, err := redis.NewScript(lua.Acquire).Run(context.Background(), c, ks, args...).Slice()
 	require.NoError(t, err)
@@ -193,7 +193,7 @@ func runRenew(t *testing.T, c redis.Scripter, ttlMs int64, owners map[string]str
 	args := []any{ttlMs}
 	for _, s := range sessions {
 		ks = append(ks, realKeys.Lease(s))
-		args = append(args, owners[s])
+		args = append(args, owners[s], 1)
 	}
 	vals, err := redis.NewScript(lua.Renew).Run(context.Background(), c, ks, args...).Int64Slice()
 	require.NoError(t, err)

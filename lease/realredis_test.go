@@ -884,6 +884,43 @@ func TestRealAcquireIdempotentUnderClientRetry(t *testing.T) {
 		require.Equal(t, r.fence(t, "s"), res.Lease.Token(), "the retry's token, minted again (the landed one's was never recorded nor used) and recorded, so that a further retry gets it")
 		require.NoError(t, m.ReleaseAll(ctx))
 	})
+
+	// One call passes each owner value once, with the number of sessions
+	// it is for (acquire.lua, renew.lua): a retried session keeps its
+	// value beside the sessions acquired anew, which share theirs.
+	t.Run("a retried session and new ones in one call, then renewed", func(t *testing.T) {
+		r := startReal(t)
+		d := &lossyDialer{}
+		c := lossyClient(t, r.srv, d, -1)
+		require.NoError(t, redis.NewScript(lua.Acquire).Load(ctx, r.rdb).Err())
+		m := r.manager(t, "a", func(cfg *Config) { cfg.Client = c })
+		d.armed.Store(true)
+		require.Error(t, acquireOne(t, m, "m").Err)
+		landed := r.owner(t, "m")
+		require.NotEmpty(t, landed)
+
+		res := m.Acquire(ctx, []string{"z", "m", "b"}) // "m" sorts between the others' value and after it: runs reorder the call
+		owners := map[string]string{}
+		for _, x := range res {
+			require.NoError(t, x.Err, x.Session)
+			require.NotNil(t, x.Lease, x.Session)
+			require.Equal(t, x.Lease.Owner(), r.owner(t, x.Session), "the lease key holds %s's value", x.Session)
+			owners[x.Session] = x.Lease.Owner()
+		}
+		require.Equal(t, landed, owners["m"], "the retried session keeps the value of its lost reply")
+		require.Equal(t, owners["z"], owners["b"], "the sessions acquired anew share the call's value")
+		require.NotEqual(t, landed, owners["b"])
+		require.Equal(t, "z", res[0].Session, "results in the caller's order")
+
+		require.NoError(t, r.rdb.Set(ctx, realKeys.Lease("m"), "other#1", time.Minute).Err())
+		rep := m.RenewAll(ctx)
+		require.NoError(t, rep.Err)
+		require.Equal(t, 2, rep.Renewed)
+		require.Len(t, rep.Lost, 1)
+		require.Equal(t, "m", rep.Lost[0].Session(), "the lease another value holds, and only it, is lost")
+		require.Equal(t, "other#1", r.owner(t, "m"), "not extended, not deleted")
+		require.NoError(t, m.ReleaseAll(ctx))
+	})
 }
 
 // setCalls is how many SETs Redis ran since CONFIG RESETSTAT (commands run

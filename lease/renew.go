@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,14 +50,15 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 	batches := m.leaseBatches(leases)
 	calls := make([]*call, len(batches))
 	for i, b := range batches {
-		args := m.renewArgs(len(b))
+		// in runs of one owner value (the leases acquired together share
+		// theirs), each value passed once
+		slices.SortStableFunc(b, func(x, y *Lease) int { return strings.Compare(x.Owner(), y.Owner()) })
+		args := m.renewArgs(len(b), ownerRuns(b))
 		for _, l := range b {
 			args = append(args, l.keyArg)
 		}
 		args = append(args, m.ttlArg)
-		for _, l := range b {
-			args = append(args, l.ownerArg)
-		}
+		args = appendOwnerRuns(args, len(b), func(j int) string { return b[j].Owner() })
 		calls[i] = &call{leases: b, args: args}
 	}
 
@@ -95,14 +98,27 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 	return rep
 }
 
-// renewArgs returns the start of a renew call's command line for n leases,
+// renewArgs returns the start of a renew call's command line for n leases
+// whose owner values come in runs,
 // reusing a line of an earlier cycle when one is large enough: a cycle of
 // 100,000 leases would otherwise allocate 3 MB of them.
-func (m *Manager) renewArgs(n int) []any {
-	if p, ok := m.argsPool.Get().(*[]any); ok && cap(*p) >= 4+2*n {
+func (m *Manager) renewArgs(n, runs int) []any {
+	extra := n + 1 + 2*runs
+	if p, ok := m.argsPool.Get().(*[]any); ok && cap(*p) >= 3+extra {
 		return append((*p)[:0], "evalsha", m.renew.Hash(), n)
 	}
-	return evalsha(m.renew, n, 1+2*n)
+	return evalsha(m.renew, n, extra)
+}
+
+// ownerRuns counts the runs of equal owner values in leases.
+func ownerRuns(leases []*Lease) int {
+	runs := 0
+	for j, l := range leases {
+		if j == 0 || l.Owner() != leases[j-1].Owner() {
+			runs++
+		}
+	}
+	return runs
 }
 
 // putRenewArgs keeps args for a later cycle once its call is done (go-redis

@@ -200,9 +200,7 @@ func benchAcquire(b *testing.B, n int) {
 		args = append(args, realKeys.Lease(id), realKeys.Fencing(id))
 	}
 	args = append(args, realKeys.Epoch(0), realKeys.EpochTokens(0), int64(30000), int64(0), "") // no quarantine, as after MarkFresh
-	for _, o := range s.owners {
-		args = append(args, o)
-	}
+	args = appendOwnerRuns(args, n, func(j int) string { return s.owners[j] })
 	b.Run("fresh", func(b *testing.B) {
 		s.run(b, lua.Acquire, args, func() { s.free(b, true) }, replyLen(4*n))
 	})
@@ -235,8 +233,8 @@ func BenchmarkScriptAcquireLayouts1000(b *testing.B) {
 	newArgs = append(newArgs, realKeys.Epoch(0), realKeys.EpochTokens(0), int64(30000), int64(0), "")
 	for _, o := range s.owners {
 		oldArgs = append(oldArgs, o)
-		newArgs = append(newArgs, o)
 	}
+	newArgs = appendOwnerRuns(newArgs, n, func(j int) string { return s.owners[j] })
 	oldArgs = append(oldArgs, int64(0))
 	for _, layout := range []struct {
 		name string
@@ -261,9 +259,7 @@ func BenchmarkScriptRenew500(b *testing.B) {
 		args = append(args, k)
 	}
 	args = append(args, int64(30000))
-	for _, o := range s.owners {
-		args = append(args, o)
-	}
+	args = appendOwnerRuns(args, len(s.owners), func(j int) string { return s.owners[j] })
 	s.run(b, lua.Renew, args, nil, replyLen(0))
 }
 
@@ -334,9 +330,7 @@ func BenchmarkScriptRenewCalls(b *testing.B) {
 					line = append(line, key)
 				}
 				line = append(line, int64(30000))
-				for _, o := range s.owners[lo : lo+k] {
-					line = append(line, o)
-				}
+				line = appendOwnerRuns(line, k, func(j int) string { return s.owners[lo+j] })
 				lines = append(lines, line)
 			}
 			b.ResetTimer()

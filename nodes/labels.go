@@ -84,6 +84,14 @@ func validLabelPart(s string) error {
 // String is the canonical form: pairs sorted by key, "k=v,k2=v2"; "" for
 // none. Two selectors select the same workers iff their forms are equal.
 func (l Labels) String() string {
+	switch len(l) { // the common cases, without sorting (a session's selector is read at every plan)
+	case 0:
+		return ""
+	case 1:
+		for k, v := range l {
+			return k + "=" + v
+		}
+	}
 	keys := slices.Sorted(maps.Keys(l))
 	parts := make([]string, len(keys))
 	for i, k := range keys {

@@ -28,6 +28,36 @@ type env struct {
 	logger  *zap.Logger // nil = no logs
 	// acquired counts the leases every worker acquired (EventAcquired).
 	acquired atomic.Int64
+	// rounds counts every worker's rounds, memberRounds those that saw
+	// the membership change (Observer.Round).
+	rounds, memberRounds atomic.Int64
+}
+
+// benchObserver counts a worker's acquisitions and rounds into its env,
+// and passes each acquisition to hooks.
+type benchObserver struct {
+	poller.NopObserver
+	e     *env
+	id    string
+	hooks []ourHooks
+}
+
+// LeaseEvent counts an acquisition.
+func (o benchObserver) LeaseEvent(ev poller.Event) {
+	if ev.Type == poller.EventAcquired {
+		o.e.acquired.Add(1)
+		for _, h := range o.hooks {
+			h.acquired(ev.Session, o.id, ev.At)
+		}
+	}
+}
+
+// Round counts a round.
+func (o benchObserver) Round(r poller.RoundReport) {
+	o.e.rounds.Add(1)
+	if r.MembershipChanged {
+		o.e.memberRounds.Add(1)
+	}
 }
 
 func newEnv(ctx context.Context) (*env, error) {
@@ -143,14 +173,7 @@ func (e *env) startWeighted(id, addr string, weight float64, t timings, rec *ben
 		}),
 		LeaseTTL: t.ttl, RenewInterval: t.renew, HeartbeatInterval: t.heartbeat,
 		DiscoveryInterval: t.discovery, DrainTimeout: t.drain, Logger: e.logger,
-		Observer: poller.LeaseEvents(func(ev poller.Event) {
-			if ev.Type == poller.EventAcquired {
-				e.acquired.Add(1)
-				for _, h := range hooks {
-					h.acquired(ev.Session, id, ev.At)
-				}
-			}
-		}),
+		Observer: benchObserver{e: e, id: id, hooks: hooks},
 	})
 	if err != nil {
 		_ = client.Close()

@@ -23,6 +23,7 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 	var secs, mem, churn, redisCPU, perLease []float64
 	var busiest, scripts string
 	var runs []string
+	var rounds, memberRounds []float64
 	for r := 0; r < sz.coldRuns; r++ {
 		if err := e.reset(ctx); err != nil {
 			return nil, err
@@ -41,6 +42,7 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		rec := bench.NewRecorder()
 		all := rec.WaitPolled(sz.coldSessions)
 		acquiredBefore := e.acquired.Load()
+		roundsBefore, memberRoundsBefore := e.rounds.Load(), e.memberRounds.Load()
 		scriptsBefore := e.counter.Scripts()
 		t0 := time.Now()
 		var ms []*member
@@ -57,6 +59,8 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 		at, last := rec.FirstPolls(t0, sz.coldSessions, coldMilestones, 5)
 		runs = append(runs, coldRunNote(r, at, last))
 		acquired := e.acquired.Load() - acquiredBefore
+		rounds = append(rounds, float64(e.rounds.Load()-roundsBefore)/float64(sz.coldWorkers))
+		memberRounds = append(memberRounds, float64(e.memberRounds.Load()-memberRoundsBefore)/float64(sz.coldWorkers))
 		churn = append(churn, float64(acquired)/float64(sz.coldSessions))
 		if err == nil {
 			after, serr := redisstats.Read(ctx, e.admin)
@@ -86,6 +90,8 @@ func runCold(ctx context.Context, e *env, sz sizes) ([]Row, error) {
 			Note: fmt.Sprintf("%d runs; each worker reads the ids and definitions of its own index buckets only (≤ 20k definitions per round, leases in requests of 1000); all workers and redis-server share the machine's cores; time until this share of the sessions was polled once, and the last sessions polled: %s", sz.coldRuns, strings.Join(runs, "; "))},
 		{Figure: "leases acquired per session until all polled (1 = no churn)", Target: "reported", Unit: "x", Ours: bench.Summarize(churn),
 			Note: "workers start together and see each other join one by one; sessions taken before the fleet is complete move again"},
+		{Figure: "rounds per worker until all polled", Target: "reported", Unit: "", Ours: bench.Summarize(rounds),
+			Note: fmt.Sprintf("of which rounds that saw the membership change (each one looks at every session the worker reads): median %.1f per worker", bench.Summarize(memberRounds).Median)},
 		{Figure: "Redis CPU during the cold start", Target: "reported", Unit: "s", Ours: bench.Summarize(redisCPU),
 			Note: "busiest commands (last run, Redis CPU): " + busiest + "; the script calls (evalsha) by script, with the keys they passed: " + scripts},
 		{Figure: "Redis CPU per lease acquired during the cold start, all commands", Target: "reported", Unit: "µs", Ours: bench.Summarize(perLease),

@@ -1,3 +1,5 @@
+-- acquire_perowner.lua: acquire.lua before owner values came in runs (one
+-- ARGV per session); kept for BenchmarkScriptAcquireNewKeys1000 only.
 -- acquire.lua: take the leases of several sessions at once.
 -- KEYS[2i-1]=lease key of session i, KEYS[2i]=its fencing record (a hash:
 -- field token, the session's last token recorded; field handoff, the mark
@@ -50,11 +52,13 @@
 -- high-water mark is read as missing and overwritten (tokens then rest on
 -- the clock and the records, as after its loss).
 --
--- Cost: a free lease of a session without a record costs two commands
--- (HMGET of the record, finding none, and SET NX PX of the lease); one
--- with a record a third (HSET of the token); TIME, INFO, the marker and
--- the high-water mark are read once per call and the mark written once.
--- A lease held by another costs two more (GET, PTTL).
+-- Cost: a free lease costs one command (SET NX PX of the lease) when no
+-- session of the call has a record (one EXISTS over all the records tells,
+-- as at a cold start); otherwise a session without a record costs two
+-- (HMGET of the record, finding none, and the SET), one with a record a
+-- third (HSET of the token); TIME, INFO, the marker and the high-water
+-- mark are read once per call and the mark written once. A lease held by
+-- another costs two more (GET, PTTL).
 --
 -- Tokens: a new token is max(last + 1, high + 1, Redis TIME in
 -- microseconds), last being the session's record's token (0 without one)
@@ -117,7 +121,7 @@
 -- (a failover, which may lose the latest writes, always makes a loss);
 -- (3) this server started (TIME - uptime, + 2 s for the uptime's whole
 -- seconds and clock skew between servers) before the confirmation time
--- KEYS[2n+2]: a time, on the old server's clock, when the slot was still
+-- KEYS[2n+3]: a time, on the old server's clock, when the slot was still
 -- there, so this server has not restarted since the slot arrived. The
 -- confirmation time is written with every marker, and refreshed (at most
 -- once a minute) while the marker's own server runs the script.
@@ -258,10 +262,45 @@ local function handoff(mark, token)
   return tonumber(r), tonumber(d)
 end
 
+-- legacyKeys returns the keys of the layout before the record that stand
+-- for a record key: its fencing counter and its handoff mark.
+local function legacyKeys(record)
+  local p, tag = string.match(record, '^(.*):fencing:({.*})$')
+  return {p .. ':fence:' .. tag, p .. ':released:' .. tag}
+end
+
+-- none: no session of the call has a fencing record, nor (where the slot
+-- may hold them) a key of the layout before it, so each reads as a
+-- record without a token, and none needs a read of its own: EXISTS over
+-- them all instead of a read per session, the case of every session at a
+-- cold start. The chunks grow from one session's keys eightfold up to 900
+-- keys (unpack's limit is near 8000), so that a call whose sessions have
+-- records (a handoff) learns it from its first. A key of any type counts,
+-- so a record of the wrong type takes the path below.
+local none = n > 0 and high ~= nil
+local chunk, limit = {}, 1
+for i = 1, n do
+  chunk[#chunk + 1] = KEYS[2 * i]
+  if not recordsonly then
+    local old = legacyKeys(KEYS[2 * i])
+    chunk[#chunk + 1], chunk[#chunk + 2] = old[1], old[2]
+  end
+  if #chunk >= limit or i == n then
+    if redis.call('EXISTS', unpack(chunk)) > 0 then
+      none = false
+      break
+    end
+    chunk, limit = {}, math.min(limit * 8, 900)
+  end
+end
+
 for i = 1, n do
   local lease, record, me = KEYS[2 * i - 1], KEYS[2 * i], ARGV[3 + i]
   -- every key is checked before anything is written
-  local rec = redis.pcall('HMGET', record, 'token', 'handoff')
+  local rec = {false, false}
+  if not none then
+    rec = redis.pcall('HMGET', record, 'token', 'handoff')
+  end
   local last, problem, role = nil, nil, 'fence'
   local released, nextpoll, legacy
   if rec['err'] then
@@ -271,12 +310,11 @@ for i = 1, n do
     if last then
       released, nextpoll = handoff(rec[2], rec[1])
     end
-  elseif recordsonly then
+  elseif recordsonly or none then
     last = 0
   else
     -- the layout before the record: its counter and mark, if any
-    local p, tag = string.match(record, '^(.*):fencing:({.*})$')
-    legacy = {p .. ':fence:' .. tag, p .. ':released:' .. tag}
+    legacy = legacyKeys(record)
     local old = redis.call('MGET', legacy[1], legacy[2])
     last, problem = parse(old[1])
     role = 'oldfence'
