@@ -14,11 +14,14 @@ import (
 	"github.com/pollworker/pollworker/scripts/lua"
 )
 
-// BenchmarkScriptAcquireNewKeys1000 times acquire.lua taking 1000 leases
+// BenchmarkScriptAcquireNewKeys1000 times the acquisition of 1000 leases
 // of sessions never acquired before in each call, as a cold start does
 // (the keyspace grows, its tables rehash), on an empty server and on one
-// already holding 3M keys (1M sessions' worth of definitions and leases),
-// in one run:
+// already holding 3M keys (1M sessions' worth of definitions and leases).
+// The variants run side by side, each on its own server, one call of each
+// in turn, so that their figures come from the same minutes of this
+// shared machine (run one after the other, they moved by more than their
+// differences):
 //   - records: the script before the token high-water mark
 //     (testdata/acquire_records.lua), which writes every token into the
 //     session's fencing record: two new keys per session;
@@ -28,103 +31,125 @@ import (
 //     them before owner values came in runs (testdata/acquire_perowner.lua);
 //   - exists: today's, which takes the call's owner value once, as the
 //     Manager passes it (one value per call: see appendOwnerRuns);
-//   - setnx: the floor, a plain SET NX PX of each lease key, pipelined,
-//     no script (what any lease on one key per session costs Redis).
+//   - luafloor: a script that only does SET NX PX of each lease key with
+//     the call's owner value, with acquire.lua's keys and arguments
+//     (testdata/acquire_floor.lua): what any acquisition by script costs;
+//   - setnx: a plain SET NX PX of each lease key, pipelined, no script
+//     (what any lease on one key per session costs Redis).
 //
-// redis-cpu-µs/lease is the server's CPU per session (INFO used_cpu_*).
+// <variant>-redis-cpu-µs/lease is the server's CPU per session (INFO
+// used_cpu_*), ns/op the time of one call of every variant.
 func BenchmarkScriptAcquireNewKeys1000(b *testing.B) {
-	records, err := os.ReadFile("testdata/acquire_records.lua")
-	if err != nil {
-		b.Fatal(err)
-	}
-	perowner, err := os.ReadFile("testdata/acquire_perowner.lua")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, pre := range []int{0, 3_000_000} {
-		for _, variant := range []string{"records", "perowner", "exists", "setnx"} {
-			b.Run(fmt.Sprintf("keys=%d/%s", pre, variant), func(b *testing.B) {
-				srv := redistest.Start(b, "--enable-debug-command", "yes")
-				rdb := srv.Client(b)
-				ctx := context.Background()
-				for i := 0; i < pre; i += 250_000 { // in parts: each within the client's read timeout
-					if err := rdb.Do(ctx, "debug", "populate", 250_000, fmt.Sprintf("poll:sessions:x%d", i), 60).Err(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				const n = 1000
-				owners := make([]any, n) // one value per session, as the Manager made them before runs
-				for i := range owners {
-					owners[i] = fmt.Sprintf("bench-worker-0123456789#0123456789abc%03d", i)
-				}
-				batch := 0
-				ids := func() []string {
-					out := make([]string, n)
-					for i := range out {
-						out[i] = fmt.Sprintf("session-%07d", batch*n+i)
-					}
-					batch++
-					return out
-				}
-				if variant == "setnx" {
-					benchSetNX(b, rdb, ids, owners)
-					return
-				}
-				args := func() []any {
-					a := []any{2*n + 2}
-					for _, id := range ids() {
-						a = append(a, realKeys.Lease(id), realKeys.Fencing(id))
-					}
-					a = append(a, realKeys.Epoch(0), realKeys.EpochTokens(0), int64(30000), int64(0), "")
-					if variant == "exists" { // the call's one owner value, for all n sessions
-						return append(a, fmt.Sprintf("bench-worker-0123456789#0123456789abc%03d", batch), n)
-					}
-					return append(a, owners...)
-				}
-				src := lua.Acquire
-				switch variant {
-				case "records":
-					src = string(records) // reads 2n+1 keys: the high-water key is an extra one it ignores
-				case "perowner":
-					src = string(perowner)
-				}
-				s := &scriptBench{rdb: rdb, ids: make([]string, n)}
-				s.runEach(b, src, args, replyLen(4*n))
-			})
-		}
-	}
-}
-
-// benchSetNX times pipelines of plain SET NX PX, one per lease key of the
-// sessions ids returns, and reports the server CPU per lease as runEach.
-func benchSetNX(b *testing.B, rdb *redis.Client, ids func() []string, owners []any) {
-	ctx := context.Background()
-	var cpu float64
-	n := len(owners)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		pipe := rdb.Pipeline()
-		for j, id := range ids() {
-			pipe.SetNX(ctx, realKeys.Lease(id), owners[j], 30*time.Second)
-		}
-		st, err := redisstats.Read(ctx, rdb)
+	read := func(name string) string {
+		src, err := os.ReadFile("testdata/" + name)
 		if err != nil {
 			b.Fatal(err)
 		}
-		cpu -= st.CPUSeconds
-		b.StartTimer()
-		if _, err := pipe.Exec(ctx); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		if st, err = redisstats.Read(ctx, rdb); err != nil {
-			b.Fatal(err)
-		}
-		cpu += st.CPUSeconds
-		b.StartTimer()
+		return string(src)
 	}
-	b.StopTimer()
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/lease")
-	b.ReportMetric(cpu*1e6/float64(b.N*n), "redis-cpu-µs/lease")
+	variants := []struct{ name, src string }{
+		{"records", read("acquire_records.lua")}, {"perowner", read("acquire_perowner.lua")},
+		{"exists", lua.Acquire}, {"luafloor", read("acquire_floor.lua")}, {"setnx", ""},
+	}
+	const n = 1000
+	for _, pre := range []int{0, 3_000_000} {
+		b.Run(fmt.Sprintf("keys=%d", pre), func(b *testing.B) {
+			ctx := context.Background()
+			type server struct {
+				rdb    *redis.Client
+				script *redis.Script
+				cpu    float64 // Redis CPU seconds in the calls
+			}
+			servers := make([]*server, len(variants))
+			for v, variant := range variants {
+				srv := redistest.Start(b, "--enable-debug-command", "yes")
+				s := &server{rdb: srv.Client(b)}
+				for i := 0; i < pre; i += 250_000 { // in parts: each within the client's read timeout
+					if err := s.rdb.Do(ctx, "debug", "populate", 250_000, fmt.Sprintf("poll:sessions:x%d", i), 60).Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if variant.src != "" {
+					s.script = redis.NewScript(variant.src)
+					if err := s.script.Load(ctx, s.rdb).Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				servers[v] = s
+			}
+			b.ResetTimer()
+			for batch := 0; batch < b.N; batch++ {
+				b.StopTimer()
+				ids := make([]string, n)
+				owners := make([]any, n) // new values in every call; one per session, as the Manager made them before runs
+				for i := range ids {
+					ids[i] = fmt.Sprintf("session-%07d", batch*n+i)
+					owners[i] = fmt.Sprintf("bench-worker-0123456789#%012x%016x", batch, i)
+				}
+				b.StartTimer()
+				for v, variant := range variants {
+					b.StopTimer()
+					s := servers[v]
+					call := acquireNewKeysCall(s.rdb, s.script, variant.name, ids, owners)
+					before, err := redisstats.Read(ctx, s.rdb)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					err = call()
+					b.StopTimer()
+					if err != nil {
+						b.Fatalf("%s: %v", variant.name, err)
+					}
+					after, err := redisstats.Read(ctx, s.rdb)
+					if err != nil {
+						b.Fatal(err)
+					}
+					s.cpu += after.CPUSeconds - before.CPUSeconds
+					b.StartTimer()
+				}
+			}
+			b.StopTimer()
+			for v, variant := range variants {
+				b.ReportMetric(servers[v].cpu*1e6/float64(b.N*n), variant.name+"-redis-cpu-µs/lease")
+			}
+		})
+	}
+}
+
+// acquireNewKeysCall returns one call of variant over the sessions ids on
+// rdb: script with the arguments its version takes, or a pipeline of SET
+// NX PX without script; it checks the reply's length.
+func acquireNewKeysCall(rdb *redis.Client, script *redis.Script, variant string, ids []string, owners []any) func() error {
+	ctx := context.Background()
+	n := len(ids)
+	if script == nil {
+		return func() error {
+			pipe := rdb.Pipeline()
+			for j, id := range ids {
+				pipe.SetNX(ctx, realKeys.Lease(id), owners[j], 30*time.Second)
+			}
+			_, err := pipe.Exec(ctx)
+			return err
+		}
+	}
+	keys := make([]string, 0, 2*n+2)
+	for _, id := range ids {
+		keys = append(keys, realKeys.Lease(id), realKeys.Fencing(id))
+	}
+	keys = append(keys, realKeys.Epoch(0), realKeys.EpochTokens(0)) // records ignores the second
+	args := []any{int64(30000), int64(0), ""}
+	switch variant {
+	case "exists", "luafloor": // the call's one owner value, for all n sessions
+		args = append(args, owners[0], n)
+	default:
+		args = append(args, owners...)
+	}
+	return func() error {
+		vals, err := script.EvalSha(ctx, rdb, keys, args...).Slice()
+		if err == nil && len(vals) != 4*n {
+			err = fmt.Errorf("reply of %d values, want %d", len(vals), 4*n)
+		}
+		return err
+	}
 }
