@@ -333,7 +333,23 @@ func (m *Manager) Acquire(ctx context.Context, sessions []string) []Result {
 		}
 	}
 	m.notify(changes)
+	if n := countTaken(changes); n > 0 {
+		// One line per call, each lease at debug: a worker taking its share
+		// of a million sessions would otherwise log a line per session.
+		m.log.Info("leases acquired", zap.Int("leases", n), zap.String("event", "acquired"), zap.Duration("ttl", m.cfg.TTL))
+	}
 	return results
+}
+
+// countTaken is the number of leases changes opened (Held from none).
+func countTaken(changes []change) int {
+	n := 0
+	for _, ch := range changes {
+		if ch.from == 0 && ch.to == Held {
+			n++
+		}
+	}
+	return n
 }
 
 // acquireArgs is the command line of one acquire call for the sessions
@@ -571,7 +587,7 @@ func (m *Manager) adopt(session, owner string, token int64, gap, due time.Durati
 	m.held[session] = l
 	l.slot = len(m.list)
 	m.list = append(m.list, l)
-	m.log.Info("lease acquired", zap.String("session", session), zap.String("event", "acquired"),
+	m.log.Debug("lease acquired", zap.String("session", session), zap.String("event", "acquired"),
 		zap.Duration("ttl", m.cfg.TTL), zap.Int64("token", token))
 	return l, []change{{l, 0, Held}}
 }
@@ -637,6 +653,7 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 	calls := m.releaseCalls(todo)
 	m.send(ctx, m.release, calls, 1, false, func([]*call, time.Time) {})
 	var errs []error
+	released := 0
 	for _, c := range calls {
 		if c.err != nil {
 			errs = append(errs, c.err)
@@ -644,8 +661,12 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 		}
 		for _, i := range c.idx {
 			l := todo[i].Lease
-			m.log.Info("lease released", zap.String("session", l.session), zap.String("event", "released"), zap.Int64("token", l.token))
+			m.log.Debug("lease released", zap.String("session", l.session), zap.String("event", "released"), zap.Int64("token", l.token))
 		}
+		released += len(c.idx)
+	}
+	if released > 0 {
+		m.log.Info("leases released", zap.Int("leases", released), zap.String("event", "released"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("release: %w", errors.Join(errs...))

@@ -1,0 +1,41 @@
+package lease
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// TestRealLeaseEventsLogOneLinePerCall: a worker taking its share of a
+// large fleet logs one info line per Acquire and per release, with the
+// count, and each lease at debug only.
+func TestRealLeaseEventsLogOneLinePerCall(t *testing.T) {
+	ctx := context.Background()
+	r := startReal(t)
+	logs, withLogs := observed()
+	m := r.manager(t, "a", withLogs)
+	res := m.Acquire(ctx, []string{"s1", "s2", "s3"})
+	for _, x := range res {
+		require.NotNil(t, x.Lease, x.Session)
+	}
+	require.Len(t, m.Acquire(ctx, []string{"s1"}), 1) // already held: nothing new to log
+	info := func(msg string) []observer.LoggedEntry {
+		return logs.FilterMessage(msg).FilterLevelExact(zapcore.InfoLevel).All()
+	}
+	acquired := info("leases acquired")
+	require.Len(t, acquired, 1, "one line for the call that took leases")
+	require.EqualValues(t, 3, acquired[0].ContextMap()["leases"])
+	require.Equal(t, 3, logs.FilterMessage("lease acquired").FilterLevelExact(zapcore.DebugLevel).Len(), "each lease at debug")
+
+	require.NoError(t, m.Release(ctx, res[0].Lease, res[1].Lease))
+	released := info("leases released")
+	require.Len(t, released, 1)
+	require.EqualValues(t, 2, released[0].ContextMap()["leases"])
+	require.Equal(t, 2, logs.FilterMessage("lease released").FilterLevelExact(zapcore.DebugLevel).Len())
+	require.Zero(t, logs.FilterMessage("lease acquired").FilterLevelExact(zapcore.InfoLevel).Len()+
+		logs.FilterMessage("lease released").FilterLevelExact(zapcore.InfoLevel).Len(), "no line per lease at info")
+	require.NoError(t, m.ReleaseAll(ctx))
+}
