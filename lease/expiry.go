@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/utils/clock"
 )
 
@@ -88,9 +89,10 @@ func (m *Manager) expireGroup(g *expiryGroup) {
 		m.forget(l) // before the state changes, so that a Lost lease is never listed
 		l.setLocked(Lost, "deadline passed")
 		l.mu.Unlock()
-		m.log.Warn("lease lost", zap.String("session", l.session), zap.String("event", "lost"),
+		m.log.Debug("lease lost", zap.String("session", l.session), zap.String("event", "lost"),
 			zap.Int64("token", l.token), zap.String("reason", "deadline passed"))
 		changes = append(changes, change{l, from, Lost})
 	}
+	m.logSummary(changes, Lost, zapcore.WarnLevel, "leases lost: their deadline passed without a renewal", "lost")
 	m.notify(changes)
 }

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zapcore"
@@ -38,4 +39,35 @@ func TestRealLeaseEventsLogOneLinePerCall(t *testing.T) {
 	require.Zero(t, logs.FilterMessage("lease acquired").FilterLevelExact(zapcore.InfoLevel).Len()+
 		logs.FilterMessage("lease released").FilterLevelExact(zapcore.InfoLevel).Len(), "no line per lease at info")
 	require.NoError(t, m.ReleaseAll(ctx))
+}
+
+// TestLeasesLostLogOneLinePerStep: leases lost in one renewal cycle, or
+// at one passed deadline, are one warning each with their count and a few
+// sessions; each lease's own line is at debug.
+func TestLeasesLostLogOneLinePerStep(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	logs, withLogs := observed()
+	m := f.manager(t, "a", withLogs)
+	res := m.Acquire(ctx, []string{"s1", "s2", "s3", "s4"})
+	for _, x := range res {
+		require.NotNil(t, x.Lease, x.Session)
+	}
+	f.mr.Set("poll:lease:{s1}", "other#1")
+	f.mr.Del("poll:lease:{s2}")
+	rep := m.RenewAll(ctx)
+	require.Len(t, rep.Lost, 2)
+	warn := func() []observer.LoggedEntry { return logs.FilterLevelExact(zapcore.WarnLevel).All() }
+	require.Len(t, warn(), 1, "one line for the cycle")
+	require.EqualValues(t, 2, warn()[0].ContextMap()["leases"])
+	require.ElementsMatch(t, []any{"s1", "s2"}, warn()[0].ContextMap()["sessions"])
+	require.Equal(t, 2, logs.FilterMessage("lease lost").FilterLevelExact(zapcore.DebugLevel).Len(), "each lease at debug")
+
+	f.clock.Step(res[2].Lease.Deadline().Sub(f.clock.Now())) // no renewal: s3 and s4 run out
+	require.Eventually(t, func() bool { return len(warn()) == 2 }, 5*time.Second, time.Millisecond)
+	lost := warn()[1]
+	require.Contains(t, lost.Message, "deadline passed")
+	require.EqualValues(t, 2, lost.ContextMap()["leases"])
+	require.ElementsMatch(t, []any{"s3", "s4"}, lost.ContextMap()["sessions"])
+	require.Zero(t, m.Count())
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/pollworker/pollworker/keyspace"
 )
@@ -94,6 +95,8 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 		m.log.Warn("lease renewal failed", zap.String("event", "renew_error"),
 			zap.Int("uncertain", len(rep.Uncertain)), zap.Error(rep.Err))
 	}
+	m.logSummary(changes, Lost, zapcore.WarnLevel, "leases lost: held by another owner value, or missing", "lost")
+	m.logSummary(changes, Held, zapcore.InfoLevel, "leases held again", "recovered")
 	m.notify(changes)
 	return rep
 }
@@ -234,13 +237,14 @@ func (m *Manager) extend(l *Lease, g *expiryGroup, now time.Time) (change, bool)
 	moved := l.setLocked(Held, "")
 	l.mu.Unlock()
 	if moved {
-		m.log.Info("lease held again", zap.String("session", l.session), zap.String("event", "recovered"), zap.Int64("token", l.token))
+		m.log.Debug("lease held again", zap.String("session", l.session), zap.String("event", "recovered"), zap.Int64("token", l.token))
 		return change{l, from, Held}, true
 	}
 	return change{}, true
 }
 
-// transition moves l to st (Uncertain or Lost) and logs it.
+// transition moves l to st (Uncertain or Lost) and logs it at debug (the
+// caller logs the step's summary: logSummary).
 func (m *Manager) transition(l *Lease, st State, reason string) (change, bool) {
 	l.mu.Lock()
 	from := l.state
@@ -249,7 +253,31 @@ func (m *Manager) transition(l *Lease, st State, reason string) (change, bool) {
 	if !moved {
 		return change{}, false
 	}
-	m.log.Warn("lease "+st.String(), zap.String("session", l.session), zap.String("event", st.String()),
+	m.log.Debug("lease "+st.String(), zap.String("session", l.session), zap.String("event", st.String()),
 		zap.Int64("token", l.token), zap.String("reason", reason))
 	return change{l, from, st}, true
 }
+
+// logSummary logs one line for the leases that changes moved to st (from
+// any state but none): their number and a few of their sessions. Each
+// lease's own line is at debug: a Redis outage moves every lease of a
+// worker at once, thousands of lines otherwise.
+func (m *Manager) logSummary(changes []change, st State, level zapcore.Level, msg, event string) {
+	var sessions []string
+	n := 0
+	for _, ch := range changes {
+		if ch.to != st || ch.from == 0 {
+			continue
+		}
+		n++
+		if len(sessions) < summarySessions {
+			sessions = append(sessions, ch.l.session)
+		}
+	}
+	if n > 0 {
+		m.log.Log(level, msg, zap.Int("leases", n), zap.String("event", event), zap.Strings("sessions", sessions))
+	}
+}
+
+// summarySessions is how many sessions a summary line names.
+const summarySessions = 5
