@@ -71,3 +71,20 @@ func TestLeasesLostLogOneLinePerStep(t *testing.T) {
 	require.ElementsMatch(t, []any{"s3", "s4"}, lost.ContextMap()["sessions"])
 	require.Zero(t, m.Count())
 }
+
+// TestFailedAcquireLogsOneLinePerRequest: a request that fails (Redis
+// gone) is one warning with the number of its sessions, not one each.
+func TestFailedAcquireLogsOneLinePerRequest(t *testing.T) {
+	f := newFixture(t)
+	logs, withLogs := observed()
+	m := f.manager(t, "a", withLogs)
+	f.mr.Close()
+	res := m.Acquire(context.Background(), []string{"s1", "s2", "s3"})
+	for _, x := range res {
+		require.Error(t, x.Err, x.Session)
+		require.Nil(t, x.Lease)
+	}
+	warn := logs.FilterLevelExact(zapcore.WarnLevel).All()
+	require.Len(t, warn, 1)
+	require.EqualValues(t, 3, warn[0].ContextMap()["sessions"])
+}

@@ -415,12 +415,15 @@ func (m *Manager) acquired(c *call, sessions, owners []string, results []Result,
 	}
 	g := newGroup(c.sent.Add(m.cfg.TTL-m.cfg.DriftMargin), len(c.idx))
 	defer m.seal(g, now)
+	if err != nil {
+		m.log.Warn("lease acquire uncertain: the request failed, its sessions are asked for again later",
+			zap.Int("sessions", len(c.idx)), zap.String("first", sessions[c.idx[0]]), zap.String("event", "acquire_error"), zap.Error(err))
+	}
 	var changes []change
 	for j, i := range c.idx {
 		s := sessions[i]
 		if err != nil {
 			results[i].Err = fmt.Errorf("acquire %s: %w", s, err)
-			m.log.Warn("lease acquire uncertain", zap.String("session", s), zap.String("event", "acquire_error"), zap.Error(err))
 			continue
 		}
 		token, remaining, gap, due := vals[4*j], vals[4*j+1], vals[4*j+2], vals[4*j+3]
