@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +36,16 @@ import (
 //     the call's owner value, with acquire.lua's keys and arguments
 //     (testdata/acquire_floor.lua): what any acquisition by script costs;
 //   - setnx: a plain SET NX PX of each lease key, pipelined, no script
-//     (what any lease on one key per session costs Redis).
+//     (what any lease on one key per session costs Redis);
+//   - multi: the cold path as a transaction instead of one script: a
+//     script reads the loss marker and the high-water mark and tells by
+//     one EXISTS over every lease and record key that no session has
+//     either (testdata/acquire_reserve.lua); then WATCH of the marker and
+//     the mark, and MULTI, SET NX PX of each lease, SET of the mark, EXEC.
+//     Not safe as written (a yardstick: the script's read must come after
+//     the WATCH, and a release between the two could leave a handoff
+//     mark unread); watching every lease and record key as well, which
+//     would close that, cost Redis about 50 µs per lease here.
 //
 // <variant>-redis-cpu-µs/lease is the server's CPU per session (INFO
 // used_cpu_*), ns/op the time of one call of every variant.
@@ -50,6 +60,7 @@ func BenchmarkScriptAcquireNewKeys1000(b *testing.B) {
 	variants := []struct{ name, src string }{
 		{"records", read("acquire_records.lua")}, {"perowner", read("acquire_perowner.lua")},
 		{"exists", lua.Acquire}, {"luafloor", read("acquire_floor.lua")}, {"setnx", ""},
+		{"multi", read("acquire_reserve.lua")},
 	}
 	const n = 1000
 	for _, pre := range []int{0, 3_000_000} {
@@ -139,6 +150,37 @@ func acquireNewKeysCall(rdb *redis.Client, script *redis.Script, variant string,
 	}
 	keys = append(keys, realKeys.Epoch(0), realKeys.EpochTokens(0)) // records ignores the second
 	args := []any{int64(30000), int64(0), ""}
+	if strings.HasPrefix(variant, "multi") {
+		args = append(args, owners[0], n)
+		watch := []string{realKeys.Epoch(0), realKeys.EpochTokens(0)}
+		return func() error {
+			return rdb.Watch(ctx, func(tx *redis.Tx) error {
+				res, err := script.EvalSha(ctx, tx, keys, args...).Int64Slice()
+				if err != nil {
+					return err
+				}
+				if res[0] == 0 {
+					return fmt.Errorf("keys exist")
+				}
+				cmds, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					for _, id := range ids {
+						p.SetNX(ctx, realKeys.Lease(id), owners[0], 30*time.Second)
+					}
+					p.Set(ctx, realKeys.EpochTokens(0), res[0]+int64(n)-1, 0)
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				for _, c := range cmds[:n] {
+					if !c.(*redis.BoolCmd).Val() {
+						return fmt.Errorf("not set")
+					}
+				}
+				return nil
+			}, watch...)
+		}
+	}
 	switch variant {
 	case "exists", "luafloor": // the call's one owner value, for all n sessions
 		args = append(args, owners[0], n)
