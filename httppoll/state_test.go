@@ -36,6 +36,13 @@ func (f *fakeSlot) Last() state.Record {
 	return f.rec
 }
 
+// Decoded decodes the record at every call.
+func (f *fakeSlot) Decoded(decode func([]byte) (any, error)) (state.Record, any, error) {
+	rec := f.Last()
+	v, err := decode(rec.Data)
+	return rec, v, err
+}
+
 func (f *fakeSlot) Save(_ context.Context, data []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

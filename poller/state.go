@@ -24,6 +24,13 @@ type SessionState struct {
 	loaded   bool
 	last     state.Compact // as Last returns it; a worker keeps one per held session
 	polledAt time.Time     // start of the poll running (coordinator's clock)
+	decoded  *decodedState // Decoded's value for last; nil until asked, and after last changes
+}
+
+// decodedState is what Decoded's decode returned for one record.
+type decodedState struct {
+	v   any
+	err error
 }
 
 // Last returns the last saved record of the session: as loaded before the
@@ -53,8 +60,30 @@ func (st *SessionState) Save(ctx context.Context, data []byte) error {
 	}
 	st.mu.Lock()
 	if rec.Token >= st.last.Token() {
-		st.last = rec.Compact()
+		st.setLast(rec)
 	}
 	st.mu.Unlock()
 	return nil
+}
+
+// Decoded returns Last and what decode returns for its Data, calling decode
+// once per record: the value (or error) is kept until the record changes,
+// by a Save or the load before the first poll. A Poller that keeps its
+// state encoded decodes it once, not at every poll. decode runs with the
+// SessionState locked and must not call its methods; one SessionState
+// takes one decode function (a value kept is not told apart by function).
+func (st *SessionState) Decoded(decode func(data []byte) (any, error)) (state.Record, any, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.decoded == nil {
+		v, err := decode(st.last.Record().Data)
+		st.decoded = &decodedState{v, err}
+	}
+	return st.last.Record(), st.decoded.v, st.decoded.err
+}
+
+// setLast makes rec the last record, forgetting what was decoded from the
+// one before. st.mu is held.
+func (st *SessionState) setLast(rec state.Record) {
+	st.last, st.decoded = rec.Compact(), nil
 }

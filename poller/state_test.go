@@ -425,3 +425,43 @@ func TestStateLoadFailureIsRetriedSoon(t *testing.T) {
 		"polled after the failed loads, not an interval later")
 	require.LessOrEqual(t, hook.left.Load(), int64(0), "the loads failed first")
 }
+
+// TestSessionStateDecodesEachRecordOnce: Decoded calls decode once per
+// record, keeps its error as well as its value, and decodes again after
+// the record changes (setLast, as a load or a Save does).
+func TestSessionStateDecodesEachRecordOnce(t *testing.T) {
+	calls := 0
+	decode := func(data []byte) (any, error) {
+		calls++
+		if string(data) == "bad" {
+			return nil, errors.New("unreadable")
+		}
+		return string(data), nil
+	}
+	st := &SessionState{}
+	for _, step := range []struct {
+		data      string
+		token     int64
+		want      any
+		wantErr   bool
+		wantCalls int
+	}{
+		{"", 0, "", false, 1}, // never saved: decode sees no data
+		{"a", 1, "a", false, 2},
+		{"bad", 2, nil, true, 3},
+		{"b", 3, "b", false, 4},
+	} {
+		if step.token > 0 {
+			st.mu.Lock()
+			st.setLast(state.Record{Data: []byte(step.data), Token: step.token})
+			st.mu.Unlock()
+		}
+		for range 3 {
+			rec, v, err := st.Decoded(decode)
+			require.Equal(t, step.token, rec.Token)
+			require.Equal(t, step.want, v)
+			require.Equal(t, step.wantErr, err != nil, "%v", err)
+		}
+		require.Equal(t, step.wantCalls, calls, "decode calls after record %q", step.data)
+	}
+}

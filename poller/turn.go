@@ -127,7 +127,8 @@ func (t *turns) prepareState(ctx context.Context, l *pollLoop, now time.Time) (e
 	}
 	t.bad.noteState(l.sess.ID, rec.Corrupt) // a corrupt state reads as never saved
 	st.mu.Lock()
-	st.loaded, st.last = true, rec.Compact()
+	st.loaded = true
+	st.setLast(rec)
 	st.mu.Unlock()
 	if _, handed := l.lease.NextPoll(); handed || l.polled.Load() || l.slots != nil {
 		return turnEnd{}, true // the handoff mark, the previous loop or the slots set the schedule
