@@ -257,9 +257,15 @@ func (x *e2e) startWorker(id, record string, env ...string) (*e2eProc, error) {
 	return p, nil
 }
 
-// startLimit starts the limit loop as a child process.
+// startLimit starts the limit loop as a child process, polling as "limit".
 func (x *e2e) startLimit(ids []string, record bool, slack time.Duration) (*e2eProc, error) {
-	cfg := limitConfig{IDs: ids, URLPrefix: x.target.urlPrefix(), Interval: x.sz.interval, Worker: "limit", Slack: slack}
+	return x.startLimitAs("limit", ids, record, slack)
+}
+
+// startLimitAs starts the limit loop as a child process that polls with
+// the worker header name (its log and config file are named after it).
+func (x *e2e) startLimitAs(name string, ids []string, record bool, slack time.Duration) (*e2eProc, error) {
+	cfg := limitConfig{IDs: ids, URLPrefix: x.target.urlPrefix(), Interval: x.sz.interval, Worker: name, Slack: slack}
 	if record {
 		cfg.Redis, cfg.Stream, cfg.MaxLen, cfg.Flush = x.proxy.addr(), x.e.keys.Results(), 100_000, 100*time.Millisecond
 	}
@@ -267,11 +273,11 @@ func (x *e2e) startLimit(ids []string, record bool, slack time.Duration) (*e2ePr
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(x.dir, "limit.json")
+	path := filepath.Join(x.dir, name+".json")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return nil, err
 	}
-	return x.startProc("limit", x.self, nil, []string{limitEnv + "=" + path})
+	return x.startProc(name, x.self, nil, []string{limitEnv + "=" + path})
 }
 
 // stop sends SIGTERM and waits up to timeout, then kills.

@@ -126,6 +126,23 @@ func (t *e2eTarget) polled(mark time.Duration, worker string) int {
 	return len(seen)
 }
 
+// arrivals returns how many requests worker made in [from, to).
+func (t *e2eTarget) arrivals(from, to time.Duration, worker string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := sort.Search(len(t.log), func(i int) bool { return t.log[i].at >= from })
+	n := 0
+	for _, a := range t.log[i:] {
+		if a.at >= to {
+			break
+		}
+		if a.worker == worker {
+			n++
+		}
+	}
+	return n
+}
+
 func (t *e2eTarget) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -26,6 +26,7 @@ func (x *e2e) run(ctx context.Context) ([]Row, error) {
 	keptAt := map[int]float64{} // median polls/s ÷ sessions/s of ours
 	for _, n := range x.sz.perWorker {
 		var o, l, lx, ls []e2eRun
+		var side []sideRun
 		// At the first size, where polls come furthest apart, also the
 		// limit+XADD on the worker's timer slack (poller.TimerSlack): what
 		// the slack alone saves.
@@ -58,6 +59,16 @@ func (x *e2e) run(ctx context.Context) ([]Row, error) {
 					ls = append(ls, r)
 				}
 			}
+			// At the first size, also the three side by side (the machine
+			// has room for them there; further up they would share too
+			// few cores to keep up).
+			if n == x.sz.perWorker[0] {
+				if r, err := x.sideBySide(ctx, n); err != nil {
+					errs = append(errs, fmt.Errorf("side by side at %d: %w", n, err))
+				} else {
+					side = append(side, r)
+				}
+			}
 			if ctx.Err() != nil {
 				return rows, ctx.Err()
 			}
@@ -66,6 +77,9 @@ func (x *e2e) run(ctx context.Context) ([]Row, error) {
 			keptAt[n] = over(o, func(r e2eRun) float64 { return r.st.perSec / float64(r.n) }).Median
 		}
 		rows = append(rows, x.compareRows(n, o, l, lx, ls, slack)...)
+		if len(side) > 0 {
+			rows = append(rows, sideRow(n, side))
+		}
 	}
 
 	// The sustainable sessions per worker: the most it kept up with, below
