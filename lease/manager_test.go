@@ -64,6 +64,8 @@ func TestConfigValidation(t *testing.T) {
 		{"tiny ttl", Config{Client: f.rdb, Holder: "w", TTL: time.Millisecond}, "TTL must be at least"},
 		{"margin too big", Config{Client: f.rdb, Holder: "w", TTL: time.Second, DriftMargin: time.Second}, "DriftMargin"},
 		{"bad batch", Config{Client: f.rdb, Holder: "w", BatchSize: -1}, "BatchSize"},
+		{"negative renew age", Config{Client: f.rdb, Holder: "w", MinRenewAge: -time.Second}, "MinRenewAge"},
+		{"renew age of half the TTL", Config{Client: f.rdb, Holder: "w", TTL: 2 * time.Second, MinRenewAge: time.Second}, "MinRenewAge"},
 		{"bad prefix", Config{Client: f.rdb, Holder: "w", Keys: keyspace.Space{Prefix: "a*"}}, "key prefix"},
 	}
 	for _, tt := range tests {
@@ -169,6 +171,64 @@ func TestRenewExtendsDeadlineAndTTL(t *testing.T) {
 	// The old deadline passes: the timer was moved, the lease stays held.
 	f.clock.Step(first.Sub(f.clock.Now()))
 	require.Equal(t, Held, l.State())
+}
+
+// TestRenewSkipsYoungHeldLeases: with MinRenewAge, a Held lease whose last
+// request was sent less than MinRenewAge ago is counted and left alone,
+// unless every lease is that young; from that age on it is renewed as
+// before; and when the cycle fails, the young leases turn Uncertain with
+// the others, and are renewed at the next cycle.
+func TestRenewSkipsYoungHeldLeases(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	step := func(d time.Duration) { f.clock.Step(d); f.mr.FastForward(d) }
+	m := f.manager(t, "a", func(c *Config) { c.MinRenewAge = time.Second }) // TTL 3 s
+	old := acquireOne(t, m, "old").Lease
+	step(600 * time.Millisecond)
+	young := acquireOne(t, m, "young").Lease
+	step(400 * time.Millisecond) // old: exactly MinRenewAge; young: 400 ms
+
+	first := young.Deadline()
+	rep := m.RenewAll(ctx)
+	require.NoError(t, rep.Err)
+	require.Equal(t, 1, rep.Renewed)
+	require.Equal(t, 1, rep.Young)
+	require.Equal(t, first, young.Deadline(), "a young lease keeps its deadline")
+	require.Equal(t, 3*time.Second-400*time.Millisecond, f.mr.TTL("poll:lease:{young}"), "nor is its key touched")
+	require.Equal(t, 3*time.Second, f.mr.TTL("poll:lease:{old}"))
+
+	// Both younger than MinRenewAge now: a cycle that would send nothing
+	// renews them all, so that it still asks Redis.
+	step(100 * time.Millisecond)
+	rep = m.RenewAll(ctx)
+	require.NoError(t, rep.Err)
+	require.Equal(t, 2, rep.Renewed)
+	require.Zero(t, rep.Young)
+	require.Equal(t, first.Add(500*time.Millisecond), young.Deadline())
+
+	// A cycle with old and young due and a new lease, young, fails: all
+	// three stop, the young one too.
+	step(time.Second)
+	third := acquireOne(t, m, "third").Lease
+	f.mr.Close()
+	rep = m.RenewAll(ctx)
+	require.Error(t, rep.Err)
+	require.Equal(t, 1, rep.Young)
+	require.ElementsMatch(t, []*Lease{old, young, third}, rep.Uncertain)
+	for _, l := range []*Lease{old, young, third} {
+		require.Equal(t, Uncertain, l.State(), l.Session())
+		require.Error(t, l.Context().Err(), "the poll under %s is cancelled", l.Session())
+	}
+
+	// Redis back: the next cycle renews every Uncertain lease, young or not.
+	require.NoError(t, f.mr.Restart())
+	rep = m.RenewAll(ctx)
+	require.NoError(t, rep.Err)
+	require.Equal(t, 3, rep.Renewed)
+	require.Zero(t, rep.Young)
+	for _, l := range []*Lease{old, young, third} {
+		require.Equal(t, Held, l.State(), l.Session())
+	}
 }
 
 func TestRenewNeverRecreatesOrStealsKey(t *testing.T) {

@@ -27,10 +27,16 @@ type RenewReport struct {
 	// RoundTrip is how long the requests took, from the first sent to the
 	// last reply received.
 	RoundTrip time.Duration
+	// Young leases were Held and not sent for renewal: their last request
+	// was sent less than Config.MinRenewAge ago. When the cycle failed
+	// (Err), they are Uncertain too, and in Uncertain.
+	Young int
 }
 
-// RenewAll renews every Held or Uncertain lease and reports exactly which
-// were not renewed. The script calls (BatchSize leases each) go out at once
+// RenewAll renews every Held or Uncertain lease (but the Held ones younger
+// than Config.MinRenewAge, unless all are) and reports exactly which were
+// not renewed. When a request of the cycle fails, the young leases become
+// Uncertain as well. The script calls (BatchSize leases each) go out at once
 // in a few pipelines on separate connections, whose replies are handled as
 // they arrive: one round trip per shard in wall time, whatever the number
 // of leases. The goroutines it starts for this have exited when it returns.
@@ -44,7 +50,7 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 		defer cancel()
 	}
 	m.dropStale(ctx)
-	leases := m.snapshot()
+	leases, young := m.toRenew()
 	if len(leases) == 0 {
 		return RenewReport{}
 	}
@@ -87,7 +93,12 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 		}
 		mu.Unlock()
 	})
-	rep.RoundTrip = last.Sub(start)
+	rep.RoundTrip, rep.Young = last.Sub(start), len(young)
+	if rep.Err != nil {
+		u, ch := m.failYoung(young, rep.Err)
+		rep.Uncertain = append(rep.Uncertain, u...)
+		changes = append(changes, ch...)
+	}
 	for _, c := range calls {
 		m.putRenewArgs(c.args)
 	}
@@ -99,6 +110,50 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 	m.logSummary(changes, Held, zapcore.InfoLevel, "leases held again", "recovered")
 	m.notify(changes)
 	return rep
+}
+
+// toRenew returns the leases a renewal cycle renews now: every Held or
+// Uncertain lease, but the Held ones whose last request was sent less than
+// MinRenewAge ago (young), unless that leaves none to renew: a cycle then
+// renews them all, so that every cycle of a worker holding leases asks
+// Redis and a failure is seen (RenewAll).
+func (m *Manager) toRenew() (renew, young []*Lease) {
+	leases := m.snapshot()
+	if m.cfg.MinRenewAge <= 0 {
+		return leases, nil
+	}
+	// deadline = sent + TTL - DriftMargin, so sent > now - MinRenewAge
+	// when deadline > now + TTL - DriftMargin - MinRenewAge
+	cutoff := m.cfg.Clock.Now().Add(m.cfg.TTL - m.cfg.DriftMargin - m.cfg.MinRenewAge)
+	renew = make([]*Lease, 0, len(leases))
+	for _, l := range leases {
+		l.mu.Lock()
+		skip := l.state == Held && l.deadline.After(cutoff)
+		l.mu.Unlock()
+		if skip {
+			young = append(young, l)
+		} else {
+			renew = append(renew, l)
+		}
+	}
+	if len(renew) == 0 {
+		return leases, nil
+	}
+	return renew, young
+}
+
+// failYoung makes the young leases of a cycle whose renewal failed
+// Uncertain, as if theirs had failed too: Redis did not answer, and polls
+// stop at a failed cycle whatever the age of their lease (fail closed). The
+// next cycle renews them (Uncertain leases are never skipped).
+func (m *Manager) failYoung(young []*Lease, err error) (uncertain []*Lease, changes []change) {
+	for _, l := range young {
+		if ch, ok := m.transition(l, Uncertain, "renewal cycle failed: "+err.Error()); ok {
+			changes = append(changes, ch)
+			uncertain = append(uncertain, l)
+		}
+	}
+	return uncertain, changes
 }
 
 // renewArgs returns the start of a renew call's command line for n leases

@@ -82,8 +82,8 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 	c.report.status.last.ID = cfg.ID
 	leases, err := lease.New(lease.Config{Client: cfg.Client, Keys: cfg.Keys, Holder: cfg.ID, Incarnation: reg.Incarnation(),
 		TTL: cfg.LeaseTTL, DriftMargin: cfg.DriftMargin, BatchSize: cfg.BatchSize, LossQuarantine: cfg.LossQuarantine,
-		WaitReplicas: cfg.WaitReplicas,
-		Clock:        cfg.Clock, Logger: cfg.Logger, OnChange: c.onLeaseChange})
+		WaitReplicas: cfg.WaitReplicas, MinRenewAge: minRenewAge(cfg.RenewInterval, cfg.LeaseTTL, cfg.DriftMargin),
+		Clock: cfg.Clock, Logger: cfg.Logger, OnChange: c.onLeaseChange})
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}
@@ -238,4 +238,13 @@ func (c *Coordinator) drainStep(step func(context.Context) error) error {
 // longer.
 func (c *Coordinator) drainStepTimeout() time.Duration {
 	return max(c.cfg.RequestTimeout, 2*time.Second)
+}
+
+// minRenewAge is lease.Config.MinRenewAge for renewal cycles every
+// interval: half of it, so that a lease taken just before a cycle is not
+// renewed at once, but never so much that a lease gets fewer than two
+// renewals before its deadline (ttl - drift after its request), the second
+// within 2 × interval + minRenewAge of it; 0 when ttl leaves no room.
+func minRenewAge(interval, ttl, drift time.Duration) time.Duration {
+	return max(0, min(interval/2, ttl-drift-2*interval))
 }

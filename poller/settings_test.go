@@ -145,3 +145,22 @@ func TestSettingsListsEveryFlag(t *testing.T) {
 	}
 	require.Empty(t, FlagName("Client"))
 }
+
+// TestMinRenewAge: half the renewal interval, unless the TTL leaves less
+// room for two renewals before a lease's deadline.
+func TestMinRenewAge(t *testing.T) {
+	const s, ms = time.Second, time.Millisecond
+	for _, tt := range []struct {
+		interval, ttl, drift, want time.Duration
+	}{
+		{10 * s, 30 * s, 302 * ms, 5 * s},     // the defaults
+		{1 * s, 30 * s, 302 * ms, 500 * ms},   // renewing often
+		{10 * s, 30 * s, 9800 * ms, 200 * ms}, // a large drift margin: 2 × 10 s + 200 ms = 30 s - 9.8 s
+		{10 * s, 30 * s, 10 * s, 0},           // no room at all: every lease at every cycle
+		{10 * s, 30 * s, 14 * s, 0},           // less than none
+		{100 * ms, 300 * ms, 5 * ms, 50 * ms}, // short leases
+	} {
+		got := minRenewAge(tt.interval, tt.ttl, tt.drift)
+		require.Equal(t, tt.want, got, "interval %v, ttl %v, drift %v", tt.interval, tt.ttl, tt.drift)
+	}
+}
