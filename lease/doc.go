@@ -35,7 +35,9 @@
 //     the monotonic clock from the instant the acquire or renew request that
 //     set the TTL was sent, minus a drift margin (default TTL/100 + 2ms, as
 //     Redlock). A lease is Held only while that deadline has not passed. A
-//     renewal that errors or times out makes it Uncertain at once; a reply
+//     renewal that errors or times out makes it Uncertain at once, and so
+//     are the leases RenewAll skipped in that cycle as younger than
+//     Config.MinRenewAge; a reply
 //     saying the key is gone or owned by another makes it Lost; reaching the
 //     deadline makes it Lost. Leaving Held cancels Lease.Context and
 //     runs the functions registered with Lease.AfterTerm at once.
