@@ -81,6 +81,7 @@ type Prometheus struct {
 	liveNodes      prometheus.Gauge
 	memberChanges  prometheus.Counter
 	polls          *prometheus.CounterVec
+	pollsBy        map[string]prometheus.Counter // polls' counter of each of PollOutcomes, looked up once (PollDone runs at every poll)
 	pollDuration   prometheus.Histogram
 	redisErrors    *prometheus.CounterVec
 	handoffGap     prometheus.Histogram
@@ -166,8 +167,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
 	for _, op := range RedisOps {
 		p.redisErrors.WithLabelValues(op)
 	}
+	p.pollsBy = make(map[string]prometheus.Counter, len(PollOutcomes))
 	for _, out := range PollOutcomes {
-		p.polls.WithLabelValues(out)
+		p.pollsBy[out] = p.polls.WithLabelValues(out)
 	}
 	for _, st := range SessionStates {
 		p.sessions.WithLabelValues(st)
@@ -196,7 +198,11 @@ func (p *Prometheus) RenewCycle(r poller.RenewReport) {
 
 // PollDone implements poller.Observer.
 func (p *Prometheus) PollDone(r poller.PollReport) {
-	p.polls.WithLabelValues(r.Outcome).Inc()
+	c, ok := p.pollsBy[r.Outcome] // read only after New
+	if !ok {
+		c = p.polls.WithLabelValues(r.Outcome)
+	}
+	c.Inc()
 	p.pollDuration.Observe(r.Duration.Seconds())
 }
 
