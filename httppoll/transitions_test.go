@@ -1,6 +1,7 @@
 package httppoll
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,64 @@ func TestTransitionLog(t *testing.T) {
 	}
 	require.Equal(t, []string{"session failing", "session recovered", "session failing"}, got)
 	require.Equal(t, bad.Message, logs.All()[0].ContextMap()["message"])
+}
+
+// TestTransitionLogSumsUpAStorm: past its lines per window, a window's
+// failures and recoveries are summed up in one line each, logged at the
+// first poll after the window, naming the count, the classes and the first
+// sessions; every transition is in a line or a summary.
+func TestTransitionLogSumsUpAStorm(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	log := zap.New(core)
+	tl := transitionLog{every: time.Minute, burst: 3, window: 10 * time.Second, last: map[string]time.Time{}, open: map[string]bool{}}
+	ok, refused := State{}, State{Failures: 1, Error: "refused"}
+	t0 := time.Unix(1000, 0)
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for i, id := range ids {
+		tl.log(log, id, ok, refused, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	type line struct {
+		msg      string
+		sessions int64
+		first    []string
+		classes  string
+	}
+	lines := func() []line {
+		var out []line
+		for _, e := range logs.TakeAll() {
+			require.Equal(t, zapcore.WarnLevel, e.Level)
+			l := line{msg: e.Message}
+			if n, ok := e.ContextMap()["sessions"].(int64); ok {
+				l.sessions = n
+				for _, f := range e.ContextMap()["first"].([]any) {
+					l.first = append(l.first, f.(string))
+				}
+				if c, ok := e.ContextMap()["classes"]; ok {
+					l.classes = fmt.Sprint(c)
+				}
+			}
+			out = append(out, l)
+		}
+		return out
+	}
+	one := func(msg string) line { return line{msg: msg} }
+	require.Equal(t, []line{one("session failing"), one("session failing"), one("session failing")}, lines())
+
+	// Within the window a poll without a transition logs nothing; the
+	// first one after it logs the summary.
+	tl.log(log, "a", refused, refused, t0.Add(9*time.Second))
+	require.Empty(t, lines())
+	tl.log(log, "a", refused, refused, t0.Add(10*time.Second))
+	require.Equal(t, []line{{"sessions failing, more than the log shows one by one", 5, []string{"d", "e", "f", "g", "h"}, "map[refused:5]"}}, lines())
+
+	// All recover in a new window: three lines, then the rest summed up,
+	// the summarized failures among them.
+	for i, id := range ids {
+		tl.log(log, id, refused, ok, t0.Add(20*time.Second+time.Duration(i)*time.Millisecond))
+	}
+	tl.log(log, "a", ok, ok, t0.Add(31*time.Second))
+	require.Equal(t, []line{one("session recovered"), one("session recovered"), one("session recovered"),
+		{"sessions recovered, more than the log shows one by one", 5, []string{"d", "e", "f", "g", "h"}, ""}}, lines())
 }
 
 func TestCutMessage(t *testing.T) {
