@@ -3,6 +3,7 @@ package httppoll
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,11 +28,11 @@ func newHostLimit(max int) *hostLimit {
 }
 
 // acquire takes a slot of host, waiting while max requests to it run, for
-// at most wait and until ctx is done; it calls onWait before it starts
-// waiting. It returns the function that gives the slot back, or the error
-// of the wait's context if that ended first. A slot free at once costs no
-// context or timer.
-func (h *hostLimit) acquire(ctx context.Context, host string, wait time.Duration, onWait func()) (release func(), err error) {
+// at most wait and until ctx is done; it counts a wait in waits before it
+// starts waiting. It returns the semaphore to give the slot back to
+// (release), or the error of the wait's context if that ended first. A
+// slot free at once costs no context, timer or allocation.
+func (h *hostLimit) acquire(ctx context.Context, host string, wait time.Duration, waits *atomic.Uint64) (*hostSem, error) {
 	h.mu.Lock()
 	sem := h.hosts[host]
 	if sem == nil {
@@ -40,22 +41,27 @@ func (h *hostLimit) acquire(ctx context.Context, host string, wait time.Duration
 	}
 	sem.refs++
 	h.mu.Unlock()
-	release = func() { <-sem.slots; h.unref(host, sem) }
 	select {
 	case sem.slots <- struct{}{}:
-		return release, nil
+		return sem, nil
 	default:
 	}
-	onWait()
+	waits.Add(1)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	select {
 	case sem.slots <- struct{}{}:
-		return release, nil
+		return sem, nil
 	case <-wctx.Done():
 		h.unref(host, sem)
 		return nil, wctx.Err()
 	}
+}
+
+// release gives back the slot of host that acquire took from sem.
+func (h *hostLimit) release(host string, sem *hostSem) {
+	<-sem.slots
+	h.unref(host, sem)
 }
 
 // unref forgets host's semaphore when nobody holds or waits for it.

@@ -542,7 +542,7 @@ func (p *Poller) previous(s session.Session, t *poller.Turn, st stateSlot) (Stat
 	if !ok {
 		return State{}, false // never saved
 	}
-	if prev.URLHash != urlHash(s.URL) {
+	if !hasURLHash(prev.URLHash, s.URL) {
 		// The session now polls another URL (sessions add --replace):
 		// the old URL's validators and body mean nothing there.
 		return State{}, false
@@ -693,11 +693,12 @@ func (p *Poller) get(ctx context.Context, s session.Session, t *poller.Turn, pre
 		return response{}, err
 	}
 	if p.hosts != nil {
-		release, err := p.hostSlot(ctx, req, timeout)
+		host := strings.ToLower(req.URL.Host)
+		sem, err := p.hostSlot(ctx, host, timeout)
 		if err != nil {
 			return response{}, err
 		}
-		defer release()
+		defer p.hosts.release(host, sem)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -730,7 +731,7 @@ func (p *Poller) request(ctx context.Context, s session.Session, t *poller.Turn,
 	if err != nil {
 		return nil, nil, withoutURL(err)
 	}
-	req.Header.Set("User-Agent", p.cfg.UserAgent)
+	req.Header["User-Agent"] = []string{p.cfg.UserAgent}
 	for name, v := range s.Headers {
 		req.Header.Set(name, v)
 	}
@@ -744,13 +745,20 @@ func (p *Poller) request(ctx context.Context, s session.Session, t *poller.Turn,
 			client = c
 		}
 	}
-	req.Header.Set(HeaderSession, s.ID)
-	req.Header.Set(HeaderWorker, p.cfg.Worker)
+	// The fencing headers' names are canonical (TestHeaderNamesAreCanonical)
+	// and their values share one allocation, sliced to capacity 1 so that
+	// nothing appended to one header reaches the next.
+	fixed := make([]string, 4)
+	fixed[0], fixed[1] = s.ID, p.cfg.Worker
+	req.Header[HeaderSession] = fixed[0:1:1]
+	req.Header[HeaderWorker] = fixed[1:2:2]
 	if t != nil && t.Token() != 0 { // 0: a poll without a lease (poller.NewTurn)
-		req.Header.Set(HeaderToken, strconv.FormatInt(t.Token(), 10))
+		fixed[2] = strconv.FormatInt(t.Token(), 10)
+		req.Header[HeaderToken] = fixed[2:3:3]
 	}
 	if slot, ok := poller.SlotOf(ctx); ok {
-		req.Header.Set(HeaderSlot, slot.UTC().Format(time.RFC3339))
+		fixed[3] = slot.UTC().Format(time.RFC3339)
+		req.Header[HeaderSlot] = fixed[3:4:4]
 	}
 	traceRequest(ctx, req.Header)
 	if conditional && prev.ETag != "" {
@@ -767,15 +775,15 @@ func (p *Poller) request(ctx context.Context, s session.Session, t *poller.Turn,
 // taken with a few milliseconds left would send a request doomed to be
 // abandoned, which the target would still serve. Not getting one within
 // that bound is ErrNoCapacity, no failure of the target.
-func (p *Poller) hostSlot(ctx context.Context, req *http.Request, timeout time.Duration) (release func(), err error) {
-	release, err = p.hosts.acquire(ctx, strings.ToLower(req.URL.Host), timeout/2, func() { p.stats.hostWaits.Add(1) })
+func (p *Poller) hostSlot(ctx context.Context, host string, timeout time.Duration) (*hostSem, error) {
+	sem, err := p.hosts.acquire(ctx, host, timeout/2, &p.stats.hostWaits)
 	if err != nil {
 		if ctx.Err() == nil {
 			err = poller.ErrNoCapacity // the wait's own bound, not the lease
 		}
 		return nil, fmt.Errorf("no slot of the host within %v (%d requests in flight): %w", timeout/2, p.cfg.MaxPerHost, err)
 	}
-	return release, nil
+	return sem, nil
 }
 
 // emptySHA256 is the hex SHA-256 of an empty body.

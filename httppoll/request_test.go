@@ -72,3 +72,11 @@ func TestExpectedStatus(t *testing.T) {
 		require.Equal(t, tt.want, expected(s, tt.status, tt.conditional), "%+v", tt)
 	}
 }
+
+// TestHeaderNamesAreCanonical: request sets the fencing headers by map
+// key, which only works for names in their canonical form.
+func TestHeaderNamesAreCanonical(t *testing.T) {
+	for _, name := range []string{HeaderSession, HeaderWorker, HeaderToken, HeaderSlot, "User-Agent"} {
+		require.Equal(t, http.CanonicalHeaderKey(name), name)
+	}
+}

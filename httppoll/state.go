@@ -144,6 +144,12 @@ func urlHash(rawURL string) string {
 	return strconv.FormatUint(hrw.HashKey(rawURL), 16) // FNV-1a 64
 }
 
+// hasURLHash reports whether hash is urlHash(rawURL), without allocating.
+func hasURLHash(hash, rawURL string) bool {
+	var buf [16]byte
+	return string(strconv.AppendUint(buf[:0], hrw.HashKey(rawURL), 16)) == hash
+}
+
 // Latency is LatencyMS as a duration.
 func (st State) Latency() time.Duration {
 	return time.Duration(st.LatencyMS * float64(time.Millisecond))

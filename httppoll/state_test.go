@@ -397,3 +397,17 @@ func statusOf(t *testing.T, entry map[string]any) int {
 	require.NoError(t, err)
 	return n
 }
+
+func TestHasURLHash(t *testing.T) {
+	for _, tc := range []struct {
+		hash, url string
+		want      bool
+	}{
+		{urlHash("http://127.0.0.1/s/1"), "http://127.0.0.1/s/1", true},
+		{urlHash("http://127.0.0.1/s/1"), "http://127.0.0.1/s/2", false},
+		{"", "http://127.0.0.1/s/1", false},
+		{urlHash(""), "", true},
+	} {
+		require.Equal(t, tc.want, hasURLHash(tc.hash, tc.url), "%q %q", tc.hash, tc.url)
+	}
+}

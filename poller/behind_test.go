@@ -1,7 +1,6 @@
 package poller
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"testing"
@@ -137,9 +136,10 @@ func TestSchedulerGroupWaitsInOrderOfDue(t *testing.T) {
 	f.waitPhase(b, groupWaiting)
 	// b came later, but is due earlier than c.
 	f.sched.mu.Lock()
+	b.group.waiting.remove(b.index)
 	b.next = b.next.Add(-time.Second)
 	b.rank = b.next
-	heap.Fix(&b.group.waiting, b.index)
+	b.group.waiting.push(b)
 	f.sched.mu.Unlock()
 
 	o := f.start("other") // another group has room

@@ -107,36 +107,94 @@ type runner struct {
 	work chan *pollLoop // the next poll; buffered 1, sent only by the launch that took the runner off idle
 }
 
-// dueQueue is a min-heap of queued loops by next poll time.
-type dueQueue []*pollLoop
+// dueQueue is a min-heap of loops by rank, ties going to the loop whose
+// last poll began first. Each entry carries copies of its loop's keys,
+// which do not change while it is queued, so that ordering reads no loop
+// (among thousands, a loop is rarely in cache), and the heap is written
+// out for this one type rather than behind container/heap's interface.
+type dueQueue []dueEntry
+
+// dueEntry is a loop in a dueQueue with its rank and lastBegan.
+type dueEntry struct {
+	rank, began time.Time
+	l           *pollLoop
+}
 
 func (q dueQueue) Len() int { return len(q) }
 
-func (q dueQueue) Less(i, j int) bool {
-	if !q[i].rank.Equal(q[j].rank) {
-		return q[i].rank.Before(q[j].rank)
+// head is the first loop; the queue must not be empty.
+func (q dueQueue) head() *pollLoop { return q[0].l }
+
+func (q dueQueue) less(i, j int) bool {
+	a, b := &q[i], &q[j]
+	if !a.rank.Equal(b.rank) {
+		return a.rank.Before(b.rank)
 	}
-	return q[i].lastBegan.Before(q[j].lastBegan)
+	return a.began.Before(b.began)
 }
 
-func (q dueQueue) Swap(i, j int) {
+func (q dueQueue) swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
+	q[i].l.index, q[j].l.index = i, j
 }
 
-func (q *dueQueue) Push(x any) {
-	w := x.(*pollLoop)
-	w.index = len(*q)
-	*q = append(*q, w)
+// push adds l, keyed by its rank and lastBegan as they are now.
+func (q *dueQueue) push(l *pollLoop) {
+	l.index = len(*q)
+	*q = append(*q, dueEntry{rank: l.rank, began: l.lastBegan, l: l})
+	q.up(l.index)
 }
 
-func (q *dueQueue) Pop() any {
+// pop removes and returns the first loop; the queue must not be empty.
+func (q *dueQueue) pop() *pollLoop { return q.remove(0) }
+
+// remove removes and returns the loop at index i.
+func (q *dueQueue) remove(i int) *pollLoop {
 	old := *q
-	w := old[len(old)-1]
-	old[len(old)-1] = nil
-	*q = old[:len(old)-1]
-	w.index = -1
-	return w
+	n := len(old) - 1
+	l := old[i].l
+	if i != n {
+		old.swap(i, n)
+		if rest := old[:n]; !rest.down(i) {
+			rest.up(i)
+		}
+	}
+	old[n] = dueEntry{}
+	*q = old[:n]
+	l.index = -1
+	return l
+}
+
+func (q dueQueue) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !q.less(j, i) {
+			return
+		}
+		q.swap(i, j)
+		j = i
+	}
+}
+
+// down moves the entry at i0 down to its place and reports whether it
+// moved.
+func (q dueQueue) down(i0 int) bool {
+	i := i0
+	for {
+		j := 2*i + 1
+		if j >= len(q) {
+			break
+		}
+		if j2 := j + 1; j2 < len(q) && q.less(j2, j) {
+			j = j2
+		}
+		if !q.less(j, i) {
+			break
+		}
+		q.swap(i, j)
+		i = j
+	}
+	return i > i0
 }
 
 // pollContext returns the context of one poll under l's current Held

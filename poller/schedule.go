@@ -1,7 +1,6 @@
 package poller
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"runtime"
@@ -165,7 +164,7 @@ func (s *scheduler) Stop(w *pollLoop) {
 	var launch []*pollLoop
 	switch w.phase {
 	case queued:
-		heap.Remove(&s.queue, w.index)
+		s.queue.remove(w.index)
 		s.exitLocked(w)
 	case admitting, groupWaiting:
 		s.unwaitLocked(w)
@@ -243,7 +242,7 @@ func (s *scheduler) LeaseChanged(l *lease.Lease, to lease.State) {
 	case lease.Lost, lease.Released:
 		switch w.phase {
 		case queued:
-			heap.Remove(&s.queue, w.index)
+			s.queue.remove(w.index)
 		case admitting, groupWaiting:
 			s.unwaitLocked(w)
 		}
@@ -551,8 +550,8 @@ func (s *scheduler) fire() {
 	now := s.cfg.Clock.Now()
 	s.armed = time.Time{}
 	var launch []*pollLoop
-	for s.queue.Len() > 0 && !s.queue[0].next.After(now) {
-		w := heap.Pop(&s.queue).(*pollLoop)
+	for s.queue.Len() > 0 && !s.queue.head().next.After(now) {
+		w := s.queue.pop()
 		if s.settleLocked(w, now, w.next) {
 			launch = append(launch, w)
 		}
@@ -598,7 +597,7 @@ func (s *scheduler) settleLocked(w *pollLoop, now, at time.Time) bool {
 	if at.After(now) {
 		w.next = at
 		w.phase = queued
-		heap.Push(&s.queue, w)
+		s.queue.push(w)
 		s.armLocked(now)
 		return false
 	}
@@ -621,7 +620,7 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 	if g := w.group; g != nil {
 		if g.active >= g.max {
 			w.phase = groupWaiting
-			heap.Push(&g.waiting, w)
+			g.waiting.push(w)
 			s.crowded[g] = struct{}{}
 			s.waitedLocked(now, waited, s.groupWaitKindLocked(g))
 			return false
@@ -632,7 +631,7 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 		// Every slot is taken: wait for one rather than start a poll the
 		// worker cannot sustain.
 		w.phase = admitting
-		heap.Push(&s.admit, w)
+		s.admit.push(w)
 		if g := w.group; g != nil {
 			g.admitting++
 		}
@@ -680,7 +679,7 @@ func (s *scheduler) admitLocked(now time.Time) []*pollLoop {
 			s.freed[len(s.freed)-1] = nil
 			s.freed = s.freed[:len(s.freed)-1]
 			for g.active < g.max && g.waiting.Len() > 0 {
-				w := heap.Pop(&g.waiting).(*pollLoop)
+				w := g.waiting.pop()
 				s.waiting--
 				if g.waiting.Len() == 0 {
 					delete(s.crowded, g)
@@ -691,7 +690,7 @@ func (s *scheduler) admitLocked(now time.Time) []*pollLoop {
 			}
 		}
 		for s.admit.Len() > 0 && (s.limit.limit() <= 0 || s.active < s.limit.limit()) {
-			w := heap.Pop(&s.admit).(*pollLoop)
+			w := s.admit.pop()
 			s.waiting--
 			if s.settleLocked(w, now, w.next) {
 				launch = append(launch, w)
@@ -709,11 +708,11 @@ func (s *scheduler) unwaitLocked(w *pollLoop) {
 	s.waiting--
 	switch w.phase {
 	case admitting:
-		heap.Remove(&s.admit, w.index)
+		s.admit.remove(w.index)
 		s.unadmitLocked(w)
 	case groupWaiting:
 		g := w.group
-		heap.Remove(&g.waiting, w.index)
+		g.waiting.remove(w.index)
 		if g.waiting.Len() == 0 {
 			delete(s.crowded, g)
 		}
@@ -787,7 +786,7 @@ func (s *scheduler) armLocked(now time.Time) {
 	if s.queue.Len() == 0 || s.done {
 		return
 	}
-	at := s.queue[0].next.Add(min(s.cfg.Slack, s.shortest/100))
+	at := s.queue.head().next.Add(min(s.cfg.Slack, s.shortest/100))
 	if !s.armed.IsZero() && !at.Before(s.armed) {
 		return // armed early enough; an early firing re-arms
 	}
@@ -866,11 +865,11 @@ func (s *scheduler) judgeLocked(now time.Time, always bool) bool {
 // than oldestWaitBound, and for which kind of slot.
 func (s *scheduler) oldestWaitLocked(now time.Time) (bool, waitKind) {
 	tooLong := func(w *pollLoop) bool { return now.Sub(w.next) > oldestWaitBound(w.sess.Interval.D()) }
-	if s.admit.Len() > 0 && tooLong(s.admit[0]) {
+	if s.admit.Len() > 0 && tooLong(s.admit.head()) {
 		return true, s.slotKindLocked()
 	}
 	for g := range s.crowded {
-		if tooLong(g.waiting[0]) {
+		if tooLong(g.waiting.head()) {
 			return true, s.groupWaitKindLocked(g)
 		}
 	}

@@ -96,16 +96,6 @@ func parseResult(v map[string]any) Result {
 	return r
 }
 
-// streamOf is the stream that receives the results of session: the
-// session's bucket range's stream in the sharded layout, else the single
-// stream.
-func streamOf(keys keyspace.Space, sharded bool, session string) string {
-	if sharded {
-		return keys.ResultStreamOf(session)
-	}
-	return keys.Results()
-}
-
 // allStreams are every result stream of both layouts: the single stream
 // first, then the sharded ones in order.
 func allStreams(keys keyspace.Space) []string {
@@ -126,9 +116,14 @@ func Write(ctx context.Context, c redis.Cmdable, keys keyspace.Space, sharded bo
 		return 0, nil
 	}
 	pipe := c.Pipeline()
+	single := keys.Results() // the stream of every result unless sharded, named once per batch
 	for _, r := range batch {
+		stream := single
+		if sharded {
+			stream = keys.ResultStreamOf(r.Session)
+		}
 		pipe.XAdd(ctx, &redis.XAddArgs{
-			Stream: streamOf(keys, sharded, r.Session),
+			Stream: stream,
 			MaxLen: maxLen,
 			Approx: true,
 			Values: r.values(),
