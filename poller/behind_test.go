@@ -139,7 +139,7 @@ func TestSchedulerGroupWaitsInOrderOfDue(t *testing.T) {
 	b.group.waiting.remove(b.index)
 	b.next = b.next.Add(-time.Second)
 	b.rank = b.next
-	b.group.waiting.push(b)
+	b.group.waiting.push(b, f.clock.Now())
 	f.sched.mu.Unlock()
 
 	o := f.start("other") // another group has room

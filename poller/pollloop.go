@@ -2,6 +2,7 @@ package poller
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -108,40 +109,68 @@ type runner struct {
 }
 
 // dueQueue is a min-heap of loops by rank, ties going to the loop whose
-// last poll began first. Each entry carries copies of its loop's keys,
-// which do not change while it is queued, so that ordering reads no loop
-// (among thousands, a loop is rarely in cache), and the heap is written
-// out for this one type rather than behind container/heap's interface.
-type dueQueue []dueEntry
+// last poll began first. Each entry carries its loop's rank and lastBegan,
+// which do not change while it is queued, as integer keys (dueKey), so
+// that ordering reads no loop (among thousands, a loop is rarely in cache)
+// and compares two integers rather than two time.Times; the heap is
+// written out for this one type rather than behind container/heap's
+// interface, and 4-ary, which halves the depth of a binary heap and so
+// the loops written to (their index) per pop.
+type dueQueue struct {
+	epoch   time.Time // the first push's now: keys count from it
+	entries []dueEntry
+}
 
-// dueEntry is a loop in a dueQueue with its rank and lastBegan.
+// dueArity is the number of children of a dueQueue node.
+const dueArity = 4
+
+// dueEntry is a loop in a dueQueue with the keys of its rank and lastBegan.
 type dueEntry struct {
-	rank, began time.Time
+	rank, began int64
 	l           *pollLoop
 }
 
-func (q dueQueue) Len() int { return len(q) }
+// key is t's place in q's order, computed at now: the time from q's epoch
+// to now plus the time from now to t. For a time with a monotonic clock
+// reading (every time the scheduler takes from its clock, and those it
+// adds to) that is the monotonic time from the epoch; a time without one
+// (a cron slot's start) is placed by its distance from now on the wall
+// clock, as the timer that waits for it counts, so that a wall clock
+// step before it is pushed cannot put it ahead of loops due before it.
+// The zero time (a loop never polled) comes first.
+func (q *dueQueue) key(t, now time.Time) int64 {
+	if t.IsZero() {
+		return math.MinInt64
+	}
+	return int64(now.Sub(q.epoch) + t.Sub(now))
+}
+
+func (q *dueQueue) Len() int { return len(q.entries) }
 
 // head is the first loop; the queue must not be empty.
-func (q dueQueue) head() *pollLoop { return q[0].l }
+func (q *dueQueue) head() *pollLoop { return q.entries[0].l }
 
-func (q dueQueue) less(i, j int) bool {
-	a, b := &q[i], &q[j]
-	if !a.rank.Equal(b.rank) {
-		return a.rank.Before(b.rank)
+func (q *dueQueue) less(i, j int) bool {
+	a, b := &q.entries[i], &q.entries[j]
+	if a.rank != b.rank {
+		return a.rank < b.rank
 	}
-	return a.began.Before(b.began)
+	return a.began < b.began
 }
 
-func (q dueQueue) swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].l.index, q[j].l.index = i, j
+func (q *dueQueue) swap(i, j int) {
+	e := q.entries
+	e[i], e[j] = e[j], e[i]
+	e[i].l.index, e[j].l.index = i, j
 }
 
-// push adds l, keyed by its rank and lastBegan as they are now.
-func (q *dueQueue) push(l *pollLoop) {
-	l.index = len(*q)
-	*q = append(*q, dueEntry{rank: l.rank, began: l.lastBegan, l: l})
+// push adds l, keyed by its rank and lastBegan at now.
+func (q *dueQueue) push(l *pollLoop, now time.Time) {
+	if q.epoch.IsZero() {
+		q.epoch = now
+	}
+	l.index = len(q.entries)
+	q.entries = append(q.entries, dueEntry{rank: q.key(l.rank, now), began: q.key(l.lastBegan, now), l: l})
 	q.up(l.index)
 }
 
@@ -150,24 +179,23 @@ func (q *dueQueue) pop() *pollLoop { return q.remove(0) }
 
 // remove removes and returns the loop at index i.
 func (q *dueQueue) remove(i int) *pollLoop {
-	old := *q
-	n := len(old) - 1
-	l := old[i].l
+	n := len(q.entries) - 1
+	l := q.entries[i].l
 	if i != n {
-		old.swap(i, n)
-		if rest := old[:n]; !rest.down(i) {
-			rest.up(i)
-		}
+		q.swap(i, n) // the last entry fills i, and is put in its place below
 	}
-	old[n] = dueEntry{}
-	*q = old[:n]
+	q.entries[n] = dueEntry{}
+	q.entries = q.entries[:n]
+	if i != n && !q.down(i) {
+		q.up(i)
+	}
 	l.index = -1
 	return l
 }
 
-func (q dueQueue) up(j int) {
+func (q *dueQueue) up(j int) {
 	for j > 0 {
-		i := (j - 1) / 2
+		i := (j - 1) / dueArity
 		if !q.less(j, i) {
 			return
 		}
@@ -178,15 +206,18 @@ func (q dueQueue) up(j int) {
 
 // down moves the entry at i0 down to its place and reports whether it
 // moved.
-func (q dueQueue) down(i0 int) bool {
-	i := i0
+func (q *dueQueue) down(i0 int) bool {
+	i, n := i0, len(q.entries)
 	for {
-		j := 2*i + 1
-		if j >= len(q) {
+		first := dueArity*i + 1
+		if first >= n {
 			break
 		}
-		if j2 := j + 1; j2 < len(q) && q.less(j2, j) {
-			j = j2
+		j := first // the least child
+		for c := first + 1; c < first+dueArity && c < n; c++ {
+			if q.less(c, j) {
+				j = c
+			}
 		}
 		if !q.less(j, i) {
 			break

@@ -597,7 +597,7 @@ func (s *scheduler) settleLocked(w *pollLoop, now, at time.Time) bool {
 	if at.After(now) {
 		w.next = at
 		w.phase = queued
-		s.queue.push(w)
+		s.queue.push(w, now)
 		s.armLocked(now)
 		return false
 	}
@@ -620,7 +620,7 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 	if g := w.group; g != nil {
 		if g.active >= g.max {
 			w.phase = groupWaiting
-			g.waiting.push(w)
+			g.waiting.push(w, now)
 			s.crowded[g] = struct{}{}
 			s.waitedLocked(now, waited, s.groupWaitKindLocked(g))
 			return false
@@ -631,7 +631,7 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 		// Every slot is taken: wait for one rather than start a poll the
 		// worker cannot sustain.
 		w.phase = admitting
-		s.admit.push(w)
+		s.admit.push(w, now)
 		if g := w.group; g != nil {
 			g.admitting++
 		}
