@@ -89,8 +89,10 @@ func (m *Manager) expireGroup(g *expiryGroup) {
 		m.forget(l) // before the state changes, so that a Lost lease is never listed
 		l.setLocked(Lost, "deadline passed")
 		l.mu.Unlock()
-		m.log.Debug("lease lost", zap.String("session", l.session), zap.String("event", "lost"),
-			zap.Int64("token", l.token), zap.String("reason", "deadline passed"))
+		if ce := m.log.Check(zapcore.DebugLevel, "lease lost"); ce != nil { // no fields built per lease unless logged
+			ce.Write(zap.String("session", l.session), zap.String("event", "lost"),
+				zap.Int64("token", l.token), zap.String("reason", "deadline passed"))
+		}
 		changes = append(changes, change{l, from, Lost})
 	}
 	m.logSummary(changes, Lost, zapcore.WarnLevel, "leases lost: their deadline passed without a renewal", "lost")

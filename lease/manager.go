@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/utils/clock"
 
 	"github.com/pollworker/pollworker/keyspace"
@@ -603,8 +604,10 @@ func (m *Manager) adopt(session, owner string, token int64, gap, due time.Durati
 	m.held[session] = l
 	l.slot = len(m.list)
 	m.list = append(m.list, l)
-	m.log.Debug("lease acquired", zap.String("session", session), zap.String("event", "acquired"),
-		zap.Duration("ttl", m.cfg.TTL), zap.Int64("token", token))
+	if ce := m.log.Check(zapcore.DebugLevel, "lease acquired"); ce != nil { // no fields built per lease unless logged
+		ce.Write(zap.String("session", session), zap.String("event", "acquired"),
+			zap.Duration("ttl", m.cfg.TTL), zap.Int64("token", token))
+	}
 	return l, []change{{l, 0, Held}}
 }
 
@@ -675,9 +678,11 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 			errs = append(errs, c.err)
 			continue
 		}
-		for _, i := range c.idx {
-			l := todo[i].Lease
-			m.log.Debug("lease released", zap.String("session", l.session), zap.String("event", "released"), zap.Int64("token", l.token))
+		if m.log.Core().Enabled(zapcore.DebugLevel) {
+			for _, i := range c.idx {
+				l := todo[i].Lease
+				m.log.Debug("lease released", zap.String("session", l.session), zap.String("event", "released"), zap.Int64("token", l.token))
+			}
 		}
 		released += len(c.idx)
 	}

@@ -292,7 +292,9 @@ func (m *Manager) extend(l *Lease, g *expiryGroup, now time.Time) (change, bool)
 	moved := l.setLocked(Held, "")
 	l.mu.Unlock()
 	if moved {
-		m.log.Debug("lease held again", zap.String("session", l.session), zap.String("event", "recovered"), zap.Int64("token", l.token))
+		if ce := m.log.Check(zapcore.DebugLevel, "lease held again"); ce != nil {
+			ce.Write(zap.String("session", l.session), zap.String("event", "recovered"), zap.Int64("token", l.token))
+		}
 		return change{l, from, Held}, true
 	}
 	return change{}, true
@@ -308,8 +310,10 @@ func (m *Manager) transition(l *Lease, st State, reason string) (change, bool) {
 	if !moved {
 		return change{}, false
 	}
-	m.log.Debug("lease "+st.String(), zap.String("session", l.session), zap.String("event", st.String()),
-		zap.Int64("token", l.token), zap.String("reason", reason))
+	if ce := m.log.Check(zapcore.DebugLevel, "lease "+st.String()); ce != nil {
+		ce.Write(zap.String("session", l.session), zap.String("event", st.String()),
+			zap.Int64("token", l.token), zap.String("reason", reason))
+	}
 	return change{l, from, st}, true
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/utils/clock"
 
 	"github.com/pollworker/pollworker/lease"
@@ -220,7 +221,9 @@ func (t *turns) pollOnce(ctx context.Context, tn *Turn) (out outcome, retry time
 		out, retry = pollFailed, retryDelay(err)
 	}
 	t.health.pollErrors.Add(1)
-	t.log.Debug("poll failed", zap.String("session", s.ID), zap.Int64("token", tn.Token()), zap.Error(err))
+	if ce := t.log.Check(zapcore.DebugLevel, "poll failed"); ce != nil { // no fields built per poll unless logged
+		ce.Write(zap.String("session", s.ID), zap.Int64("token", tn.Token()), zap.Error(err))
+	}
 	return out, retry
 }
 
