@@ -3,7 +3,8 @@
 // deployment, why they are where they are.
 //
 // Placement (placement.go) is written here once: the placeable members
-// weighed by their heartbeats (WeighMembers), the parsed session Selector,
+// that read the same session namespace (ReadingSessions) weighed by their
+// heartbeats (WeighMembers), the parsed session Selector,
 // and a Planner that plans the default placement space and each
 // selector's space among the members that match it (Place), with package
 // assign as the policy. The workers (package poller), `pollworker status`,

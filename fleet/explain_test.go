@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -226,5 +227,34 @@ func TestExplain(t *testing.T) {
 				tc.check(t, e)
 			}
 		})
+	}
+}
+
+// TestSnapshotLeavesOutOtherSessionReaders: a live worker whose heartbeat
+// says it reads another session namespace is planned nothing, as in the
+// workers' own plans, and is listed.
+func TestSnapshotLeavesOutOtherSessionReaders(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	o := Observed{
+		ServerTime: now,
+		Members:    nodes.Membership{Version: 1, Nodes: []string{"w1", "w2"}, ExpiryMs: []int64{1, 1}, ServerTimeMs: now.UnixMilli()},
+		Infos:      []nodes.Info{{ID: "w1", Sessions: "session"}, {ID: "w2", Sessions: "sesion"}},
+		Sessions:   []session.Session{{ID: "s1", URL: "http://x/", Interval: session.Duration(time.Second)}},
+	}
+	for _, tt := range []struct {
+		ns        string
+		wantOwner string
+		wantOut   []string
+	}{
+		{"session", "w1", []string{"w2"}},
+		{"sesion", "w2", []string{"w1"}},
+	} {
+		s, err := Build(o, Options{Sessions: tt.ns})
+		require.NoError(t, err)
+		require.Equal(t, tt.wantOut, s.OtherSessions)
+		for i := range 200 {
+			id := fmt.Sprintf("s%d", i)
+			require.Equal(t, tt.wantOwner, s.OwnerOf(id), "namespace %s, session %s", tt.ns, id)
+		}
 	}
 }

@@ -71,6 +71,32 @@ type Members struct {
 	key    string
 }
 
+// ReadingSessions splits the members ids into those that read the session
+// namespace ns (or do not say: nodes.Info.Sessions empty, or no info) and
+// those whose heartbeat says they read another. Only the first take part
+// in placement: a worker started with another --session-prefix under the
+// same key prefix cannot see the sessions planned onto it, so they would
+// wait, unpolled, for the orphan watch.
+func ReadingSessions(ids []string, infos []nodes.Info, ns string) (same, other []string) {
+	elsewhere := make(map[string]bool)
+	for _, info := range infos {
+		if info.Sessions != "" && info.Sessions != ns {
+			elsewhere[info.ID] = true
+		}
+	}
+	if len(elsewhere) == 0 {
+		return ids, nil
+	}
+	for _, id := range ids {
+		if elsewhere[id] {
+			other = append(other, id)
+		} else {
+			same = append(same, id)
+		}
+	}
+	return same, other
+}
+
 // WeighMembers returns the placeable members ids (nodes.Membership.Placeable:
 // cordoned workers take nothing) with the weights (nodes.Info.PlanWeight)
 // and labels of their heartbeat infos; a member without an info weighs 1

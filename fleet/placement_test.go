@@ -149,3 +149,25 @@ func TestPlaceParseSelector(t *testing.T) {
 	require.False(t, bad.IsNone())
 	require.False(t, bad.Matches(nodes.Labels{"bad": ""}), "an invalid selector matches no worker")
 }
+
+func TestReadingSessions(t *testing.T) {
+	infos := []nodes.Info{{ID: "a", Sessions: "session"}, {ID: "b"}, {ID: "c", Sessions: "sesion"}, {ID: "d", Sessions: "session"}}
+	for _, tt := range []struct {
+		name              string
+		ids               []string
+		ns                string
+		wantSame, wantOut []string
+	}{
+		{"one reads another namespace", []string{"a", "b", "c", "d"}, "session", []string{"a", "b", "d"}, []string{"c"}},
+		{"seen from the other side", []string{"a", "b", "c", "d"}, "sesion", []string{"b", "c"}, []string{"a", "d"}},
+		{"a member without an info takes part", []string{"a", "e"}, "session", []string{"a", "e"}, nil},
+		{"none", nil, "session", nil, nil},
+		{"every member reads it: the ids as given", []string{"b", "e"}, "session", []string{"b", "e"}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			same, out := ReadingSessions(tt.ids, infos, tt.ns)
+			require.Equal(t, tt.wantSame, same)
+			require.Equal(t, tt.wantOut, out)
+		})
+	}
+}

@@ -32,6 +32,11 @@ type Options struct {
 	// FirstPollBound is how long a new holder keeps its predecessor's
 	// schedule at most (poller.FirstPollBound); nil: unbounded.
 	FirstPollBound func(interval time.Duration) time.Duration
+	// Sessions is the session namespace read (keyspace.Space.SessionNamespace):
+	// members that read another take nothing (ReadingSessions), as in the
+	// workers' plans. NewReader sets it from its keys; empty in Build: every
+	// member takes part.
+	Sessions string
 	// Backoff decodes the saved state of a held session (state.Record's
 	// Data) into its error backoff, ok false when it has none (the HTTP
 	// poller's: httppoll.DecodeState); nil: backoffs are not read.
@@ -72,6 +77,9 @@ func NewReader(client redis.UniversalClient, keys keyspace.Space, opts Options) 
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
+	if opts.Sessions == "" {
+		opts.Sessions = keys.SessionNamespace()
+	}
 	return &Reader{client: client, keys: keys, opts: opts, members: members, store: store,
 		leases: lease.NewReader(client, keys, 0), states: state.NewStore(client, keys)}, nil
 }
@@ -94,6 +102,10 @@ type Snapshot struct {
 	Weights session.Weights
 	// Placement is the plans the workers compute from the above.
 	Placement Placement
+	// OtherSessions are the live placeable members whose heartbeat says
+	// they read another session namespace than Options.Sessions: left out
+	// of Placement (ReadingSessions).
+	OtherSessions []string
 	// LeaseTTL is Options.LeaseTTL.
 	LeaseTTL time.Duration
 	// Sessions are the sessions read, by id; Order lists them as read
@@ -181,7 +193,11 @@ func newSnapshot(m nodes.Membership, infos []nodes.Info, w session.Weights, opts
 		s.Infos[info.ID] = info
 	}
 	var err error
-	s.Placement, err = NewPlanner(opts.BalanceSlack).Place(WeighMembers(m.Placeable(), infos), w.Plannable(), w.Spaces, nil)
+	placeable := m.Placeable()
+	if opts.Sessions != "" {
+		placeable, s.OtherSessions = ReadingSessions(placeable, infos, opts.Sessions)
+	}
+	s.Placement, err = NewPlanner(opts.BalanceSlack).Place(WeighMembers(placeable, infos), w.Plannable(), w.Spaces, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -141,6 +141,10 @@ func (s Space) prefix() string {
 	return s.Prefix
 }
 
+// SessionNamespace is the session prefix in effect: SessionPrefix, or its
+// default. Workers that read different ones do not see the same sessions.
+func (s Space) SessionNamespace() string { return s.sessionPrefix() }
+
 func (s Space) sessionPrefix() string {
 	if s.SessionPrefix == "" {
 		return DefaultSessionPrefix

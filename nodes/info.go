@@ -36,6 +36,12 @@ type Info struct {
 	// is placed only on workers whose labels match it. Fixed for the
 	// process's life.
 	Labels Labels `json:"labels,omitempty"`
+	// Sessions is the session namespace the worker reads
+	// (keyspace.Space.SessionNamespace): its Registry's. Planners leave a
+	// worker that reads another namespace out (it could not take the
+	// sessions planned onto it); empty in the entries of workers that
+	// predate it, which count as reading the same.
+	Sessions string `json:"sessions,omitempty"`
 	// Behind says why the worker is behind, as of its last heartbeat
 	// (poller.PollStats.Overload); empty while it keeps up.
 	Behind string `json:"behind,omitempty"`

@@ -130,7 +130,8 @@ func New(cfg Config) (*Registry, error) {
 		return nil, fmt.Errorf("%w: Labels: %w", ErrInvalidConfig, err)
 	}
 	info := Info{ID: cfg.ID, Host: hostname(), PID: os.Getpid(), Started: processStart, Version: cfg.Version,
-		Incarnation: cfg.Incarnation, TTLMs: cfg.TTL.Milliseconds(), Weight: cfg.Weight, Labels: maps.Clone(cfg.Labels)}
+		Incarnation: cfg.Incarnation, TTLMs: cfg.TTL.Milliseconds(), Weight: cfg.Weight, Labels: maps.Clone(cfg.Labels),
+		Sessions: cfg.Keys.SessionNamespace()}
 	value, err := json.Marshal(info)
 	if err != nil {
 		return nil, fmt.Errorf("nodes: encode info: %w", err)

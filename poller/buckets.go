@@ -91,8 +91,10 @@ func (v *view) readMembers(ctx context.Context, full bool) (changed, ok bool) {
 			return changed, false
 		}
 		v.weighing.readVersion = m.Version
-		v.weighing.members = fleet.WeighMembers(m.Placeable(), infos) // cordoned workers take nothing
-		v.health.peerRoom.Store(peersWithRoom(v.me, m.Placeable(), infos))
+		placeable, other := fleet.ReadingSessions(m.Placeable(), infos, v.sessNS)
+		v.noteOtherSessions(other, infos)
+		v.weighing.members = fleet.WeighMembers(placeable, infos) // cordoned workers take nothing, nor those reading other sessions
+		v.health.peerRoom.Store(peersWithRoom(v.me, placeable, infos))
 	}
 	ms, key := v.weighing.members, v.weighing.members.Key()
 	if key != v.weighing.fleetKey || v.fleet == nil {
@@ -105,6 +107,30 @@ func (v *view) readMembers(ctx context.Context, full bool) (changed, ok bool) {
 		changed = true // a new fleet: plan again
 	}
 	return changed, true
+}
+
+// noteOtherSessions logs, when they change, the members left out of
+// placement because their heartbeat says they read another session
+// namespace (fleet.ReadingSessions): a worker started with another
+// --session-prefix under the same key prefix, which would otherwise be
+// planned sessions it cannot see.
+func (v *view) noteOtherSessions(other []string, infos []nodes.Info) {
+	if slices.Equal(other, v.otherSessions) {
+		return
+	}
+	v.otherSessions = other
+	if len(other) == 0 {
+		v.log.Info("no member reads another session namespace any more")
+		return
+	}
+	ns := make(map[string]string, len(other))
+	for _, info := range infos {
+		if slices.Contains(other, info.ID) {
+			ns[info.ID] = info.Sessions
+		}
+	}
+	v.log.Error("workers that read another session namespace are left out of placement: every worker under one key prefix must use the same session prefix",
+		zap.String("session_namespace", v.sessNS), zap.Any("others", ns))
 }
 
 // applyChanges marks the buckets changed since the last round for reading

@@ -49,7 +49,7 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 	cl := newClaims(cfg.Clock, nw.trigger, cfg.OrphanGrace)
 	held := make(map[string]*hold)
 	v := &view{
-		me: cfg.ID, labels: cfg.Labels, clock: cfg.Clock, timeout: cfg.RequestTimeout, log: log,
+		me: cfg.ID, labels: cfg.Labels, sessNS: cfg.Keys.SessionNamespace(), clock: cfg.Clock, timeout: cfg.RequestTimeout, log: log,
 		registry: reg, store: store, loader: session.NewLoader(store), news: nw, health: hl, claims: cl, bad: bad, held: held,
 		sessions:  make(map[string]*session.Session),
 		buckets:   make(map[int]*bucket),

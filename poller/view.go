@@ -23,6 +23,7 @@ type view struct {
 	// What it reads with: set by New, never changed.
 	me       string
 	labels   nodes.Labels // this worker's labels (selectors)
+	sessNS   string       // the session namespace read (keyspace.Space.SessionNamespace)
 	clock    clock.WithTickerAndDelayedExecution
 	timeout  time.Duration // Config.RequestTimeout
 	log      *zap.Logger
@@ -50,6 +51,7 @@ type view struct {
 	sweepAll       bool                        // the next round looks at every session (assignment changed)
 	replan         bool                        // what the plan weighs changed since it was last made (kept across a round that failed)
 	wasMember      bool                        // member at the last round
+	otherSessions  []string                    // members left out of placement: they read another session namespace (reported when it changes)
 	// staleHeld are the buckets changed since the sessions polled here
 	// in them were last read, and recheckAll says every bucket may have
 	// (the change record was lost): recheckHeld reads those sessions

@@ -68,7 +68,7 @@ func connFlags() []cli.Flag {
 		},
 		&cli.StringFlag{
 			Name:    flagSessionPrefix,
-			Usage:   "namespace of the session definitions",
+			Usage:   "namespace of the session definitions; every worker under one --key-prefix must use the same (one that reads another is left out of placement by the others, and says so)",
 			Value:   keyspace.DefaultSessionPrefix,
 			Sources: fromEnv(flagSessionPrefix),
 		},

@@ -110,6 +110,10 @@ type nodeStatus struct {
 	// Cordoned is set for a worker cordoned by pollworker drain: it takes
 	// no sessions and hands off those it holds.
 	Cordoned bool `json:"cordoned"`
+	// OtherSessions is the session namespace of a worker that reads
+	// another than this command's --session-prefix: the workers leave it
+	// out of placement (fleet.ReadingSessions). Empty for the others.
+	OtherSessions string `json:"other_session_namespace,omitempty"`
 	// Leases is the number of active sessions whose lease this incarnation
 	// holds (or a holder with this id whose incarnation is unknown).
 	Leases int `json:"leases"`
@@ -351,6 +355,9 @@ func nodeTable(snap *fleet.Snapshot) []nodeStatus {
 			n.Weight = info.PlanWeight()
 			n.Labels = info.Labels
 			n.Behind = info.Behind
+			if slices.Contains(snap.OtherSessions, id) {
+				n.OtherSessions = info.Sessions
+			}
 			if info.TTLMs > 0 {
 				n.HeartbeatAgeMs = max(info.TTLMs-n.ExpiresInMs, 0)
 			}
@@ -396,7 +403,7 @@ type labelBalance struct {
 func pollBalanceByLabels(ns []nodeStatus) []labelBalance {
 	groups := make(map[string][]nodeStatus)
 	for _, n := range ns {
-		if !n.Cordoned {
+		if n.placeable() {
 			key := nodes.Labels(n.Labels).String()
 			groups[key] = append(groups[key], n)
 		}
@@ -412,13 +419,17 @@ func pollBalanceByLabels(ns []nodeStatus) []labelBalance {
 	return out
 }
 
+// placeable reports whether the workers plan sessions onto n: not
+// cordoned, and reading their session namespace.
+func (n nodeStatus) placeable() bool { return !n.Cordoned && n.OtherSessions == "" }
+
 // pollBalance is max over mean of the poll rate per unit of weight of
-// the placeable workers (cordoned ones hold nothing by design), 0 when
-// nobody polls.
+// the placeable workers (cordoned ones, and those reading another session
+// namespace, hold nothing by design), 0 when nobody polls.
 func pollBalance(ns []nodeStatus) float64 {
 	var rate, weight, worst float64
 	for _, n := range ns {
-		if n.Cordoned {
+		if !n.placeable() {
 			continue
 		}
 		rate += n.PollsPerSecond

@@ -132,6 +132,15 @@ func printStatus(w io.Writer, st clusterStatus) {
 	if len(cordoned) > 0 {
 		fmt.Fprintf(w, "cordoned (take no sessions; pollworker uncordon ID): %s\n", strings.Join(cordoned, ", "))
 	}
+	var others []string
+	for _, n := range st.Nodes {
+		if n.OtherSessions != "" {
+			others = append(others, fmt.Sprintf("%s (%s)", n.ID, n.OtherSessions))
+		}
+	}
+	if len(others) > 0 {
+		fmt.Fprintf(w, "OTHER SESSION PREFIX (take no sessions: they read other sessions; every worker under one --key-prefix needs the same --session-prefix): %s\n", strings.Join(others, ", "))
+	}
 	if l.NotPlanned > 0 {
 		fmt.Fprintf(w, "held off their planned worker: %d (moving, held back one lease TTL after a move, or adopted orphans)\n", l.NotPlanned)
 	}

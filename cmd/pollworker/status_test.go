@@ -526,3 +526,34 @@ func TestPrintStatusSaysWhoIsBehind(t *testing.T) {
 	require.Contains(t, out.String(), "  w1 is behind (at its last heartbeat): host-limit (host t:80): runs 10 of 20 polls/s due\n")
 	require.NotContains(t, out.String(), "w2 is behind")
 }
+
+// TestStatusShowsWorkersReadingOtherSessions: a live worker whose
+// heartbeat says it reads another session prefix is listed, and planned
+// nothing (every session planned on w1).
+func TestStatusShowsWorkersReadingOtherSessions(t *testing.T) {
+	mr, _ := miniURL(t)
+	c := newTestClient(t, mr)
+	ctx := ctxT(t)
+	store := newTestStore(t, mr)
+	for _, id := range []string{"s1", "s2", "s3", "s4", "s5", "s6"} {
+		require.NoError(t, store.Put(ctx, session.Session{ID: id, URL: "http://example.com/" + id, Interval: session.Duration(time.Second)}))
+	}
+	heartbeat(t, c, "w1", "v1")
+	typo, err := nodes.New(nodes.Config{Client: c, ID: "typo", Keys: keyspace.Space{SessionPrefix: "sesion"}})
+	require.NoError(t, err)
+	require.NoError(t, typo.Heartbeat(ctx))
+	acquire(t, c, "w1", "s1", "s2", "s3", "s4", "s5", "s6")
+
+	st, err := computeStatus(ctx, c, keyspace.Space{}, false)
+	require.NoError(t, err)
+	require.Len(t, st.Nodes, 2)
+	require.Equal(t, "typo", st.Nodes[0].ID)
+	require.Equal(t, "sesion", st.Nodes[0].OtherSessions)
+	require.Empty(t, st.Nodes[1].OtherSessions)
+	require.Zero(t, st.Leases.NotPlanned, "every session is planned on w1")
+	require.InDelta(t, 1.0, pollBalance([]nodeStatus{{ID: "w1", Weight: 1, PollsPerSecond: 100}, {ID: "typo", Weight: 1, OtherSessions: "sesion"}}), 1e-9,
+		"left out of the poll balance, as a cordoned worker is")
+	var out strings.Builder
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "OTHER SESSION PREFIX (take no sessions: they read other sessions; every worker under one --key-prefix needs the same --session-prefix): typo (sesion)\n")
+}
