@@ -134,7 +134,7 @@ func TestReasonsOnRealRedis(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix++ // a keyspace of its own: its own loss marker
-			f := redisFleet{t: t, ctx: context.Background(), client: client, keys: keyspace.Space{Prefix: fmt.Sprintf("case%d", prefix)}}
+			f := redisFleet{t: t, ctx: context.Background(), client: client, keys: keyspace.Space{Prefix: fmt.Sprintf("case%d", prefix), SessionPrefix: fmt.Sprintf("case%d-session", prefix)}}
 			if tc.name != "quarantined" {
 				_, err := lease.MarkFresh(f.ctx, client, f.keys)
 				require.NoError(t, err)

@@ -256,6 +256,16 @@ func (s Space) Cordoned() string { return s.prefix() + ":cordoned" }
 // Events is the Pub/Sub channel on which workers announce changes.
 func (s Space) Events() string { return s.prefix() + ":events" }
 
+// KeyNamespace is the key prefix in effect: Prefix, or its default.
+func (s Space) KeyNamespace() string { return s.prefix() }
+
+// SessionOwner is the key, in the session namespace, that names the key
+// prefix whose sessions the namespace holds (session.ClaimNamespace): the
+// definitions are read through one key prefix's index, so two key
+// prefixes sharing one session prefix would rewrite and remove each
+// other's. Its braces keep it apart from every session id.
+func (s Space) SessionOwner() string { return s.sessionPrefix() + ":{owner}" }
+
 // Session is the key holding a session's JSON definition.
 func (s Space) Session(session string) string { return s.sessionPrefix() + ":" + session }
 

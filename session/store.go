@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,9 @@ type Store struct {
 	// keyspaceRule: the keyspace's URLRule replaces checkURL; see
 	// WithKeyspaceURLRule.
 	keyspaceRule bool
+	// claimed: the session prefix was found to hold this key prefix's
+	// sessions (claim), so definitions may be written.
+	claimed atomic.Bool
 
 	// afterRead, when set by a test, runs inside Pause and Resume between
 	// the read and the write, to provoke a conflict.
@@ -88,6 +92,9 @@ func (s *Store) Put(ctx context.Context, sess Session) error {
 	}
 	b, err := Encode(sess)
 	if err != nil {
+		return fmt.Errorf("put %.64q: %w", sess.ID, err)
+	}
+	if err := s.claim(ctx); err != nil {
 		return fmt.Errorf("put %.64q: %w", sess.ID, err)
 	}
 	// SET and SADD may go to different cluster slots, so no MULTI; the
@@ -155,6 +162,9 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 			return fmt.Errorf("put many: %.64q: %w", sess.ID, err)
 		}
 		values[i] = b
+	}
+	if err := s.claim(ctx); err != nil {
+		return fmt.Errorf("put many: %w", err)
 	}
 	cs := make(changeSet)
 	var werr error
@@ -224,6 +234,9 @@ func (s *Store) DeleteMany(ctx context.Context, ids []string) (int, error) {
 	}
 	if len(ids) == 0 {
 		return 0, nil
+	}
+	if err := s.claim(ctx); err != nil {
+		return 0, fmt.Errorf("delete many: %w", err)
 	}
 	cs := make(changeSet)
 	deleted := 0
@@ -330,6 +343,9 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if id == "" {
 		return fmt.Errorf("delete: %w", keyspace.ValidateID(id))
 	}
+	if err := s.claim(ctx); err != nil {
+		return fmt.Errorf("delete %.64q: %w", id, err)
+	}
 	var del *redis.StringCmd
 	var srem *redis.IntCmd
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -371,6 +387,9 @@ func (s *Store) Resume(ctx context.Context, id string) error {
 func (s *Store) setPaused(ctx context.Context, op, id string, paused bool) error {
 	if err := keyspace.ValidateID(id); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := s.claim(ctx); err != nil {
+		return fmt.Errorf("%s %.64q: %w", op, id, err)
 	}
 	key := s.keys.Session(id)
 	var before, after []byte // the value replaced and its replacement

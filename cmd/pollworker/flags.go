@@ -62,13 +62,13 @@ func connFlags() []cli.Flag {
 		&cli.StringFlag{Name: flagTLSKey, Usage: "PEM private key of --redis-tls-cert", Sources: fromEnv(flagTLSKey)},
 		&cli.StringFlag{
 			Name:    flagKeyPrefix,
-			Usage:   "namespace of the worker keys (leases, fences, nodes, results)",
+			Usage:   "namespace of the worker keys (leases, fences, nodes, results): one fleet; a second fleet on the same Redis needs its own --session-prefix too",
 			Value:   keyspace.DefaultPrefix,
 			Sources: fromEnv(flagKeyPrefix),
 		},
 		&cli.StringFlag{
 			Name:    flagSessionPrefix,
-			Usage:   "namespace of the session definitions; every worker under one --key-prefix must use the same (one that reads another is left out of placement by the others, and says so)",
+			Usage:   "namespace of the session definitions, of one --key-prefix (recorded at the first start, init or write: another key prefix's run and commands exit 2); every worker under one --key-prefix must use the same (one that reads another is left out of placement by the others, and says so)",
 			Value:   keyspace.DefaultSessionPrefix,
 			Sources: fromEnv(flagSessionPrefix),
 		},

@@ -41,6 +41,9 @@ func initCommand() *cli.Command {
 				return usageError(fmt.Errorf("init: --%s (%d) must not be negative (0 = no limit)", flagScanLimit, limit))
 			}
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
+				if err := checkSessionPrefix(ctx, a.client, a.keys, true); err != nil {
+					return err
+				}
 				res, err := lease.InitKeyspace(ctx, a.client, a.keys, int64(limit))
 				w := cmd.Root().Writer
 				switch {

@@ -39,11 +39,18 @@ func TestInitCommand(t *testing.T) {
 	require.Contains(t, r.stderr, `init: refused, keyspace "poll" was used: lease: keyspace in use: 1 fencing records (e.g. poll:fence:{s1})`)
 	require.Zero(t, client.Exists(ctx, marker).Val(), "nothing written")
 
+	// Another keyspace on the same server needs its own session prefix:
+	// "session" holds poll's sessions (session.ClaimNamespace).
+	r = runApp(t, "init", "--redis-url", srv.URL(), "--key-prefix", "other")
+	require.Equal(t, exitUsage, r.code)
+	oneLine(t, r.stderr)
+	require.Contains(t, r.stderr, `--session-prefix "session" holds the sessions of --key-prefix "poll" (key session:{owner}), not of "other"`)
+
 	require.NoError(t, client.Set(ctx, "unrelated", "1", 0).Err())
-	r = runApp(t, "init", "--redis-url", srv.URL(), "--key-prefix", "other", "--scan-limit", "1")
+	r = runApp(t, "init", "--redis-url", srv.URL(), "--key-prefix", "other", "--session-prefix", "other-session", "--scan-limit", "1")
 	require.Equal(t, exitUsage, r.code)
 	require.Contains(t, r.stderr, "more than the scan limit 1; --scan-limit 0 scans it all the same")
-	r = runApp(t, "init", "--redis-url", srv.URL(), "--key-prefix", "other", "--scan-limit", "0")
+	r = runApp(t, "init", "--redis-url", srv.URL(), "--key-prefix", "other", "--session-prefix", "other-session", "--scan-limit", "0")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, `keyspace "other" is new`)
 }

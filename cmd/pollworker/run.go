@@ -362,6 +362,11 @@ func preflight(ctx context.Context, client redis.UniversalClient, cfg workerConf
 		if err == nil {
 			err = reg.WaitForID(ctx, every, onWait)
 		}
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, pingTimeout)
+			err = checkSessionPrefix(cctx, client, cfg.Keys, true)
+			cancel()
+		}
 		var dup *nodes.DuplicateIDError
 		var usage *exitError
 		switch {
