@@ -68,7 +68,7 @@ func connFlags() []cli.Flag {
 		},
 		&cli.StringFlag{
 			Name:    flagSessionPrefix,
-			Usage:   "namespace of the session definitions, of one --key-prefix (recorded at the first start, init or write: another key prefix's run and commands exit 2); every worker under one --key-prefix must use the same (one that reads another is left out of placement by the others, and says so)",
+			Usage:   "namespace of the session definitions, of one --key-prefix (recorded at the first start, init or write: another key prefix's run and writes are refused); every worker under one --key-prefix must use the same (one that reads another is left out of placement by the others, and says so)",
 			Value:   keyspace.DefaultSessionPrefix,
 			Sources: fromEnv(flagSessionPrefix),
 		},

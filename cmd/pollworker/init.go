@@ -41,7 +41,7 @@ func initCommand() *cli.Command {
 				return usageError(fmt.Errorf("init: --%s (%d) must not be negative (0 = no limit)", flagScanLimit, limit))
 			}
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
-				if err := checkSessionPrefix(ctx, a.client, a.keys, true); err != nil {
+				if err := claimSessionPrefix(ctx, a.client, a.keys); err != nil {
 					return err
 				}
 				res, err := lease.InitKeyspace(ctx, a.client, a.keys, int64(limit))

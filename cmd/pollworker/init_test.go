@@ -54,3 +54,32 @@ func TestInitCommand(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, `keyspace "other" is new`)
 }
+
+// TestAnotherKeyPrefixCannotWriteTheSessionPrefix: once "session" holds
+// poll's sessions, a worker or a write of another key prefix with that
+// session prefix is refused, having written nothing; reading still works
+// (so that a fleet that shared it can export its sessions).
+func TestAnotherKeyPrefixCannotWriteTheSessionPrefix(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := ctxT(t)
+	r := runApp(t, "sessions", "add", "--redis-url", srv.URL(), "--id", "api-1", "--url", "http://127.0.0.1:1/a", "--interval", "1s")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	want := `--session-prefix "session" holds the sessions of --key-prefix "poll" (key session:{owner}), not of "b"`
+
+	r = runApp(t, "sessions", "add", "--redis-url", srv.URL(), "--key-prefix", "b", "--id", "api-1", "--url", "http://127.0.0.1:1/evil", "--interval", "1s", "--replace")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, want)
+	r = runApp(t, "run", "--redis-url", srv.URL(), "--key-prefix", "b", "--id", "x", "--http-addr", "")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, want)
+	r = runApp(t, "sessions", "list", "--redis-url", srv.URL(), "--key-prefix", "b")
+	require.Equal(t, exitOK, r.code, r.stderr)
+
+	v, err := client.Get(ctx, keyspace.Space{}.Session("api-1")).Result()
+	require.NoError(t, err)
+	require.Contains(t, v, "http://127.0.0.1:1/a", "poll's definition untouched")
+	n, err := client.Keys(ctx, "b:*").Result()
+	require.NoError(t, err)
+	require.Empty(t, n, "nothing written under b")
+}

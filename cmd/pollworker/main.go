@@ -28,6 +28,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 	"go.uber.org/zap"
+
+	"github.com/pollworker/pollworker/session"
 )
 
 // Exit codes.
@@ -97,13 +99,18 @@ func configError(err error) error {
 }
 
 // action adapts an action so that its errors, unless already marked, exit
-// with exitFailure.
+// with exitFailure; a session prefix that holds another key prefix's
+// sessions (session.ErrNamespaceOwned: a write refused by the store) is
+// a configuration error, exit 2.
 func action(fn cli.ActionFunc) cli.ActionFunc {
 	return func(ctx context.Context, cmd *cli.Command) error {
 		err := fn(ctx, cmd)
 		var ee *exitError
 		if err == nil || errors.As(err, &ee) {
 			return err
+		}
+		if errors.Is(err, session.ErrNamespaceOwned) {
+			return configError(err)
 		}
 		return &exitError{code: exitFailure, err: err}
 	}

@@ -364,7 +364,7 @@ func preflight(ctx context.Context, client redis.UniversalClient, cfg workerConf
 		}
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, pingTimeout)
-			err = checkSessionPrefix(cctx, client, cfg.Keys, true)
+			err = claimSessionPrefix(cctx, client, cfg.Keys)
 			cancel()
 		}
 		var dup *nodes.DuplicateIDError

@@ -65,12 +65,6 @@ func withAdminSteps(ctx context.Context, cmd *cli.Command, fn func(ctx context.C
 	conn.Redis.ClientName = "pollworker-cli"
 	client := conn.newClient()
 	defer func() { _ = client.Close() }()
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	err = checkSessionPrefix(cctx, client, conn.Keys, false)
-	cancel()
-	if errors.Is(err, errInvalidConfig) {
-		return err
-	}
 	store, err := session.NewStore(client, conn.Keys, session.WithKeyspaceURLRule())
 	if err != nil {
 		return configError(err)
@@ -82,19 +76,18 @@ func withAdminSteps(ctx context.Context, cmd *cli.Command, fn func(ctx context.C
 	return err
 }
 
-// checkSessionPrefix returns an exit-2 error when the session prefix
-// holds another key prefix's sessions (session.CheckNamespace): a worker
-// or a command would read, rewrite or remove that fleet's definitions.
-// With claim it first records that it holds this key prefix's, unless
-// one is recorded (session.ClaimNamespace; run and init claim it, as the
-// session store does before it first writes a definition); a client that
-// may not write (an ACL, a replica) only checks.
-func checkSessionPrefix(ctx context.Context, client redis.UniversalClient, keys keyspace.Space, claim bool) error {
-	var err error
-	if claim {
-		err = session.ClaimNamespace(ctx, client, keys)
-	}
-	if !claim || redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "READONLY") {
+// claimSessionPrefix records that the session prefix holds this key
+// prefix's sessions, unless one is recorded (session.ClaimNamespace, as
+// the session store does before it first writes a definition), and
+// returns an exit-2 error when it holds another's: the worker would be
+// planned sessions whose definitions are another fleet's. A client that
+// may not write it (an ACL, a replica) only checks. Commands that only
+// read do not claim, and may read through another fleet's session prefix
+// (sessions export, to move a fleet to a prefix of its own); the store
+// refuses their writes.
+func claimSessionPrefix(ctx context.Context, client redis.UniversalClient, keys keyspace.Space) error {
+	err := session.ClaimNamespace(ctx, client, keys)
+	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "READONLY") {
 		err = session.CheckNamespace(ctx, client, keys)
 	}
 	if errors.Is(err, session.ErrNamespaceOwned) {
