@@ -73,6 +73,10 @@ func TestAnotherKeyPrefixCannotWriteTheSessionPrefix(t *testing.T) {
 	r = runApp(t, "run", "--redis-url", srv.URL(), "--key-prefix", "b", "--id", "x", "--http-addr", "")
 	require.Equal(t, exitUsage, r.code)
 	require.Contains(t, r.stderr, want)
+	r = runApp(t, "sessions", "rm", "--redis-url", srv.URL(), "--key-prefix", "b", "api-1")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "nothing changed; failed on api-1")
+	require.Contains(t, r.stderr, want)
 	r = runApp(t, "sessions", "list", "--redis-url", srv.URL(), "--key-prefix", "b")
 	require.Equal(t, exitOK, r.code, r.stderr)
 

@@ -326,7 +326,11 @@ func sessionsEachCommand(op eachOp) *cli.Command {
 				w := cmd.Root().Writer
 				for i, id := range ids {
 					if err := op.apply(a.store, ctx, id); err != nil {
-						return fmt.Errorf("sessions %s: %s", op.name, partial(op.done, ids[:i], id, err, ids[i+1:]))
+						failed := fmt.Errorf("sessions %s: %s", op.name, partial(op.done, ids[:i], id, err, ids[i+1:]))
+						if errors.Is(err, session.ErrNamespaceOwned) {
+							return configError(failed) // another fleet's session prefix: refused before any write
+						}
+						return failed
 					}
 					fmt.Fprintf(w, "%s %s\n", op.done, id)
 				}

@@ -328,11 +328,13 @@ func buildStatus(snap *fleet.Snapshot) clusterStatus {
 		st.LossQuarantine = quarantineOf(snap)
 	}
 
-	if len(st.Nodes) > 0 {
+	// Workers that read another session prefix hold nothing by design:
+	// they count in neither balance.
+	if counted := countBalanced(st.Nodes); counted > 0 {
 		for _, n := range st.Nodes {
 			st.Balance.Max = max(st.Balance.Max, n.Leases)
 		}
-		st.Balance.Mean = float64(st.Leases.ByLive) / float64(len(st.Nodes))
+		st.Balance.Mean = float64(st.Leases.ByLive) / float64(counted)
 		if st.Balance.Mean > 0 {
 			st.Balance.MaxOverMean = float64(st.Balance.Max) / st.Balance.Mean
 		}
@@ -417,6 +419,18 @@ func pollBalanceByLabels(ns []nodeStatus) []labelBalance {
 	}
 	slices.SortFunc(out, func(a, b labelBalance) int { return cmp.Compare(a.Labels, b.Labels) })
 	return out
+}
+
+// countBalanced is the number of workers the lease balance averages over:
+// all but those that read another session prefix.
+func countBalanced(ns []nodeStatus) int {
+	n := 0
+	for _, node := range ns {
+		if node.OtherSessions == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // placeable reports whether the workers plan sessions onto n: not

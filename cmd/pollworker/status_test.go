@@ -551,6 +551,7 @@ func TestStatusShowsWorkersReadingOtherSessions(t *testing.T) {
 	require.Equal(t, "sesion", st.Nodes[0].OtherSessions)
 	require.Empty(t, st.Nodes[1].OtherSessions)
 	require.Zero(t, st.Leases.NotPlanned, "every session is planned on w1")
+	require.InDelta(t, 1.0, st.Balance.MaxOverMean, 1e-9, "typo counts in no balance")
 	require.InDelta(t, 1.0, pollBalance([]nodeStatus{{ID: "w1", Weight: 1, PollsPerSecond: 100}, {ID: "typo", Weight: 1, OtherSessions: "sesion"}}), 1e-9,
 		"left out of the poll balance, as a cordoned worker is")
 	var out strings.Builder
