@@ -67,11 +67,13 @@ func (v *view) refresh(ctx context.Context, full bool) bool {
 // the members' weights and labels, and builds the fleet anew when they
 // changed; changed asks for a new plan.
 func (v *view) readMembers(ctx context.Context, full bool) (changed, ok bool) {
+	before := v.clock.Now()
 	m, err := v.registry.Members(ctx)
 	if err != nil {
 		v.health.redisFailed("members", "discovery", err)
 		return false, false
 	}
+	v.noteClock(before, v.clock.Now(), m.ServerTimeMs)
 	v.bad.noteJunk(v.members.Junk, m.Junk)
 	changed = m.Version != v.members.Version || v.fleet == nil
 	v.membersChanged = v.membersChanged || changed
