@@ -153,7 +153,7 @@ func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
 	steady := log.steadyLateness(intervals)
 	t.Logf("worst lateness of polls without a handoff: %v", steady)
 	for id, h := range log.handoffPolls() {
-		requireScheduleHandedOver(t, id, intervals[id], h[0], h[1], steady)
+		requireScheduleHandedOver(t, id, intervals[id], h[0], h[1], steady, cfg("x").LeaseTTL)
 	}
 }
 
@@ -176,10 +176,21 @@ func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
 //     later than late after it, or after its acquisition when that came
 //     later (a join on a loaded machine is slow): one that lost the
 //     schedule and waited a lease TTL or another interval fails it.
-func requireScheduleHandedOver(t *testing.T, id string, iv time.Duration, last, first pollAt, steady time.Duration) {
+//   - The successor was handed the schedule, unless it acquired the lease
+//     after the mark's life (one lease TTL, ttl, past the due time it
+//     carries: release.lua) could have ended: then it rightly finds none
+//     and polls at once (logged). A fresh-clone make test once saw a
+//     successor without the schedule; this says which it was next time.
+func requireScheduleHandedOver(t *testing.T, id string, iv time.Duration, last, first pollAt, steady, ttl time.Duration) {
 	t.Helper()
 	late := 250*time.Millisecond + 4*steady
-	require.True(t, first.handed, "%s: the successor was handed the schedule", id)
+	if !first.handed {
+		waited := first.acquired.Sub(last.at)
+		require.Greater(t, waited, iv+min(iv/10, maxSpreadStep)+ttl,
+			"%s (interval %v): the successor acquired %v after the last poll, within the handoff mark's life, and was not handed the schedule", id, iv, waited)
+		t.Logf("%s (interval %v): the successor acquired %v after the last poll, past the handoff mark's life: polled without the schedule, as designed", id, iv, waited)
+		return
+	}
 	require.GreaterOrEqual(t, first.due.Sub(last.at), iv/2, "%s (interval %v): due time handed over", id, iv)
 	require.LessOrEqual(t, first.due.Sub(last.at), iv+min(iv/10, maxSpreadStep)+late, "%s (interval %v): due time handed over", id, iv)
 	require.GreaterOrEqual(t, first.at.Sub(first.due), -50*time.Millisecond, "%s (interval %v) polled early after its handoff", id, iv)

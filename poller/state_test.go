@@ -229,7 +229,7 @@ func TestStatefulGracefulHandoff(t *testing.T) {
 		require.Equal(t, "b", firsts[0].worker)
 		ps := log.of(id)
 		i := slices.IndexFunc(ps, func(p cursorPoll) bool { return p.worker == "b" })
-		requireScheduleHandedOver(t, id, iv, ps[i-1].pollAt, ps[i].pollAt, steady)
+		requireScheduleHandedOver(t, id, iv, ps[i-1].pollAt, ps[i].pollAt, steady, fastConfig(nil, "x", nil).LeaseTTL)
 	}
 	log.check(t)
 }
