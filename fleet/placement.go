@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/pollworker/pollworker/assign"
@@ -63,12 +64,49 @@ func (s Selector) IsNone() bool { return s.key == "" }
 func (s Selector) Matches(l nodes.Labels) bool { return !s.bad && l.Matches(s.pairs) }
 
 // Members are the placeable workers as the planner weighs them: their ids,
-// the weights of their heartbeats (1 when missing) and their labels. It is
-// a value; build it with WeighMembers or Equal.
+// the weights of their heartbeats (1 when missing), their labels and the
+// balance slack they agree on (AgreedSlack). It is a value; build it with
+// WeighMembers or Equal.
 type Members struct {
 	list   []assign.Member
 	labels map[string]nodes.Labels
 	key    string
+	slack  float64 // AgreedSlack of the members' infos; valid when slackSet
+	// slackSet: some member published its slack; a Planner plans with
+	// slack then, else with its own.
+	slackSet   bool
+	slackMixed bool // the members published different slacks
+}
+
+// AgreedSlack is the balance slack a fleet plans with, from the slacks its
+// members publish (nodes.Info.BalanceSlack; 0, from a worker that predates
+// it, says nothing): the smallest bound any member asks for, or off
+// (negative) when every member that says asks for none. Every worker must
+// plan with the same slack, or two may each think a bucket is the other's
+// and leave it unpolled until the orphan watch; taking the tightest makes
+// a fleet of mixed configurations agree without asking who is right.
+// ok is false when no member says; mixed when members said different
+// values.
+func AgreedSlack(infos []nodes.Info) (slack float64, ok, mixed bool) {
+	for _, info := range infos {
+		s := info.BalanceSlack
+		if s == 0 || math.IsNaN(s) {
+			continue
+		}
+		if s < 0 {
+			s = -1 // every "off" is the same
+		}
+		switch {
+		case !ok:
+			slack, ok = s, true
+		case s != slack:
+			mixed = true
+			if slack < 0 || (s > 0 && s < slack) {
+				slack = s
+			}
+		}
+	}
+	return slack, ok, mixed
 }
 
 // ReadingSessions splits the members ids into those that read the session
@@ -99,18 +137,29 @@ func ReadingSessions(ids []string, infos []nodes.Info, ns string) (same, other [
 
 // WeighMembers returns the placeable members ids (nodes.Membership.Placeable:
 // cordoned workers take nothing) with the weights (nodes.Info.PlanWeight)
-// and labels of their heartbeat infos; a member without an info weighs 1
-// and has no labels. Infos of other ids are ignored.
+// and labels of their heartbeat infos, and the slack they agree on
+// (AgreedSlack); a member without an info weighs 1 and has no labels.
+// Infos of other ids are ignored.
 func WeighMembers(ids []string, infos []nodes.Info) Members {
 	w := make(map[string]float64, len(infos))
 	labels := make(map[string]nodes.Labels, len(infos))
+	member := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		member[id] = true
+	}
+	theirs := make([]nodes.Info, 0, len(ids))
 	for _, info := range infos {
+		if !member[info.ID] {
+			continue
+		}
 		w[info.ID] = info.PlanWeight()
 		if len(info.Labels) > 0 {
 			labels[info.ID] = info.Labels
 		}
+		theirs = append(theirs, info)
 	}
 	ms := Members{list: make([]assign.Member, len(ids)), labels: labels}
+	ms.slack, ms.slackSet, ms.slackMixed = AgreedSlack(theirs)
 	var key strings.Builder
 	for i, id := range ids {
 		weight, ok := w[id]
@@ -119,6 +168,9 @@ func WeighMembers(ids []string, infos []nodes.Info) Members {
 		}
 		ms.list[i] = assign.Member{ID: id, Weight: weight}
 		fmt.Fprintf(&key, "%s=%g{%s};", id, weight, labels[id])
+	}
+	if ms.slackSet {
+		fmt.Fprintf(&key, "slack=%g", ms.slack)
 	}
 	ms.key = key.String()
 	return ms
@@ -133,6 +185,16 @@ func (m Members) Key() string { return m.key }
 
 // Len is the number of members.
 func (m Members) Len() int { return len(m.list) }
+
+// Slack is the slack a Planner plans these members with: the one they
+// agree on (AgreedSlack), else fallback (the planner's own); mixed reports
+// that they published different values.
+func (m Members) Slack(fallback float64) (slack float64, mixed bool) {
+	if m.slackSet {
+		return m.slack, m.slackMixed
+	}
+	return fallback, false
+}
 
 // Weight is member id's planner weight, 1 when it is not a member.
 func (m Members) Weight(id string) float64 {
@@ -173,7 +235,8 @@ type keyedFleet struct {
 }
 
 // NewPlanner returns a Planner that bounds loads with slack
-// (assign.Fleet.Plan; negative: unbounded).
+// (assign.Fleet.Plan; negative: unbounded) when the members it plans for
+// publish none (Members.Slack).
 func NewPlanner(slack float64) *Planner {
 	return &Planner{slack: slack, fleets: make(map[string]keyedFleet)}
 }
@@ -205,7 +268,8 @@ func (p *Planner) Place(ms Members, weights []int, spaces map[string]*session.Sp
 	if err != nil {
 		return Placement{}, err
 	}
-	pl := Placement{Default: f.Plan(weights, p.slack), members: ms, slack: p.slack, spaces: make(map[string]*assign.Plan)}
+	slack, _ := ms.Slack(p.slack)
+	pl := Placement{Default: f.Plan(weights, slack), members: ms, slack: slack, spaces: make(map[string]*assign.Plan)}
 	for key, sp := range spaces {
 		sel := selectorOfKey(key)
 		if len(ms.Matching(sel)) == 0 {
@@ -224,7 +288,7 @@ func (p *Planner) Place(ms Members, weights []int, spaces map[string]*session.Sp
 		if err != nil {
 			return Placement{}, err
 		}
-		pl.spaces[key] = sf.Plan(sp.Loads, p.slack)
+		pl.spaces[key] = sf.Plan(sp.Loads, slack)
 	}
 	for key := range p.fleets {
 		if _, ok := pl.spaces[key]; !ok && key != "" {

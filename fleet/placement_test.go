@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -170,4 +172,65 @@ func TestReadingSessions(t *testing.T) {
 			require.Equal(t, tt.wantOut, out)
 		})
 	}
+}
+
+func TestAgreedSlack(t *testing.T) {
+	info := func(id string, slack float64) nodes.Info { return nodes.Info{ID: id, BalanceSlack: slack} }
+	for _, tc := range []struct {
+		name      string
+		infos     []nodes.Info
+		slack     float64
+		ok, mixed bool
+	}{
+		{name: "nobody says", infos: []nodes.Info{info("a", 0), info("b", 0)}},
+		{name: "no members"},
+		{name: "one value", infos: []nodes.Info{info("a", 0.05), info("b", 0.05)}, slack: 0.05, ok: true},
+		{name: "a worker that predates it says nothing", infos: []nodes.Info{info("a", 0.2), info("old", 0)}, slack: 0.2, ok: true},
+		{name: "the tightest bound wins", infos: []nodes.Info{info("a", 0.2), info("b", 0.05), info("c", 0.1)}, slack: 0.05, ok: true, mixed: true},
+		{name: "a bound wins over off", infos: []nodes.Info{info("a", -1), info("b", 0.3)}, slack: 0.3, ok: true, mixed: true},
+		{name: "a bound wins over off, in either order", infos: []nodes.Info{info("b", 0.3), info("a", -1)}, slack: 0.3, ok: true, mixed: true},
+		{name: "every off is the same", infos: []nodes.Info{info("a", -1), info("b", -0.5)}, slack: -1, ok: true},
+		{name: "NaN says nothing", infos: []nodes.Info{info("a", math.NaN()), info("b", 0.1)}, slack: 0.1, ok: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			slack, ok, mixed := AgreedSlack(tc.infos)
+			require.Equal(t, tc.slack, slack)
+			require.Equal(t, tc.ok, ok)
+			require.Equal(t, tc.mixed, mixed)
+		})
+	}
+}
+
+// TestPlannersOfDifferentSlacksAgree: two workers configured with
+// different balance slacks plan the same placement from the same
+// heartbeats, so no bucket is one's in the other's eyes and nobody's in
+// its own; with no slack published each plans with its own.
+func TestPlannersOfDifferentSlacksAgree(t *testing.T) {
+	ids := []string{"w1", "w2", "w3"}
+	weights := make([]int, assign.Buckets)
+	for b := 0; b < 30; b++ {
+		weights[b*7] = 1 // few units: plain rendezvous hashing is far from even
+	}
+	plan := func(own float64, infos []nodes.Info) *assign.Plan {
+		pl, err := NewPlanner(own).Place(WeighMembers(ids, infos), weights, nil, nil)
+		require.NoError(t, err)
+		return pl.Default
+	}
+	owners := func(p *assign.Plan) []string {
+		out := make([]string, assign.Buckets)
+		for b := range out {
+			out[b] = p.Owner(b)
+		}
+		return out
+	}
+	published := []nodes.Info{{ID: "w1", BalanceSlack: -1}, {ID: "w2", BalanceSlack: 0.05}, {ID: "w3", BalanceSlack: -1}}
+	require.True(t, slices.Equal(owners(plan(-1, published)), owners(plan(0.05, published))), "workers of different slacks planned differently")
+	require.True(t, slices.Equal(owners(plan(0.05, nil)), owners(plan(-1, published))), "the fleet does not plan with the tightest slack published")
+	silent := []nodes.Info{{ID: "w1"}, {ID: "w2"}, {ID: "w3"}}
+	require.False(t, slices.Equal(owners(plan(-1, silent)), owners(plan(0.05, silent))), "the weights do not tell the slacks apart: the test proves nothing")
+	ms := WeighMembers(ids, published)
+	slack, mixed := ms.Slack(-1)
+	require.Equal(t, 0.05, slack)
+	require.True(t, mixed)
+	require.NotEqual(t, ms.Key(), WeighMembers(ids, silent).Key(), "a published slack must change the members' key (a new plan)")
 }

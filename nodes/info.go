@@ -42,6 +42,11 @@ type Info struct {
 	// sessions planned onto it); empty in the entries of workers that
 	// predate it, which count as reading the same.
 	Sessions string `json:"sessions,omitempty"`
+	// BalanceSlack is the load bound the worker plans with
+	// (poller.Config.BalanceSlack; negative: off). Planners plan with the
+	// slack the members agree on (fleet.AgreedSlack); 0 in the entries of
+	// workers that predate it.
+	BalanceSlack float64 `json:"balance_slack,omitempty"`
 	// Behind says why the worker is behind, as of its last heartbeat
 	// (poller.PollStats.Overload); empty while it keeps up.
 	Behind string `json:"behind,omitempty"`

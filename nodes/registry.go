@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -60,6 +61,9 @@ type Config struct {
 	// Weight is this worker's capacity relative to its peers, stored in
 	// Info and used by every planner; 0 means 1 (ValidateWeight).
 	Weight float64
+	// BalanceSlack is the load bound this worker plans with, stored in
+	// Info (poller.Config.BalanceSlack); 0 says nothing. It must be finite.
+	BalanceSlack float64
 	// Labels are this worker's labels, stored in Info; a session whose
 	// selector they do not match is never placed on it. Fixed for the
 	// registry's life.
@@ -129,7 +133,10 @@ func New(cfg Config) (*Registry, error) {
 	if err := cfg.Labels.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: Labels: %w", ErrInvalidConfig, err)
 	}
-	info := Info{ID: cfg.ID, Host: hostname(), PID: os.Getpid(), Started: processStart, Version: cfg.Version,
+	if math.IsNaN(cfg.BalanceSlack) || math.IsInf(cfg.BalanceSlack, 0) {
+		return nil, fmt.Errorf("%w: BalanceSlack %v must be finite", ErrInvalidConfig, cfg.BalanceSlack)
+	}
+	info := Info{BalanceSlack: cfg.BalanceSlack, ID: cfg.ID, Host: hostname(), PID: os.Getpid(), Started: processStart, Version: cfg.Version,
 		Incarnation: cfg.Incarnation, TTLMs: cfg.TTL.Milliseconds(), Weight: cfg.Weight, Labels: maps.Clone(cfg.Labels),
 		Sessions: cfg.Keys.SessionNamespace()}
 	value, err := json.Marshal(info)

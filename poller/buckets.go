@@ -96,6 +96,7 @@ func (v *view) readMembers(ctx context.Context, full bool) (changed, ok bool) {
 		placeable, other := fleet.ReadingSessions(m.Placeable(), infos, v.sessNS)
 		v.noteOtherSessions(other, infos)
 		v.weighing.members = fleet.WeighMembers(placeable, infos) // cordoned workers take nothing, nor those reading other sessions
+		v.noteMixedSlack(infos)
 		v.health.peerRoom.Store(peersWithRoom(v.me, placeable, infos))
 	}
 	ms, key := v.weighing.members, v.weighing.members.Key()
@@ -109,6 +110,27 @@ func (v *view) readMembers(ctx context.Context, full bool) (changed, ok bool) {
 		changed = true // a new fleet: plan again
 	}
 	return changed, true
+}
+
+// noteMixedSlack logs, when it changes, whether the members publish
+// different balance slacks: the fleet plans with the tightest
+// (fleet.AgreedSlack), which may not be the one this worker was given.
+func (v *view) noteMixedSlack(infos []nodes.Info) {
+	slack, mixed := v.weighing.members.Slack(v.weighing.ownSlack)
+	if mixed == v.weighing.slackMixed {
+		return
+	}
+	v.weighing.slackMixed = mixed
+	if !mixed {
+		v.log.Info("the members publish one balance slack again", zap.Float64("balance_slack", slack))
+		return
+	}
+	theirs := make(map[string]float64, len(infos))
+	for _, info := range infos {
+		theirs[info.ID] = info.BalanceSlack
+	}
+	v.log.Warn("workers are configured with different balance slacks: the fleet plans with the tightest; give them all the same BalanceSlack",
+		zap.Float64("balance_slack", slack), zap.Float64("configured", v.weighing.ownSlack), zap.Any("members", theirs))
 }
 
 // noteOtherSessions logs, when they change, the members left out of

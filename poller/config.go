@@ -133,7 +133,11 @@ type Config struct {
 	// kept; see session.PollsPerDay); default 0.05. A bucket larger than
 	// the room left anywhere can exceed the bound. A negative value turns
 	// the bound off (plain rendezvous hashing: minimal movement,
-	// statistical balance).
+	// statistical balance). It is carried in the heartbeat
+	// (nodes.Info.BalanceSlack), and every worker plans with the tightest
+	// bound any member asks for (fleet.AgreedSlack), so that workers
+	// configured differently still agree on the plan; the worker logs a
+	// warning while they differ.
 	BalanceSlack float64
 	// Weight is this worker's capacity relative to its peers (a worker of
 	// weight 2 gets twice the load of one of weight 1), carried in its

@@ -203,6 +203,19 @@ func addSessions(t *testing.T, client redis.UniversalClient, n int, interval tim
 	return ids
 }
 
+// heldAsPlanned is a condition: each of ids is held by want[i].
+func heldAsPlanned(t *testing.T, client redis.UniversalClient, ids, want []string) func() bool {
+	return func() bool {
+		own := owners(t, client, ids)
+		for i, id := range ids {
+			if own[id] != want[i] {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // owners reads who holds each session's lease in Redis.
 func owners(t *testing.T, client redis.UniversalClient, ids []string) map[string]string {
 	t.Helper()
@@ -335,15 +348,7 @@ func TestJoinMovesOnlyToNewcomer(t *testing.T) {
 	// Settled: every session with its rendezvous owner among a and b (a
 	// split that merely adds up could still be handing over).
 	want := assign.Owners([]string{"a", "b"}, ids, -1)
-	require.Eventually(t, func() bool {
-		own := owners(t, client, ids)
-		for i, id := range ids {
-			if own[id] != want[i] {
-				return false
-			}
-		}
-		return true
-	}, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, heldAsPlanned(t, client, ids, want), 10*time.Second, 20*time.Millisecond)
 	before := owners(t, client, ids)
 
 	start(t, plain("c"))

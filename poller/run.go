@@ -22,7 +22,8 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	reg, err := nodes.New(nodes.Config{Client: cfg.Client, Keys: cfg.Keys, ID: cfg.ID,
-		Version: cfg.Version, TTL: cfg.HeartbeatTTL, Logger: cfg.Logger, Weight: cfg.Weight, Labels: cfg.Labels})
+		Version: cfg.Version, TTL: cfg.HeartbeatTTL, Logger: cfg.Logger, Weight: cfg.Weight, Labels: cfg.Labels,
+		BalanceSlack: cfg.BalanceSlack})
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}
@@ -55,7 +56,7 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 		buckets:   make(map[int]*bucket),
 		touched:   make(map[string]struct{}),
 		staleHeld: make(map[int]struct{}),
-		weighing:  weighing{planner: fleet.NewPlanner(cfg.BalanceSlack)},
+		weighing:  weighing{planner: fleet.NewPlanner(cfg.BalanceSlack), ownSlack: cfg.BalanceSlack},
 	}
 	tn := &turns{poller: cfg.Poller, stateful: cfg.Stateful, states: cfg.StateStore, clock: cfg.Clock, timeout: cfg.RequestTimeout,
 		tracing: cfg.tracing, obs: cfg.Observer, log: log, health: hl, bad: bad}

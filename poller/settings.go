@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -245,6 +246,8 @@ func (c Config) Validate() error {
 		return configErr("{Weight} (%g) must be from 0.001 to %d (0 means 1)", c.Weight, nodes.MaxWeight)
 	case c.BatchSize < 0:
 		return configErr("{BatchSize} (%d) must not be negative", c.BatchSize)
+	case math.IsNaN(c.BalanceSlack) || math.IsInf(c.BalanceSlack, 0):
+		return configErr("{BalanceSlack} (%g) must be finite", c.BalanceSlack)
 	}
 	if err := nodes.Labels(c.Labels).Validate(); err != nil {
 		return configErr("{Labels}: %s", err)

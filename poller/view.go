@@ -108,6 +108,8 @@ type weighing struct {
 	placement   fleet.Placement           // the last plans, of the selectors this worker matches
 	unplaceable atomic.Int64              // active sessions whose selector no placeable member matches
 	unmatched   map[string]struct{}       // watched sessions whose selector this worker does not match
+	ownSlack    float64                   // Config.BalanceSlack: the planner's when no member publishes one
+	slackMixed  bool                      // the members publish different slacks (logged by noteMixedSlack)
 }
 
 // applyChanged applies the bucket changes read from the change record:

@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pollworker/pollworker/assign"
 	"github.com/pollworker/pollworker/internal/redistest"
@@ -117,4 +119,31 @@ func freshStore(t *testing.T) (*redis.Client, *session.Store) {
 	_, err = lease.MarkFresh(context.Background(), client, keyspace.Space{})
 	require.NoError(t, err)
 	return client, store
+}
+
+// TestWorkersOfDifferentSlacksAgree: a worker configured with no load
+// bound and one with the default publish their slacks, say that they
+// differ, and plan alike with the tightest (fleet.AgreedSlack): every
+// session ends on the owner that plan names. (That two planners agree is
+// decided in fleet's TestPlannersOfDifferentSlacksAgree.)
+func TestWorkersOfDifferentSlacksAgree(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 40, 100*time.Millisecond) // 6 of the 40 move between the two slacks' plans
+	rec := newRecorder()
+	core, logs := observer.New(zap.WarnLevel)
+	unbounded := fastConfig(client, "w1", rec.poller("w1"))
+	unbounded.BalanceSlack, unbounded.Logger = Off, zap.New(core)
+	start(t, unbounded)
+	start(t, fastConfig(client, "w2", rec.poller("w2")))
+	want := plannedOwners([]string{"w1", "w2"}, ids, 100*time.Millisecond)
+	require.Eventually(t, heldAsPlanned(t, client, ids, want), 30*time.Second, 20*time.Millisecond, "the sessions are not where the tightest slack places them")
+	require.Eventually(t, func() bool {
+		return logs.FilterMessageSnippet("different balance slacks").Len() > 0
+	}, 30*time.Second, 20*time.Millisecond, "w1 did not say that the members' slacks differ")
+	warn := logs.FilterMessageSnippet("different balance slacks").All()[0]
+	require.Equal(t, 0.05, warn.ContextMap()["balance_slack"], "the fleet plans with the tightest slack")
+	require.Equal(t, float64(Off), warn.ContextMap()["configured"])
+	rec.check(t)
 }
