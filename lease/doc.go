@@ -92,6 +92,10 @@
 //     (default TTL), so every lease granted before the loss has ended at
 //     its holder (its renewal finds the key gone, or its deadline passes)
 //     before a successor starts. Leases that survived are renewed as usual.
+//     A holder whose renewal or release finds its lease gone looks at the
+//     marker too (acquire.lua for no session), so that a loss that took
+//     the sessions as well starts its quarantine when it is first seen,
+//     not when the sessions are written again.
 //     From inside Redis a keyspace never used and one that lost its data
 //     look the same, so a brand-new deployment also waits once; set
 //     LossQuarantine negative where that cannot be tolerated. The run id

@@ -672,11 +672,19 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 	calls := m.releaseCalls(todo)
 	m.send(ctx, m.release, calls, 1, false, func([]*call, time.Time) {})
 	var errs []error
+	var gone []*Lease // not ours any more: missing, or another owner's
 	released := 0
 	for _, c := range calls {
 		if c.err != nil {
 			errs = append(errs, c.err)
 			continue
+		}
+		if deleted, err := c.cmd.Int64Slice(); err == nil {
+			for j, d := range deleted {
+				if d == 0 && j < len(c.idx) {
+					gone = append(gone, todo[c.idx[j]].Lease)
+				}
+			}
 		}
 		if m.log.Core().Enabled(zapcore.DebugLevel) {
 			for _, i := range c.idx {
@@ -689,6 +697,7 @@ func (m *Manager) HandOff(ctx context.Context, hs ...Handoff) error {
 	if released > 0 {
 		m.log.Info("leases released", zap.Int("leases", released), zap.String("event", "released"))
 	}
+	m.probeLoss(ctx, gone)
 	if len(errs) > 0 {
 		return fmt.Errorf("release: %w", errors.Join(errs...))
 	}

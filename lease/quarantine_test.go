@@ -105,3 +105,61 @@ func TestRealMarkFresh(t *testing.T) {
 	require.NoError(t, r.rdb.FlushAll(ctx).Err())
 	require.True(t, acquireOne(t, m, "t").Quarantined, "a loss after the start is quarantined")
 }
+
+// TestRealHolderStartsTheQuarantineOfALossItSees: a holder whose renewal
+// or release finds its lease gone writes the slot's loss marker at once,
+// as an acquisition would, so that a loss that took the sessions too
+// (FLUSHALL, a restart without persistence) is quarantined from then, not
+// from when the sessions are written again and asked for. A lease found
+// held by another owner value (an ordinary expiry) changes no marker.
+func TestRealHolderStartsTheQuarantineOfALossItSees(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		see  func(ctx context.Context, m *Manager, l *Lease)
+	}{
+		{"renewal", func(ctx context.Context, m *Manager, l *Lease) {
+			require.Equal(t, []*Lease{l}, m.RenewAll(ctx).Lost)
+		}},
+		{"release", func(ctx context.Context, m *Manager, l *Lease) {
+			require.NoError(t, m.Release(ctx, l))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := startReal(t)
+			ctx := context.Background()
+			const q = time.Minute
+			_, err := MarkFresh(ctx, r.rdb, realKeys)
+			require.NoError(t, err)
+			a := r.manager(t, "a", useRealClock, withQuarantine(q))
+			b := r.manager(t, "b", useRealClock, withQuarantine(q))
+			old := acquireOne(t, a, "s").Lease
+			require.NotNil(t, old)
+			fresh, err := r.rdb.Get(ctx, realKeys.Epoch(0)).Result()
+			require.NoError(t, err)
+
+			// Another owner value in the key: not a loss, the marker stays.
+			require.NoError(t, r.rdb.Set(ctx, realKeys.Lease("s"), "someone-else", time.Minute).Err())
+			tc.see(ctx, a, old)
+			marker, err := r.rdb.Get(ctx, realKeys.Epoch(0)).Result()
+			require.NoError(t, err)
+			require.Equal(t, fresh, marker, "an ordinary lost lease rewrote the loss marker")
+			require.NoError(t, r.rdb.Del(ctx, realKeys.Lease("s")).Err())
+
+			old = acquireOne(t, a, "s").Lease
+			require.NotNil(t, old)
+			require.NoError(t, r.rdb.FlushAll(ctx).Err())
+			tc.see(ctx, a, old)
+			marker, err = r.rdb.Get(ctx, realKeys.Epoch(0)).Result()
+			require.NoError(t, err, "the holder that saw its lease gone did not write the loss marker")
+			left := ParseLossMarker(marker).QuarantineLeft(time.Now())
+			require.Greater(t, left, q-10*time.Second)
+			require.LessOrEqual(t, left, q+time.Second)
+
+			res := acquireOne(t, b, "t")
+			require.True(t, res.Quarantined, "a free lease is quarantined from the holder's probe")
+			require.LessOrEqual(t, res.Remaining, left+time.Second)
+		})
+	}
+}

@@ -73,11 +73,13 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 	var mu sync.Mutex // guards rep, last and changes
 	var rep RenewReport
 	var changes []change
+	var gone []*Lease // found missing or another owner's
 	last := start
 	m.send(ctx, m.renew, calls, m.pipelines(len(calls)), true, func(done []*call, now time.Time) {
 		for _, c := range done {
-			r, ch := m.renewed(c, now)
+			r, ch, g := m.renewed(c, now)
 			mu.Lock()
+			gone = append(gone, g...)
 			rep.Renewed += r.Renewed
 			rep.Lost = append(rep.Lost, r.Lost...)
 			rep.Uncertain = append(rep.Uncertain, r.Uncertain...)
@@ -109,6 +111,7 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 	m.logSummary(changes, Lost, zapcore.WarnLevel, "leases lost: held by another owner value, or missing", "lost")
 	m.logSummary(changes, Held, zapcore.InfoLevel, "leases held again", "recovered")
 	m.notify(changes)
+	m.probeLoss(ctx, gone)
 	return rep
 }
 
@@ -218,10 +221,9 @@ func (c *call) notRenewed() ([]int, error) {
 	return out, nil
 }
 
-// renewed applies the reply of one renew call, received by now.
-func (m *Manager) renewed(c *call, now time.Time) (RenewReport, []change) {
-	var rep RenewReport
-	var changes []change
+// renewed applies the reply of one renew call, received by now; gone are
+// the leases whose keys it found missing or another owner's.
+func (m *Manager) renewed(c *call, now time.Time) (rep RenewReport, changes []change, gone []*Lease) {
 	failed, err := c.notRenewed()
 	if err != nil {
 		rep.Err = err
@@ -231,7 +233,7 @@ func (m *Manager) renewed(c *call, now time.Time) (RenewReport, []change) {
 			}
 			rep.Uncertain = append(rep.Uncertain, l)
 		}
-		return rep, changes
+		return rep, changes, nil
 	}
 	g := newGroup(c.sent.Add(m.cfg.TTL-m.cfg.DriftMargin), len(c.leases))
 	defer m.seal(g, now)
@@ -243,6 +245,7 @@ func (m *Manager) renewed(c *call, now time.Time) (RenewReport, []change) {
 			}
 			m.forget(l)
 			rep.Lost = append(rep.Lost, l)
+			gone = append(gone, l)
 			continue
 		}
 		ch, ok := m.extend(l, g, now)
@@ -255,7 +258,7 @@ func (m *Manager) renewed(c *call, now time.Time) (RenewReport, []change) {
 			changes = append(changes, ch)
 		}
 	}
-	return rep, changes
+	return rep, changes, gone
 }
 
 // extend applies a successful renewal whose deadline is g's, at now. It
