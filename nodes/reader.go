@@ -60,7 +60,10 @@ func (r *Reader) Members(ctx context.Context) (Membership, error) {
 		}
 	}
 	if err != nil {
-		return Membership{}, fmt.Errorf("members: %w", err)
+		if cordoned.Err() != nil && members.Err() == nil {
+			return Membership{}, fmt.Errorf("members: %w", wrongTypeOf(cordoned.Err(), r.keys.Cordoned()))
+		}
+		return Membership{}, fmt.Errorf("members: %w", wrongTypeOf(err, r.keys.NodeIndex()))
 	}
 	reply, err := members.Slice()
 	if err != nil {
@@ -158,6 +161,13 @@ func (r *Reader) Get(ctx context.Context, ids ...string) ([]Info, error) {
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
+		if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			// One worker's key, not the fleet's: read the others (the
+			// worker itself cannot heartbeat, and leaves).
+			r.log.Warn("skipping node info of the wrong type; pollworker never deletes it: delete or rename the key",
+				zap.String("peer", ids[i]), zap.String("key", r.keys.Node(ids[i])))
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("get node %s: %w", ids[i], err)
 		}
@@ -169,4 +179,14 @@ func (r *Reader) Get(ctx context.Context, ids ...string) ([]Info, error) {
 		infos = append(infos, info)
 	}
 	return infos, nil
+}
+
+// wrongTypeOf names key in an error that carries Redis' WRONGTYPE (a
+// script's does not say which key; miniredis wraps it in another
+// error), and returns other errors as they are.
+func wrongTypeOf(err error, key string) error {
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		return err
+	}
+	return fmt.Errorf("key %s has the wrong type (pollworker never deletes it: delete or rename it): %w", key, err)
 }

@@ -254,12 +254,12 @@ func (r *Registry) Heartbeat(ctx context.Context) error {
 		if errors.As(err, &dup) {
 			return err
 		}
-		return fmt.Errorf("heartbeat %s: claim: %w", r.id, err)
+		return fmt.Errorf("heartbeat %s: claim: %w", r.id, wrongTypeOf(err, r.keys.Node(r.id)))
 	}
 	r.claimed.Store(true)
 	now, err := heartbeatScript.Run(ctx, r.client, []string{r.keys.NodeIndex()}, r.id, r.ttl.Milliseconds()).Int64()
 	if err != nil {
-		return fmt.Errorf("heartbeat %s: %w", r.id, err)
+		return fmt.Errorf("heartbeat %s: %w", r.id, wrongTypeOf(err, r.keys.NodeIndex()))
 	}
 	r.lastExpiry.Store(now + r.ttl.Milliseconds())
 	return nil

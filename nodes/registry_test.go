@@ -202,8 +202,9 @@ func TestGet(t *testing.T) {
 	b := newRegistry(t, c, "b", 10*time.Second)
 	heartbeat(t, a, b)
 	require.NoError(t, mr.Set(testKeys.Node("bad"), "{not json"))
+	mr.HSet(testKeys.Node("hash"), "x", "y") // one worker's key of the wrong type: the others are still read
 
-	infos, err := a.Get(ctx, "b", "missing", "bad", "a")
+	infos, err := a.Get(ctx, "b", "missing", "bad", "hash", "a")
 	require.NoError(t, err)
 	require.Equal(t, []Info{b.Info(), a.Info()}, infos)
 
@@ -214,6 +215,26 @@ func TestGet(t *testing.T) {
 	mr.SetError("LOADING Redis is loading")
 	_, err = a.Get(ctx, "a")
 	require.ErrorContains(t, err, "get node a")
+}
+
+// TestWrongTypeErrorsNameTheKey: a heartbeat or a membership read that
+// meets a key of the wrong type says which (a script's WRONGTYPE does
+// not).
+func TestWrongTypeErrorsNameTheKey(t *testing.T) {
+	mr, c := newMini(t)
+	ctx := context.Background()
+	a := newRegistry(t, c, "a", 10*time.Second)
+	mr.HSet(testKeys.Node("a"), "x", "y")
+	require.ErrorContains(t, a.Heartbeat(ctx), "key "+testKeys.Node("a")+" has the wrong type")
+	mr.Del(testKeys.Node("a"))
+	mr.HSet(testKeys.NodeIndex(), "x", "y")
+	require.ErrorContains(t, a.Heartbeat(ctx), "key "+testKeys.NodeIndex()+" has the wrong type")
+	_, err := a.Members(ctx)
+	require.ErrorContains(t, err, "key "+testKeys.NodeIndex()+" has the wrong type")
+	mr.Del(testKeys.NodeIndex())
+	mr.HSet(testKeys.Cordoned(), "x", "y")
+	_, err = a.Members(ctx)
+	require.ErrorContains(t, err, "key "+testKeys.Cordoned()+" has the wrong type")
 }
 
 func TestErrorsWrapped(t *testing.T) {

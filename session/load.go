@@ -118,9 +118,13 @@ type BucketSize struct {
 // not exist starts at the server's clock in microseconds, so a revision
 // counted after a loss never comes back to one seen before it).
 func (s *Store) Changes(ctx context.Context, since int64) (changed []BucketSize, rev int64, reset bool, err error) {
-	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionSizes(), s.keys.SessionLoads()}
-	reply, err := s.changes.Run(ctx, s.client, keys, since).Slice()
+	reply, err := s.changes.Run(ctx, s.client, s.recordKeys(), since).Slice()
 	if err != nil {
+		if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			if cerr := s.checkRecord(ctx); cerr != nil {
+				err = cerr // names the key
+			}
+		}
 		return nil, 0, false, fmt.Errorf("read session changes: %w", err)
 	}
 	if len(reply) < 2 || len(reply)%4 != 2 {

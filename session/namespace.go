@@ -39,6 +39,11 @@ func ClaimNamespace(ctx context.Context, client redis.Cmdable, keys keyspace.Spa
 // (ClaimNamespace; a client without the right to write the record, an
 // ACL, only checks it). Put, PutMany, Delete, DeleteMany, Pause and Resume
 // return its error wrapping ErrNamespaceOwned, having written nothing.
+//
+// It also checks that the change record can be written (checkRecord),
+// so that a write is refused before its data lands rather than written
+// unseen by the workers; a record that fails later makes the next write
+// check again.
 func (s *Store) claim(ctx context.Context) error {
 	if s.claimed.Load() {
 		return nil
@@ -48,6 +53,9 @@ func (s *Store) claim(ctx context.Context) error {
 		err = CheckNamespace(ctx, s.client, s.keys)
 	}
 	if err != nil {
+		return err
+	}
+	if err := s.checkRecord(ctx); err != nil {
 		return err
 	}
 	s.claimed.Store(true)

@@ -489,9 +489,9 @@ func withPaused(id string, raw []byte, paused bool) ([]byte, error) {
 // also poll the revision. args are changeSet.args; id names the one session
 // changed, "" for many.
 func (s *Store) record(ctx context.Context, op, id string, args []any) error {
-	keys := []string{s.keys.SessionRev(), s.keys.SessionChanges(), s.keys.SessionSizes(), s.keys.SessionLoads()}
-	if err := s.changed.Run(ctx, s.client, keys, args...).Err(); err != nil {
-		return fmt.Errorf("%s %.64q: bump revision: %w", op, id, err)
+	if err := s.changed.Run(ctx, s.client, s.recordKeys(), args...).Err(); err != nil {
+		s.claimed.Store(false) // check the record again before the next write
+		return fmt.Errorf("%s %.64q: %w (%w)", op, id, ErrNotRecorded, err)
 	}
 	if err := s.client.Publish(ctx, s.keys.Events(), eventFor(id)).Err(); err != nil {
 		s.log.Warn("announce session change", zap.String("op", op), zap.String("session", id), zap.Error(err))

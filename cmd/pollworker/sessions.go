@@ -326,7 +326,11 @@ func sessionsEachCommand(op eachOp) *cli.Command {
 				w := cmd.Root().Writer
 				for i, id := range ids {
 					if err := op.apply(a.store, ctx, id); err != nil {
-						failed := fmt.Errorf("sessions %s: %s", op.name, partial(op.done, ids[:i], id, err, ids[i+1:]))
+						done := ids[:i]
+						if errors.Is(err, session.ErrNotRecorded) {
+							done = ids[:i+1] // written, unseen by the workers
+						}
+						failed := fmt.Errorf("sessions %s: %s", op.name, partial(op.done, done, id, err, ids[i+1:]))
 						if errors.Is(err, session.ErrNamespaceOwned) {
 							return configError(failed) // another fleet's session prefix: refused before any write
 						}

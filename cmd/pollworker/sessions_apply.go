@@ -174,16 +174,27 @@ func writePlan(ctx context.Context, a admin, p applyPlan, what string) error {
 	for lo := 0; lo < len(p.write); lo += applyChunk {
 		chunk := p.write[lo:min(lo+applyChunk, len(p.write))]
 		if _, err := bounded(ctx, a, func(ctx context.Context) (struct{}, error) { return struct{}{}, a.store.PutMany(ctx, chunk) }); err != nil {
-			return fmt.Errorf("%s: wrote %d of %d sessions, pruned none, then: %w (run it again: it is idempotent)", what, lo, len(p.write), err)
+			return fmt.Errorf("%s: wrote %d of %d sessions, pruned none, then: %w%s", what, lo, len(p.write), err, againHint(err))
 		}
 	}
 	for lo := 0; lo < len(p.prune); lo += applyChunk {
 		chunk := p.prune[lo:min(lo+applyChunk, len(p.prune))]
 		if _, err := bounded(ctx, a, func(ctx context.Context) (int, error) { return a.store.DeleteMany(ctx, chunk) }); err != nil {
-			return fmt.Errorf("%s: wrote %d sessions, pruned %d of %d, then: %w (run it again: it is idempotent)", what, len(p.write), lo, len(p.prune), err)
+			return fmt.Errorf("%s: wrote %d sessions, pruned %d of %d, then: %w%s", what, len(p.write), lo, len(p.prune), err, againHint(err))
 		}
 	}
 	return nil
+}
+
+// againHint is what to do after a failed chunk: run the command again
+// (it is idempotent), unless the chunk was written but not recorded,
+// which running it again would not record (its sessions read unchanged):
+// the error says to reweigh.
+func againHint(err error) string {
+	if errors.Is(err, session.ErrNotRecorded) {
+		return ""
+	}
+	return " (run it again: it is idempotent)"
 }
 
 // reweighIfIncomplete counts the poll loads (session.Store.RebuildLoads)

@@ -10,6 +10,15 @@
 -- The first write to an empty index (no revision, no sizes) marks the loads
 -- complete: they then count every session written since. The revision is
 -- bumped by bump_revision (session_rev.lua, joined before this script).
+-- A key of the wrong type fails the script before it writes anything
+-- (a WRONGTYPE error naming the key), never half a record.
+local want = {'string', 'zset', 'hash', 'hash'}
+for i = 1, 4 do
+  local t = redis.call('TYPE', KEYS[i])['ok']
+  if t ~= 'none' and t ~= want[i] then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. t .. ', not a ' .. want[i])
+  end
+end
 if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('HSET', KEYS[4], 'complete', '1')
 end
