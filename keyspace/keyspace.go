@@ -286,6 +286,13 @@ func (s Space) SessionBucketOf(id string) string { return s.SessionBucket(Bucket
 // SessionRev is the counter bumped on every change to a session.
 func (s Space) SessionRev() string { return s.prefix() + ":{sessions}:rev" }
 
+// SessionRecorded marks, for a while, that the change record of the write
+// named write was written, holding the revision it got: a record retried
+// after a lost reply is not counted twice. It shares SessionRev's slot.
+func (s Space) SessionRecorded(write string) string {
+	return s.prefix() + ":{sessions}:recorded:" + write
+}
+
 // SessionChanges is the sorted set of buckets scored by the revision
 // (SessionRev) of their last change; it shares SessionRev's slot.
 func (s Space) SessionChanges() string { return s.prefix() + ":{sessions}:changes" }

@@ -2,8 +2,12 @@ package session
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,9 +20,10 @@ import (
 var ErrRecordUnusable = errors.New("session: the change record cannot be written")
 
 // ErrNotRecorded is wrapped by the error of a write whose definitions were
-// written but whose change could not be recorded (Redis failed, or the
-// caller's deadline passed, between the two; or a key of the record went
-// bad since the check): the workers do not see it, so a session deleted
+// written but whose change could not be recorded (Redis failed between
+// the two, and kept failing through the retries of writeRecord; or a key
+// of the record went bad since the check): the workers do not see it, so
+// a session deleted
 // or paused is polled on, one added is not polled. RebuildLoads (the CLI's
 // "sessions reweigh") records every bucket as changed, and the workers
 // then reread them all.
@@ -64,4 +69,50 @@ func (s *Store) checkRecord(ctx context.Context) error {
 func recordKeyError(key, got, want string) error {
 	return fmt.Errorf("%w: key %s is a %s, not a %s; pollworker never deletes it: rename or delete it (the workers then reread every bucket; \"pollworker sessions reweigh\" recounts the loads)",
 		ErrRecordUnusable, key, got, want)
+}
+
+// Retries of a change record whose data landed: for up to recordRetryFor
+// after the first failure, each attempt bounded by recordAttempt, on a
+// context of its own (the caller's may be what ran out).
+const (
+	recordRetryFor = 5 * time.Second
+	recordAttempt  = time.Second
+	recordBackoff  = 50 * time.Millisecond
+)
+
+// writeRecord writes the change record of one write (session_changed.lua
+// with args), once: the write gets a random name, and the script marks it
+// done (keyspace.Space.SessionRecorded), so that an attempt whose reply
+// was lost is not counted again. The data has landed already, and a
+// record not written leaves it unseen by the workers, so a failure that
+// may pass (a timeout, a lost connection, Redis loading, out of memory;
+// the caller's deadline too) is retried on a context of its own for up to
+// recordRetryFor; a key of the wrong type or a refused command is not.
+func (s *Store) writeRecord(ctx context.Context, args []any) error {
+	var name [8]byte
+	_, _ = rand.Read(name[:]) // never fails: crypto/rand.Read crashes the program instead
+	keys := append(s.recordKeys(), s.keys.SessionRecorded(hex.EncodeToString(name[:])))
+	err := s.changed.Run(ctx, s.client, keys, args...).Err()
+	deadline := time.Now().Add(recordRetryFor)
+	for wait := recordBackoff; err != nil && retryable(err) && time.Now().Before(deadline); wait = min(2*wait, time.Second) {
+		t := time.NewTimer(wait)
+		<-t.C // not the caller's ctx: it may be what ended the first attempt
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordAttempt)
+		err = s.changed.Run(actx, s.client, keys, args...).Err()
+		cancel()
+	}
+	return err
+}
+
+// retryable reports whether a failed record may succeed if tried again:
+// not when Redis refused the script itself (a key of the wrong type, an
+// ACL, a script error).
+func retryable(err error) bool {
+	msg := err.Error()
+	for _, final := range []string{"WRONGTYPE", "NOPERM", "ERR ", "NOSCRIPT"} {
+		if strings.Contains(msg, final) {
+			return false
+		}
+	}
+	return true
 }

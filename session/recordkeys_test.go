@@ -2,6 +2,11 @@ package session
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,4 +97,70 @@ func TestRecordWritesAllOrNothing(t *testing.T) {
 
 	err = s.Put(ctx, Session{ID: "api-3", URL: "http://127.0.0.1:1/c", Interval: Duration(time.Second)})
 	require.ErrorIs(t, err, ErrRecordUnusable, "the next write checks the record again")
+}
+
+// failFirstRecord fails the first change-record script call: after Redis
+// ran it (a lost reply), or before it was sent (the caller's deadline).
+type failFirstRecord struct {
+	afterRun bool
+	failed   atomic.Bool
+}
+
+func (h *failFirstRecord) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failFirstRecord) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *failFirstRecord) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isRecord(cmd) || h.failed.Swap(true) {
+			return next(ctx, cmd)
+		}
+		if h.afterRun {
+			_ = next(ctx, cmd)
+			cmd.SetErr(errors.New("read tcp: i/o timeout"))
+			return cmd.Err()
+		}
+		cmd.SetErr(context.DeadlineExceeded)
+		return cmd.Err()
+	}
+}
+
+// isRecord reports whether cmd runs session_changed.lua (the only script
+// with the revision counter as its first key and a fifth key).
+func isRecord(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	name := strings.ToLower(fmt.Sprint(args[0]))
+	return (name == "evalsha" || name == "eval") && len(args) > 7 && fmt.Sprint(args[2]) == "5" &&
+		strings.HasSuffix(fmt.Sprint(args[3]), ":{sessions}:rev")
+}
+
+// TestRecordRetriedOnce: a change record whose first attempt failed is
+// written by a retry, on a context of its own, and counted once even when
+// the failed attempt had run (its reply lost): the write succeeds and the
+// bucket's size is 1, not 2.
+func TestRecordRetriedOnce(t *testing.T) {
+	for _, afterRun := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ran=%v", afterRun), func(t *testing.T) {
+			mr := miniredis.RunT(t)
+			client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+			t.Cleanup(func() { _ = client.Close() })
+			hook := &failFirstRecord{afterRun: afterRun}
+			client.AddHook(hook)
+			ctx := context.Background()
+			keys := keyspace.Space{}
+			s, err := NewStore(client, keys)
+			require.NoError(t, err)
+			def := Session{ID: "api-1", URL: "http://127.0.0.1:1/a", Interval: Duration(time.Second)}
+			require.NoError(t, s.Put(ctx, def), "the record was not retried")
+			require.True(t, hook.failed.Load(), "the hook failed no record: the test proves nothing")
+			size, err := client.HGet(ctx, keys.SessionSizes(), strconv.Itoa(keyspace.BucketOf(def.ID))).Int()
+			require.NoError(t, err)
+			require.Equal(t, 1, size, "the record was counted twice")
+			rev, err := client.Get(ctx, keys.SessionRev()).Int64()
+			require.NoError(t, err)
+			start, err := client.ZScore(ctx, keys.SessionChanges(), "!start").Result()
+			require.NoError(t, err)
+			require.Equal(t, int64(start)+1, rev, "the revision was bumped twice")
+		})
+	}
 }

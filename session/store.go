@@ -489,7 +489,7 @@ func withPaused(id string, raw []byte, paused bool) ([]byte, error) {
 // also poll the revision. args are changeSet.args; id names the one session
 // changed, "" for many.
 func (s *Store) record(ctx context.Context, op, id string, args []any) error {
-	if err := s.changed.Run(ctx, s.client, s.recordKeys(), args...).Err(); err != nil {
+	if err := s.writeRecord(ctx, args); err != nil {
 		s.claimed.Store(false) // check the record again before the next write
 		return fmt.Errorf("%s %.64q: %w (%w)", op, id, ErrNotRecorded, err)
 	}

@@ -1,6 +1,9 @@
 -- session_changed.lua: record a change to sessions, atomically.
 -- KEYS[1]=session revision counter, KEYS[2]=changes sorted set,
--- KEYS[3]=bucket sizes hash, KEYS[4]=loads hash (all four in one slot)
+-- KEYS[3]=bucket sizes hash, KEYS[4]=loads hash, KEYS[5] (optional)=the
+-- write's mark (all in one slot): when it exists the record was written
+-- already (a retry after a lost reply) and its revision is returned,
+-- nothing written again; else it is set to the new revision for 10 min
 -- ARGV[3i-2]=a changed placement unit (an index bucket "b", or "b|selector"),
 -- ARGV[3i-1]=change of its size (ids added minus ids removed, index buckets
 -- only), ARGV[3i]=change of its load (polls per day)
@@ -19,6 +22,12 @@ for i = 1, 4 do
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. t .. ', not a ' .. want[i])
   end
 end
+if KEYS[5] then
+  local done = redis.call('GET', KEYS[5])
+  if done then
+    return tonumber(done)
+  end
+end
 if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('HSET', KEYS[4], 'complete', '1')
 end
@@ -33,5 +42,8 @@ for i = 1, #ARGV, 3 do
   if l ~= 0 then
     redis.call('HINCRBY', KEYS[4], ARGV[i], l)
   end
+end
+if KEYS[5] then
+  redis.call('SET', KEYS[5], rev, 'PX', 600000)
 end
 return tonumber(rev)
