@@ -40,7 +40,9 @@ import (
 // between (seen once in four fresh-clone runs of make test: 7 ms). The
 // chaos suite counts these apart too ("abandoned in flight"), and fails on
 // them unless POLLWORKER_CHAOS_STRICT=0; its runs are made on a machine
-// that is not starved.
+// that is not starved. Likewise a request whose handler began only after
+// its worker's process had ended (seen once: served 620 ms after the
+// exit, the close not noticed within the hold) is logged and left out.
 func TestRollingReplacementAsKubernetesDoes(t *testing.T) {
 	redistest.Require(t)
 	if testing.Short() {
@@ -99,9 +101,11 @@ func TestRollingReplacementAsKubernetesDoes(t *testing.T) {
 	require.Eventually(t, func() bool { return len(rec.polledSince(quiet.Add(3*time.Second), nil)) > 0 }, 30*time.Second, 50*time.Millisecond)
 	from := time.Now()
 	quietWorst, quietID := longestGap(rec.snapshot(), quiet, from)
+	exited := map[string]time.Time{} // an old worker's id -> a time after its process ended
 	for i, old := range pods {
 		old.w.signal(t, syscall.SIGTERM)
 		require.NoError(t, old.w.wait(t, 15*time.Second))
+		exited[old.w.id] = time.Now()
 		pods[i] = startPod(fmt.Sprintf("new-%d", i))
 		took := waitReady(pods[i])
 		t.Logf("replaced %s by %s; ready after %v", old.w.id, pods[i].w.id, took.Round(time.Millisecond))
@@ -128,7 +132,27 @@ func TestRollingReplacementAsKubernetesDoes(t *testing.T) {
 		}
 	}
 	require.LessOrEqual(t, worst, bound, "a session went unpolled for longer than the bound")
-	rep := Check(History{Polls: rec.snapshot()})
+	// A request whose handler began after its worker's process had ended
+	// was sent before and given up by then (the worker cancels its polls
+	// as it drains; the process is gone): the target served it late, as a
+	// starved machine does (seen: 620 ms after the exit, not noticed as
+	// abandoned within the hold). That is what fencing tokens are for, not
+	// a poll the worker ran; it is counted and left out of the check.
+	var polls []Poll
+	late := 0
+	for _, p := range rec.snapshot() {
+		if end, ok := exited[p.Worker]; ok && p.Start.After(end) {
+			late++
+			t.Logf("served after its worker exited: %s %s token %d at %v (exited by %v)", p.Session, p.Worker, p.Token,
+				p.Start.Sub(from).Round(time.Millisecond), end.Sub(from).Round(time.Millisecond))
+			continue
+		}
+		polls = append(polls, p)
+	}
+	if late > 0 {
+		t.Logf("%d polls served after their worker exited, left out of the check", late)
+	}
+	rep := Check(History{Polls: polls})
 	overlaps := 0 // not abandoned in flight
 	for _, sr := range rep.Sessions {
 		for _, o := range sr.Overlaps {
