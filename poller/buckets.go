@@ -56,6 +56,9 @@ func (v *view) refresh(ctx context.Context, full bool) bool {
 	if !ok {
 		return false
 	}
+	if sizesChanged || v.indexSeen == indexUnseen {
+		v.noteEmpty()
+	}
 	if v.replan {
 		v.replan = !v.assignBuckets()
 		v.sweepAll = true
@@ -110,6 +113,42 @@ func (v *view) readMembers(ctx context.Context, full bool) (changed, ok bool) {
 		changed = true // a new fleet: plan again
 	}
 	return changed, true
+}
+
+// indexSeen is what a worker last saw of the session index's size.
+type indexSeen int8
+
+const (
+	indexUnseen indexSeen = iota
+	indexEmpty
+	indexFilled
+)
+
+// noteEmpty logs when the session index is seen empty (at the first read,
+// or after it held sessions) and when sessions appear in it again: a
+// worker pointed at another database or session prefix than the one the
+// sessions were written to would otherwise idle, ready, in silence.
+func (v *view) noteEmpty() {
+	total := 0
+	for _, n := range v.sizes {
+		total += n
+	}
+	seen := indexFilled
+	if total == 0 {
+		seen = indexEmpty
+	}
+	if seen == v.indexSeen {
+		return
+	}
+	was := v.indexSeen
+	v.indexSeen = seen
+	switch {
+	case seen == indexEmpty:
+		v.log.Warn("no sessions to poll: the session index is empty; add sessions (pollworker sessions add or apply), or check that --redis-url (its database number too) and --session-prefix are the ones they were written with",
+			zap.String("session_namespace", v.sessNS))
+	case was == indexEmpty:
+		v.log.Info("sessions to poll: the session index holds sessions again", zap.Int("sessions", total))
+	}
 }
 
 // noteMixedSlack logs, when it changes, whether the members publish

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
@@ -67,4 +69,25 @@ func TestWorkerReadingOtherSessionsTakesNothing(t *testing.T) {
 		require.Equal(t, "w1", w, "session %s", id)
 	}
 	rec.check(t)
+}
+
+// TestEmptyIndexIsSaid: a worker whose session index is empty (another
+// database, another session prefix, or none written yet) says so at
+// once, and says when sessions appear.
+func TestEmptyIndexIsSaid(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	addSessions(t, client, 0, time.Second) // a fresh keyspace: no quarantine
+	core, logs := observer.New(zap.InfoLevel)
+	rec := newRecorder()
+	cfg := fastConfig(client, "w1", rec.poller("w1"))
+	cfg.Logger = zap.New(core)
+	start(t, cfg)
+	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("no sessions to poll").Len() == 1 },
+		30*time.Second, 20*time.Millisecond, "an empty index was not said")
+	addSessions(t, client, 3, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("holds sessions again").Len() == 1 },
+		30*time.Second, 20*time.Millisecond, "sessions appearing were not said")
+	require.Eventually(t, func() bool { return len(rec.lastPoller()) == 3 }, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1, logs.FilterMessageSnippet("no sessions to poll").Len(), "said more than once")
 }

@@ -52,6 +52,7 @@ type view struct {
 	replan         bool                        // what the plan weighs changed since it was last made (kept across a round that failed)
 	wasMember      bool                        // member at the last round
 	otherSessions  []string                    // members left out of placement: they read another session namespace (reported when it changes)
+	indexSeen      indexSeen                   // whether the session index was last seen empty (reported when it changes)
 	clockSkew      clockSkew                   // this worker's wall clock against Redis's (noteClock)
 	// staleHeld are the buckets changed since the sessions polled here
 	// in them were last read, and recheckAll says every bucket may have
