@@ -360,6 +360,9 @@ func preflight(ctx context.Context, client redis.UniversalClient, cfg workerConf
 	for warned := false; ; {
 		err := checkRedis(ctx, client, cfg.connConfig)
 		if err == nil {
+			err = checkWritable(ctx, client, cfg.connConfig)
+		}
+		if err == nil {
 			err = reg.WaitForID(ctx, every, onWait)
 		}
 		if err == nil {
@@ -429,6 +432,43 @@ func checkRedis(ctx context.Context, client redis.UniversalClient, cfg connConfi
 		return configError(fmt.Errorf("--%s %s: the server speaks TLS (%v): %s", flagRedisURL, cfg.RedisURL, err, tlsSchemeAdvice))
 	}
 	return fmt.Errorf("ping %s: %w", cfg.RedisURL, err)
+}
+
+// checkWritable refuses (exit 2) a --redis-url that names a replica: a
+// worker there can neither heartbeat nor take a lease, and would idle,
+// logging READONLY, for as long as it runs. Under Sentinel or Cluster the
+// client finds the masters itself; where INFO is refused the check is
+// skipped.
+func checkWritable(ctx context.Context, client redis.UniversalClient, cfg connConfig) error {
+	if cfg.Cluster || cfg.Sentinel != "" {
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, pingTimeout)
+	info, err := client.Info(ictx, "replication").Result()
+	cancel()
+	if err != nil {
+		return nil // not this check's business: an ACL without +info, or the next PING says
+	}
+	if master, ok := replicaOf(info); ok {
+		return configError(fmt.Errorf("--%s %s names a replica (of %s): workers write to the master: give its address, or list the sentinels in --%s with --%s",
+			flagRedisURL, cfg.RedisURL, master, flagRedisURL, flagSentinel))
+	}
+	return nil
+}
+
+// replicaOf reads INFO replication: the master's host:port when the
+// server is a replica.
+func replicaOf(info string) (master string, ok bool) {
+	fields := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, found := strings.Cut(strings.TrimSpace(line), ":"); found {
+			fields[k] = v
+		}
+	}
+	if fields["role"] != "slave" && fields["role"] != "replica" {
+		return "", false
+	}
+	return net.JoinHostPort(fields["master_host"], fields["master_port"]), true
 }
 
 // authProblem explains a Redis error that no retry can fix: credentials or

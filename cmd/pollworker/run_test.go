@@ -357,3 +357,31 @@ func TestRunHTTPAddrTakenExit2(t *testing.T) {
 	require.Equal(t, "pollworker: invalid config: --http-addr "+addr+": cannot listen: address already in use "+
 		"(each worker on a host needs its own --http-addr; \"\" disables the server)\n", stderr.String())
 }
+
+func TestReplicaOf(t *testing.T) {
+	for _, tc := range []struct {
+		name, info, master string
+		ok                 bool
+	}{
+		{"master", "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n", "", false},
+		{"replica", "# Replication\r\nrole:slave\r\nmaster_host:10.0.0.5\r\nmaster_port:6379\r\nmaster_link_status:up\r\n", "10.0.0.5:6379", true},
+		{"replica, IPv6 master", "role:slave\r\nmaster_host:::1\r\nmaster_port:7000\r\n", "[::1]:7000", true},
+		{"INFO says nothing", "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			master, ok := replicaOf(tc.info)
+			require.Equal(t, tc.ok, ok)
+			require.Equal(t, tc.master, master)
+		})
+	}
+}
+
+// TestRunRefusesAReplica: a worker given a replica's URL exits 2 naming
+// the master, instead of idling on READONLY errors for as long as it runs.
+func TestRunRefusesAReplica(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+	r := runApp(t, "run", "--redis-url", replica.URL(), "--http-addr", "")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, fmt.Sprintf("names a replica (of 127.0.0.1:%d)", master.Port))
+}
