@@ -3,7 +3,7 @@
 -- KEYS[3]=bucket sizes hash, KEYS[4]=loads hash, KEYS[5] (optional)=the
 -- write's mark (all in one slot): when it exists the record was written
 -- already (a retry after a lost reply) and its revision is returned,
--- nothing written again; else it is set to the new revision for 1 min
+-- nothing written again; else it is set to the new revision for 30 s
 -- (the writer retries for 5 s; a short life keeps busy writers' marks few)
 -- ARGV[3i-2]=a changed placement unit (an index bucket "b", or "b|selector"),
 -- ARGV[3i-1]=change of its size (ids added minus ids removed, index buckets
@@ -45,6 +45,6 @@ for i = 1, #ARGV, 3 do
   end
 end
 if KEYS[5] then
-  redis.call('SET', KEYS[5], rev, 'PX', 60000)
+  redis.call('SET', KEYS[5], rev, 'PX', 30000)
 end
 return tonumber(rev)
