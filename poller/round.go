@@ -19,12 +19,14 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 		c.view.sweepAll = true
 	}
 	c.holdings.reap(ctx)
+	gate := c.holdings.sched.GateEpoch() // read before the sessions: a stall after it waits for the next round
 	if !c.view.refresh(ctx, full) {
 		return
 	}
 	now := c.cfg.Clock.Now()
 	w := c.world(full)
 	c.apply(ctx, w, decide(w, c.claims, c.holdings.held, now), now)
+	c.holdings.sched.Resume(gate)
 	if w.live && w.member {
 		c.holdings.adoptOrphans(ctx)
 	}

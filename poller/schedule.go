@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
 	"github.com/pollworker/pollworker/hrw"
@@ -73,6 +74,7 @@ type scheduler struct {
 	armed time.Time   // when the timer fires; zero when it is not armed
 	ended []*pollLoop // exited loops the owner has not collected (Ended)
 	done  bool        // Close was called: the timer is not armed again
+	gate  stallGate   // closed after a stall until the sessions are read again (stall.go)
 }
 
 // schedConfig configures a scheduler; it is fixed at construction.
@@ -106,6 +108,12 @@ type schedConfig struct {
 	// Pace paces the first polls of loops started without a schedule to
 	// keep (paceLocked).
 	Pace bool
+	// StallGap, if positive, closes the stall gate (stall.go) when the
+	// timer fires later than it; StallHold bounds how long the gate stays
+	// closed without a Resume (default stallHold).
+	StallGap, StallHold time.Duration
+	// Log, if set, receives the stall gate's closing and opening.
+	Log *zap.Logger
 	// Slack, if positive, is how late the timer may fire after the
 	// earliest queued poll is due, at most a hundredth of the shortest
 	// interval started, so that polls due close together start in one
@@ -548,6 +556,9 @@ func (s *scheduler) paceLocked(w *pollLoop, now time.Time) time.Time {
 func (s *scheduler) fire() {
 	s.mu.Lock()
 	now := s.cfg.Clock.Now()
+	if late := now.Sub(s.armed); s.cfg.StallGap > 0 && !s.armed.IsZero() && late > s.cfg.StallGap {
+		s.closeGateLocked(late)
+	}
 	s.armed = time.Time{}
 	var launch []*pollLoop
 	for s.queue.Len() > 0 && !s.queue.head().next.After(now) {
@@ -616,6 +627,9 @@ func (s *scheduler) settleLocked(w *pollLoop, now, at time.Time) bool {
 // limit's. from is the phase w comes from: a poll leaving one wait for the
 // next is counted once (Deferred).
 func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool {
+	if s.holdLocked(w) {
+		return false
+	}
 	waited := from == admitting || from == groupWaiting
 	if g := w.group; g != nil {
 		if g.active >= g.max {

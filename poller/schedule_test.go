@@ -434,3 +434,67 @@ func TestSchedulerNextDue(t *testing.T) {
 		})
 	}
 }
+
+// TestSchedulerStallGate: a timer that fires more than StallGap late (the
+// process was stopped) starts no poll and asks for a round; the poll
+// starts when a round begun after the stall resumes the gate (a round
+// begun before it does not), or when the hold runs out.
+func TestSchedulerStallGate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		resume func(f *schedFixture, before, after uint64)
+	}{
+		{"a round after the stall", func(f *schedFixture, before, after uint64) {
+			f.sched.Resume(before) // a round begun before the stall
+			requireNoPoll(t, f)
+			f.sched.Resume(after)
+		}},
+		{"the hold runs out", func(f *schedFixture, _, _ uint64) {
+			f.stepTimer(time.Second)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var woke atomic.Int64
+			f := newSchedFixture(t, func(c *schedConfig) {
+				c.StallGap, c.StallHold, c.Wake = 750*time.Millisecond, time.Second, func() { woke.Add(1) }
+			})
+			w := f.start("s1")
+			first := f.nextPoll()
+			close(first.finish)
+			f.waitPhase(w, queued)
+			before := f.sched.GateEpoch()
+
+			f.stepTimer(schedInterval / 2)
+			require.Equal(t, 1, f.leases.RenewAll(context.Background()).Renewed)
+			f.stepTimer(schedInterval + schedInterval/3) // due at 1 s, fired at 1.83 s
+			f.waitPhase(w, waiting)
+			requireNoPoll(t, f)
+			require.Positive(t, woke.Load(), "no round asked for")
+			after := f.sched.GateEpoch()
+			require.Greater(t, after, before)
+
+			tc.resume(f, before, after)
+			again := f.nextPoll()
+			require.NoError(t, again.ctx.Err())
+			f.sched.Stop(w)
+			close(again.finish)
+			requireDone(t, f.sched, w)
+		})
+	}
+}
+
+// TestSchedulerOnTimeNoGate: a timer that fires within StallGap starts
+// its poll as usual.
+func TestSchedulerOnTimeNoGate(t *testing.T) {
+	f := newSchedFixture(t, func(c *schedConfig) { c.StallGap = 750 * time.Millisecond })
+	w := f.start("s1")
+	first := f.nextPoll()
+	close(first.finish)
+	f.waitPhase(w, queued)
+	f.stepTimer(schedInterval + schedInterval/2) // 500 ms late
+	second := f.nextPoll()
+	require.Zero(t, f.sched.GateEpoch())
+	f.sched.Stop(w)
+	close(second.finish)
+	requireDone(t, f.sched, w)
+}
