@@ -88,6 +88,10 @@ func (s *scheduler) Resume(epoch uint64) {
 	s.gate.closed = false
 	held := s.gate.held
 	s.gate.held = nil
+	if s.done {
+		s.mu.Unlock()
+		return // closed: nothing starts any more
+	}
 	now := s.cfg.Clock.Now()
 	var launch []*pollLoop
 	for _, w := range held {
