@@ -563,7 +563,7 @@ func (s *scheduler) fire() {
 	var launch []*pollLoop
 	for s.queue.Len() > 0 && !s.queue.head().next.After(now) {
 		w := s.queue.pop()
-		if s.settleLocked(w, now, w.next) {
+		if s.settleLocked(w, now, s.catchUp(w, now)) {
 			launch = append(launch, w)
 		}
 	}
@@ -572,6 +572,20 @@ func (s *scheduler) fire() {
 	for _, w := range launch {
 		s.launch(w)
 	}
+}
+
+// catchUp is when w's poll, found due at now by a timer firing, counts
+// as due: its due time, or now when that is more than an interval past.
+// A timer that fires that late means the process was stopped or starved
+// (polls waiting for a slot wait in the heaps, not for the timer), and an
+// interval session polls once for it, not twice back to back: the next
+// poll is due one interval after its due time (nextDue), which would
+// still be past. A scheduled session keeps its slots (slotloop.go).
+func (s *scheduler) catchUp(w *pollLoop, now time.Time) time.Time {
+	if iv := w.sess.Interval.D(); w.slots == nil && iv > 0 && now.Sub(w.next) > iv {
+		return now
+	}
+	return w.next
 }
 
 // settleLocked decides what w, which is neither queued nor polling (nor

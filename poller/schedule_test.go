@@ -498,3 +498,25 @@ func TestSchedulerOnTimeNoGate(t *testing.T) {
 	close(second.finish)
 	requireDone(t, f.sched, w)
 }
+
+// TestSchedulerPollsOnceAfterAStall: a timer that fires more than an
+// interval late (the process was stopped) polls an interval session once,
+// and its next poll is due an interval later, not at once again.
+func TestSchedulerPollsOnceAfterAStall(t *testing.T) {
+	f := newSchedFixture(t)
+	w := f.start("s1")
+	first := f.nextPoll()
+	close(first.finish)
+	f.waitPhase(w, queued)
+	require.Equal(t, 1, f.leases.RenewAll(context.Background()).Renewed)
+
+	f.stepTimer(schedInterval * 5 / 2) // due at 1 s, fired at 2.5 s
+	late := f.nextPoll()
+	close(late.finish)
+	f.waitPhase(w, queued)
+	_, next := f.phaseOf(w)
+	require.Equal(t, late.at.Add(schedInterval), next, "due again at once after the late poll: polled twice back to back")
+	requireNoPoll(t, f)
+	f.sched.Stop(w)
+	requireDone(t, f.sched, w)
+}
