@@ -574,10 +574,11 @@ func (s *scheduler) fire() {
 	}
 }
 
-// catchUp is when w's poll, found due at now by a timer firing, counts
-// as due: its due time, or now when that is more than an interval past.
-// A timer that fires that late means the process was stopped or starved
-// (polls waiting for a slot wait in the heaps, not for the timer), and an
+// catchUp is when w's poll, found due at now by a timer firing or by the
+// stall gate's Resume, counts as due: its due time, or now when that is
+// more than an interval past. A timer that fires that late means the
+// process was stopped or starved (polls waiting for a slot wait in the
+// heaps, not for the timer), and the gate may hold a poll that long; an
 // interval session polls once for it, not twice back to back: the next
 // poll is due one interval after its due time (nextDue), which would
 // still be past. A scheduled session keeps its slots (slotloop.go).

@@ -520,3 +520,29 @@ func TestSchedulerPollsOnceAfterAStall(t *testing.T) {
 	f.sched.Stop(w)
 	requireDone(t, f.sched, w)
 }
+
+// TestSchedulerGateHeldPollsOnce: a poll the stall gate held for more than
+// an interval polls once when the gate opens, its next an interval later.
+func TestSchedulerGateHeldPollsOnce(t *testing.T) {
+	f := newSchedFixture(t, func(c *schedConfig) { c.StallGap, c.StallHold = 750*time.Millisecond, time.Minute })
+	w := f.start("s1")
+	first := f.nextPoll()
+	close(first.finish)
+	f.waitPhase(w, queued)
+	f.stepTimer(schedInterval / 2)
+	require.Equal(t, 1, f.leases.RenewAll(context.Background()).Renewed)
+	f.stepTimer(schedInterval + schedInterval/3) // due at 1 s, fired at 1.83 s: held
+	f.waitPhase(w, waiting)
+	require.Equal(t, 1, f.leases.RenewAll(context.Background()).Renewed)
+	f.stepTimer(2 * schedInterval) // held 2 s, twice its interval
+
+	f.sched.Resume(f.sched.GateEpoch())
+	late := f.nextPoll()
+	close(late.finish)
+	f.waitPhase(w, queued)
+	_, next := f.phaseOf(w)
+	require.Equal(t, late.at.Add(schedInterval), next, "due again at once after the held poll: polled twice back to back")
+	requireNoPoll(t, f)
+	f.sched.Stop(w)
+	requireDone(t, f.sched, w)
+}

@@ -95,7 +95,8 @@ func (s *scheduler) Resume(epoch uint64) {
 	now := s.cfg.Clock.Now()
 	var launch []*pollLoop
 	for _, w := range held {
-		if w.phase == waiting && s.settleLocked(w, now, w.next) {
+		// catchUp: held past an interval, it polls once now, not twice.
+		if w.phase == waiting && s.settleLocked(w, now, s.catchUp(w, now)) {
 			launch = append(launch, w)
 		}
 	}
