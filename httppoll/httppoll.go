@@ -39,7 +39,17 @@ const (
 	// HeaderSlot carries, for a scheduled session, the slot the poll runs
 	// for (RFC 3339, UTC): with the token, what a target dedupes on.
 	HeaderSlot = "X-Poll-Slot"
+	// HeaderDeadline carries the worker's wall-clock time (RFC 3339 UTC,
+	// milliseconds) at which it abandons the request: its timeout,
+	// min(interval, Config.Timeout). The worker gives up sooner if its
+	// lease is lost. A target that reads the request after this time (a
+	// backlog, a stall) may refuse it: the worker has stopped waiting and
+	// the session may already be someone else's.
+	HeaderDeadline = "X-Poll-Deadline"
 )
+
+// DeadlineFormat is the layout of HeaderDeadline's value.
+const DeadlineFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // Defaults and limits of Config.
 const (
@@ -721,7 +731,8 @@ func (p *Poller) get(ctx context.Context, s session.Session, t *poller.Turn, pre
 // request builds s's request and picks the client that sends it (its
 // profile's, if it has one): the session's method, body and headers, the
 // profile's credentials, then the fencing headers (last: nothing overrides
-// them), the slot, the trace and the validators of prev when conditional.
+// them), the slot, the deadline of ctx, the trace and the validators of
+// prev when conditional.
 func (p *Poller) request(ctx context.Context, s session.Session, t *poller.Turn, prev State, conditional bool) (*http.Request, *http.Client, error) {
 	var body io.Reader
 	if s.Body != "" {
@@ -748,7 +759,7 @@ func (p *Poller) request(ctx context.Context, s session.Session, t *poller.Turn,
 	// The fencing headers' names are canonical (TestHeaderNamesAreCanonical)
 	// and their values share one allocation, sliced to capacity 1 so that
 	// nothing appended to one header reaches the next.
-	fixed := make([]string, 4)
+	fixed := make([]string, 5)
 	fixed[0], fixed[1] = s.ID, p.cfg.Worker
 	req.Header[HeaderSession] = fixed[0:1:1]
 	req.Header[HeaderWorker] = fixed[1:2:2]
@@ -759,6 +770,10 @@ func (p *Poller) request(ctx context.Context, s session.Session, t *poller.Turn,
 	if slot, ok := poller.SlotOf(ctx); ok {
 		fixed[3] = slot.UTC().Format(time.RFC3339)
 		req.Header[HeaderSlot] = fixed[3:4:4]
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		fixed[4] = deadline.UTC().Format(DeadlineFormat)
+		req.Header[HeaderDeadline] = fixed[4:5:5]
 	}
 	traceRequest(ctx, req.Header)
 	if conditional && prev.ETag != "" {

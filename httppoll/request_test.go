@@ -51,6 +51,47 @@ func TestPollSendsTheSessionsRequest(t *testing.T) {
 	require.Equal(t, []string{"s1"}, header.Values(HeaderSession))
 }
 
+// TestPollSendsItsDeadline: X-Poll-Deadline is the wall-clock time the
+// worker abandons the request, min(interval, Timeout) after it began; a
+// session header of that name does not override it. (A caller's earlier
+// deadline would be the one sent.)
+func TestPollSendsItsDeadline(t *testing.T) {
+	tests := []struct {
+		name     string
+		interval time.Duration
+		timeout  time.Duration
+		want     time.Duration
+	}{
+		{name: "interval shorter", interval: 2 * time.Second, timeout: time.Minute, want: 2 * time.Second},
+		{name: "timeout shorter", interval: time.Hour, timeout: 30 * time.Second, want: 30 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			got := make(chan []string, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got <- r.Header.Values(HeaderDeadline)
+			}))
+			t.Cleanup(srv.Close)
+			p := newPoller(t, Config{Client: f.client, Timeout: tt.timeout})
+			s := sess(srv.URL, tt.interval)
+			s.Headers = map[string]string{HeaderDeadline: "2999-01-01T00:00:00.000Z"}
+
+			before := time.Now()
+			require.NoError(t, p.Poll(t.Context(), poller.NewTurn(s, f.lease, nil))) // no deadline of its own
+			after := time.Now()
+
+			values := <-got
+			require.Len(t, values, 1)
+			deadline, err := time.Parse(DeadlineFormat, values[0])
+			require.NoError(t, err, values[0])
+			// The value is truncated to the millisecond.
+			require.False(t, deadline.Before(before.Add(tt.want).Add(-time.Millisecond)), "deadline %v, began after %v", deadline, before)
+			require.False(t, deadline.After(after.Add(tt.want)), "deadline %v, ended by %v", deadline, after)
+		})
+	}
+}
+
 // TestExpectedStatus: a 304 to a conditional request stands for a 200.
 func TestExpectedStatus(t *testing.T) {
 	tests := []struct {
@@ -76,7 +117,7 @@ func TestExpectedStatus(t *testing.T) {
 // TestHeaderNamesAreCanonical: request sets the fencing headers by map
 // key, which only works for names in their canonical form.
 func TestHeaderNamesAreCanonical(t *testing.T) {
-	for _, name := range []string{HeaderSession, HeaderWorker, HeaderToken, HeaderSlot, "User-Agent"} {
+	for _, name := range []string{HeaderSession, HeaderWorker, HeaderToken, HeaderSlot, HeaderDeadline, "User-Agent"} {
 		require.Equal(t, http.CanonicalHeaderKey(name), name)
 	}
 }

@@ -26,7 +26,8 @@ func targetCommand() *cli.Command {
 		Description: "Answers every request (any method) on a loopback address with --status and prints one line per request:\n" +
 			"the time, the path, and the X-Poll-Session, X-Poll-Worker and X-Poll-Token headers the\n" +
 			"workers send (and X-Poll-Slot for a scheduled session). As a downstream system should, it keeps the highest fencing token seen per\n" +
-			"session and answers a lower one with 409 Conflict (\"stale token\"). For trying things out:\n\n" +
+			"session and answers a lower one with 409 Conflict (\"stale token\"), and answers 409 to a request it reads after\n" +
+			"its X-Poll-Deadline (\"past its deadline\": its worker had given up on it). For trying things out:\n\n" +
 			"  pollworker target &\n" +
 			"  pollworker sessions add --id api-1 --url http://127.0.0.1:18080/health --interval 5s\n\n" +
 			"Runs until SIGTERM or SIGINT.",
@@ -109,8 +110,14 @@ func (t *pollTarget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	session, worker := r.Header.Get(httppoll.HeaderSession), r.Header.Get(httppoll.HeaderWorker)
 	rawToken := r.Header.Get(httppoll.HeaderToken)
 	status, note := t.status, ""
+	now := t.now()
 	t.mu.Lock()
-	if token, err := strconv.ParseInt(rawToken, 10, 64); err == nil && session != "" {
+	if deadline, err := time.Parse(httppoll.DeadlineFormat, r.Header.Get(httppoll.HeaderDeadline)); err == nil && now.After(deadline) {
+		// Read after its worker gave up on it: the session may be another's
+		// by now, so it is refused like a stale token, and its token is not
+		// remembered.
+		status, note = http.StatusConflict, fmt.Sprintf(" past its deadline by %v", now.Sub(deadline).Round(time.Millisecond))
+	} else if token, err := strconv.ParseInt(rawToken, 10, 64); err == nil && session != "" {
 		if t.maxToken == nil {
 			t.maxToken = map[string]int64{}
 		}
@@ -124,7 +131,7 @@ func (t *pollTarget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header.Get(httppoll.HeaderSlot); v != "" {
 		slot = " slot=" + printableID(v)
 	}
-	fmt.Fprintf(t.out, "%s %s %s session=%s worker=%s token=%s%s -> %d%s\n", t.now().UTC().Format("15:04:05.000"),
+	fmt.Fprintf(t.out, "%s %s %s session=%s worker=%s token=%s%s -> %d%s\n", now.UTC().Format("15:04:05.000"),
 		r.Method, printableID(r.URL.Path), dash(printableID(session)), dash(printableID(worker)), dash(printableID(rawToken)), slot, status, note)
 	t.mu.Unlock()
 	if t.delay > 0 && status != http.StatusConflict {

@@ -15,7 +15,8 @@ import (
 
 // TestTargetLogsPolls: pollworker target answers on a loopback port and
 // prints one line per poll with the X-Poll-* headers, answering a token
-// below the highest seen for the session with 409 (issue 22: the README's
+// below the highest seen for the session, or read after its
+// X-Poll-Deadline, with 409 (issue 22: the README's
 // example URLs only produced DNS errors; a newcomer needs a target to
 // start).
 func TestTargetLogsPolls(t *testing.T) {
@@ -28,7 +29,7 @@ func TestTargetLogsPolls(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- serveTarget(ctx, ln, h) }()
 
-	poll := func(session, token string) int {
+	poll := func(session, token string, deadline ...time.Time) int {
 		req, err := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/health", nil)
 		require.NoError(t, err)
 		req.Header.Set(httppoll.HeaderSession, session)
@@ -36,6 +37,9 @@ func TestTargetLogsPolls(t *testing.T) {
 		req.Header.Set(httppoll.HeaderToken, token)
 		if session == "cron-1" {
 			req.Header.Set(httppoll.HeaderSlot, "2026-11-25T22:00:00Z")
+		}
+		for _, d := range deadline {
+			req.Header.Set(httppoll.HeaderDeadline, d.UTC().Format(httppoll.DeadlineFormat))
 		}
 		resp, err := httpClient.Do(req)
 		require.NoError(t, err)
@@ -47,6 +51,9 @@ func TestTargetLogsPolls(t *testing.T) {
 	require.Equal(t, http.StatusConflict, poll("api-1", "6"))
 	require.Equal(t, http.StatusOK, poll("api-2", "1"))
 	require.Equal(t, http.StatusOK, poll("cron-1", "3"))
+	require.Equal(t, http.StatusOK, poll("api-2", "2", at.Add(time.Second)))
+	require.Equal(t, http.StatusConflict, poll("api-2", "9", at.Add(-250*time.Millisecond)))
+	require.Equal(t, http.StatusOK, poll("api-2", "3")) // 9 was not remembered
 	cancel()
 	require.NoError(t, <-done)
 	require.Equal(t, strings.Join([]string{
@@ -55,6 +62,9 @@ func TestTargetLogsPolls(t *testing.T) {
 		"22:00:00.000 GET /health session=api-1 worker=w1 token=6 -> 409 stale token (highest seen 8)",
 		"22:00:00.000 GET /health session=api-2 worker=w1 token=1 -> 200",
 		"22:00:00.000 GET /health session=cron-1 worker=w1 token=3 slot=2026-11-25T22:00:00Z -> 200",
+		"22:00:00.000 GET /health session=api-2 worker=w1 token=2 -> 200",
+		"22:00:00.000 GET /health session=api-2 worker=w1 token=9 -> 409 past its deadline by 250ms",
+		"22:00:00.000 GET /health session=api-2 worker=w1 token=3 -> 200",
 	}, "\n")+"\n", out.String())
 }
 
