@@ -126,6 +126,7 @@ type schedStats struct {
 	Deferred int64        // polls that waited for a slot (of the limit or of their group)
 	Late     int64        // polls that started later than a tenth of their interval after they were due
 	Skipped  int64        // polls the Poller did not send for want of a local resource (ErrNoCapacity)
+	Stalls   int64        // times the stall gate closed (stall.go)
 	Behind   behindReport // whether the worker keeps up, and if not why (set by Stats)
 	Limit    int          // polls that may run at once now (0: no limit)
 	Running  int          // polls running now
@@ -316,6 +317,7 @@ func (s *scheduler) Stats(countLoops bool) schedStats {
 	changed := s.judgeLocked(now, true)
 	st := s.stats
 	st.Behind = s.judged
+	st.Stalls = s.gate.stalls
 	st.Running, st.Waiting, st.Limit = s.active, s.waiting, max(0, s.limit.limit())
 	if countLoops {
 		st.Held, st.Backoff = s.holdingLocked()

@@ -472,6 +472,7 @@ func TestSchedulerStallGate(t *testing.T) {
 			require.Positive(t, woke.Load(), "no round asked for")
 			after := f.sched.GateEpoch()
 			require.Greater(t, after, before)
+			require.Equal(t, int64(1), f.sched.Stats(false).Stalls)
 
 			tc.resume(f, before, after)
 			again := f.nextPoll()
@@ -479,6 +480,37 @@ func TestSchedulerStallGate(t *testing.T) {
 			f.sched.Stop(w)
 			close(again.finish)
 			requireDone(t, f.sched, w)
+		})
+	}
+}
+
+// TestStallsLoggedOncePerMinute: the first stall is logged at warn level,
+// then one per stallLogEvery with the count logged at debug level since;
+// every stall is counted.
+func TestStallsLoggedOncePerMinute(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 15, 0, 0, 0, time.UTC)
+	type want struct {
+		warn  bool
+		since int64
+	}
+	tests := []struct {
+		name string
+		at   []time.Duration // stalls, from t0
+		want []want
+	}{
+		{"one", []time.Duration{0}, []want{{true, 0}}},
+		{"apart", []time.Duration{0, time.Minute, 3 * time.Minute}, []want{{true, 0}, {true, 0}, {true, 0}}},
+		{"a starved worker", []time.Duration{0, 3 * time.Second, 6 * time.Second, 59 * time.Second, 61 * time.Second, 62 * time.Second},
+			[]want{{true, 0}, {false, 0}, {false, 0}, {false, 0}, {true, 3}, {false, 0}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var g stallGate
+			for i, at := range tt.at {
+				warn, since := g.noteStall(t0.Add(at))
+				require.Equal(t, tt.want[i], want{warn, since}, "stall %d at %v", i, at)
+			}
+			require.Equal(t, int64(len(tt.at)), g.stalls)
 		})
 	}
 }
@@ -494,6 +526,7 @@ func TestSchedulerOnTimeNoGate(t *testing.T) {
 	f.stepTimer(schedInterval + schedInterval/2) // 500 ms late
 	second := f.nextPoll()
 	require.Zero(t, f.sched.GateEpoch())
+	require.Zero(t, f.sched.Stats(false).Stalls)
 	f.sched.Stop(w)
 	close(second.finish)
 	requireDone(t, f.sched, w)

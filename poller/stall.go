@@ -17,9 +17,15 @@ import (
 // (Resume), or, should no round succeed (Redis unreadable), until
 // stallHold has passed. A stall shorter than stallGap needs no gate: a
 // poll after it starts within that of any command that returned during it.
+//
+// A worker starved of CPU for long may stall every few seconds: the first
+// stall, and then one a minute (stallLogEvery), is logged at warn level
+// with the number since the last one; the rest at debug level.
+// PollStats.Stalls counts them all.
 const (
-	stallGap  = 750 * time.Millisecond
-	stallHold = 5 * time.Second
+	stallGap      = 750 * time.Millisecond
+	stallHold     = 5 * time.Second
+	stallLogEvery = time.Minute
 )
 
 // stallGate holds the polls due while the scheduler waits for a fresh
@@ -28,6 +34,24 @@ type stallGate struct {
 	closed bool
 	epoch  uint64      // bumped by each close: a round begun before it opens nothing
 	held   []*pollLoop // loops due while closed, in phase waiting
+
+	stalls   int64     // times closed since start
+	warned   time.Time // when a stall was last logged at warn level
+	unwarned int64     // stalls since then logged at debug level
+	loud     bool      // this close was logged at warn level, and so is its opening
+}
+
+// noteStall says whether the stall the gate closes for at now is logged
+// at warn level (the first, then one per stallLogEvery), and how many
+// were not since the last one that was.
+func (g *stallGate) noteStall(now time.Time) (warn bool, since int64) {
+	g.stalls++
+	if !g.warned.IsZero() && now.Sub(g.warned) < stallLogEvery {
+		g.unwarned++
+		return false, 0
+	}
+	since, g.warned, g.unwarned = g.unwarned, now, 0
+	return true, since
 }
 
 // closeGateLocked closes the gate after a timer fired late by late, asks
@@ -37,9 +61,19 @@ func (s *scheduler) closeGateLocked(late time.Duration) {
 	epoch := s.gate.epoch
 	if !s.gate.closed {
 		s.gate.closed = true
+		warn, since := s.gate.noteStall(s.cfg.Clock.Now())
+		s.gate.loud = warn
 		if s.cfg.Log != nil {
-			s.cfg.Log.Warn("this worker was stopped or starved: no poll starts until the sessions are read again, so that none paused or removed meanwhile is polled",
-				zap.Duration("late", late))
+			const msg = "this worker was stopped or starved: no poll starts until the sessions are read again, so that none paused or removed meanwhile is polled"
+			fields := []zap.Field{zap.Duration("late", late), zap.Int64("stalls", s.gate.stalls)}
+			if !warn {
+				s.cfg.Log.Debug(msg, fields...)
+			} else {
+				if since > 0 {
+					fields = append(fields, zap.Int64("stalls_logged_at_debug_since_last_warning", since))
+				}
+				s.cfg.Log.Warn(msg, fields...)
+			}
 		}
 	}
 	hold := s.cfg.StallHold
@@ -86,7 +120,7 @@ func (s *scheduler) Resume(epoch uint64) {
 		return
 	}
 	s.gate.closed = false
-	held := s.gate.held
+	held, loud := s.gate.held, s.gate.loud
 	s.gate.held = nil
 	if s.done {
 		s.mu.Unlock()
@@ -102,7 +136,12 @@ func (s *scheduler) Resume(epoch uint64) {
 	}
 	s.mu.Unlock()
 	if s.cfg.Log != nil {
-		s.cfg.Log.Info("sessions read after the stall: polls start again", zap.Int("held", len(held)))
+		const msg = "sessions read after the stall: polls start again"
+		if loud {
+			s.cfg.Log.Info(msg, zap.Int("held", len(held)))
+		} else {
+			s.cfg.Log.Debug(msg, zap.Int("held", len(held)))
+		}
 	}
 	s.launchAll(launch)
 }

@@ -54,6 +54,10 @@ type PollStats struct {
 	// Skipped counts the polls the Poller did not send for want of a
 	// local resource (ErrNoCapacity), since start: not failures.
 	Skipped int64
+	// Stalls counts, since start, the times this worker found itself
+	// stopped or starved (a poll's timer firing more than 750 ms late) and
+	// held its polls until it had read the sessions again.
+	Stalls int64
 }
 
 // Overload describes in one line why the worker is behind ("" when it
@@ -106,7 +110,7 @@ func round1(x float64) float64 { return math.Round(x*10) / 10 }
 func pollStatsOf(st schedStats, planned float64, countLoops bool) PollStats {
 	ps := PollStats{Running: st.Running, Waiting: st.Waiting, PollLimit: st.Limit, Deferred: st.Deferred, Late: st.Late,
 		Behind: st.Behind.Behind, BehindReason: st.Behind.Reason, BehindHost: st.Behind.Group,
-		DueRate: st.Behind.Due, AchievedRate: st.Behind.Done, Skipped: st.Skipped,
+		DueRate: st.Behind.Due, AchievedRate: st.Behind.Done, Skipped: st.Skipped, Stalls: st.Stalls,
 		PlannedWeight: planned}
 	if countLoops {
 		ps.LeasesHeld, ps.Backoff = st.Held, st.Backoff

@@ -828,6 +828,8 @@ func pollMetrics(c *poller.Coordinator) []prometheus.Collector {
 			func(s poller.PollStats) float64 { return float64(s.Deferred) }),
 		counter("pollworker_polls_late_total", "Polls that started later than a tenth of their interval after they were due.",
 			func(s poller.PollStats) float64 { return float64(s.Late) }),
+		counter("pollworker_stalls_total", "Times this worker found itself stopped or starved (a poll's timer firing more than 750 ms late) and held its polls until it had read the sessions again.",
+			func(s poller.PollStats) float64 { return float64(s.Stalls) }),
 		gauge("pollworker_sessions_backoff", "Sessions polled less often after failed polls (--error-backoff).",
 			func(s poller.PollStats) float64 { return float64(s.Backoff) }),
 		gauge("pollworker_planned_weight", "The weight this worker's heartbeat carries, which its peers plan with: --weight, lower while it sheds load after staying behind (--shed-when-behind).",
