@@ -48,6 +48,7 @@ func (v *view) refresh(ctx context.Context, full bool) bool {
 	if !ok {
 		return false
 	}
+	v.health.readOK("discovery")
 	if d, ok := v.members.NextExpiry(); ok {
 		v.claims.scheduleExpiry(d + 2*retrySlack)
 	}
@@ -63,7 +64,11 @@ func (v *view) refresh(ctx context.Context, full bool) bool {
 		v.replan = !v.assignBuckets()
 		v.sweepAll = true
 	}
-	return v.loadBuckets(ctx) && v.recheckHeld(ctx)
+	if !v.loadBuckets(ctx) || !v.recheckHeld(ctx) {
+		return false
+	}
+	v.health.readOK("session read")
+	return true
 }
 
 // readMembers reads the membership and, for a new one or in a full round,

@@ -3,6 +3,7 @@ package poller
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,12 +30,15 @@ type health struct {
 	fresh time.Duration // how long a heartbeat counts: HeartbeatTTL - DriftMargin
 	obs   Observer
 	log   *zap.Logger
+
+	readsMu sync.Mutex
+	reads   map[string]string // by what: the error of the failing read last logged at warn level
 }
 
 // newHealth returns the health of a worker whose heartbeats count for
 // fresh on clk, reporting Redis failures to obs and log.
 func newHealth(clk clock.WithTickerAndDelayedExecution, fresh time.Duration, obs Observer, log *zap.Logger) *health {
-	return &health{clock: clk, fresh: fresh, obs: obs, log: log}
+	return &health{clock: clk, fresh: fresh, obs: obs, log: log, reads: map[string]string{}}
 }
 
 // isLive reports whether the worker holds a fresh heartbeat and reached
@@ -54,12 +58,34 @@ func (h *health) isLive() bool {
 // redisFailed records a Redis read of the round that failed: op names it
 // to the Observer ("members", "sessions"), what in the log. A read cut
 // short because the worker is stopping (context.Canceled) is no Redis
-// failure: it is neither counted nor logged.
+// failure: it is neither counted nor logged. Rounds repeat every second
+// or so while Redis is down or a key has the wrong type, so a run of
+// failures is logged at warn level at its first and at each new error,
+// the same error again at debug level, and its end by readOK.
 func (h *health) redisFailed(op, what string, err error) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
 	h.redisOK.Store(false)
 	h.obs.RedisError(op)
-	h.log.Warn(what+" failed", zap.Error(err))
+	h.readsMu.Lock()
+	last, failing := h.reads[what]
+	h.reads[what] = err.Error()
+	h.readsMu.Unlock()
+	if failing && last == err.Error() {
+		h.log.Debug(what+" failed again", zap.Error(err))
+		return
+	}
+	h.log.Warn(what+" failed; the same error again is logged at debug level until it works", zap.Error(err))
+}
+
+// readOK ends a run of failures of what (redisFailed), if one was logged.
+func (h *health) readOK(what string) {
+	h.readsMu.Lock()
+	_, failing := h.reads[what]
+	delete(h.reads, what)
+	h.readsMu.Unlock()
+	if failing {
+		h.log.Info(what + " works again")
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -34,6 +35,69 @@ func TestRedisFailedIgnoresAStoppingWorker(t *testing.T) {
 			h.redisFailed("sessions", "session read", tc.err)
 			require.Equal(t, !tc.failed, h.redisOK.Load())
 			require.Equal(t, map[bool]int{true: 1, false: 0}[tc.failed], logs.Len())
+		})
+	}
+}
+
+// TestReadFailuresLoggedOncePerRun: a read failing round after round (Redis
+// down, a key of the wrong type) is a warning at its first failure and at
+// each new error, the same error again is at debug level, and the first
+// success after them says it works again; each kind of read on its own.
+func TestReadFailuresLoggedOncePerRun(t *testing.T) {
+	refused := errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+	wrongType := errors.New("key poll:{sessions}:changes is a set, not a zset")
+	type step struct {
+		what string
+		err  error // nil: the read worked
+	}
+	type line struct {
+		level zapcore.Level
+		msg   string
+	}
+	tests := []struct {
+		name  string
+		steps []step
+		want  []line
+	}{
+		{"one failure", []step{{"session read", refused}, {"session read", nil}}, []line{
+			{zap.WarnLevel, "session read failed; the same error again is logged at debug level until it works"},
+			{zap.InfoLevel, "session read works again"},
+		}},
+		{"a run", []step{{"session read", refused}, {"session read", refused}, {"session read", refused}, {"session read", nil}, {"session read", nil}}, []line{
+			{zap.WarnLevel, "session read failed; the same error again is logged at debug level until it works"},
+			{zap.DebugLevel, "session read failed again"},
+			{zap.DebugLevel, "session read failed again"},
+			{zap.InfoLevel, "session read works again"},
+		}},
+		{"a new error", []step{{"session read", refused}, {"session read", wrongType}, {"session read", wrongType}}, []line{
+			{zap.WarnLevel, "session read failed; the same error again is logged at debug level until it works"},
+			{zap.WarnLevel, "session read failed; the same error again is logged at debug level until it works"},
+			{zap.DebugLevel, "session read failed again"},
+		}},
+		{"kinds apart", []step{{"discovery", refused}, {"session read", refused}, {"discovery", nil}, {"session read", refused}}, []line{
+			{zap.WarnLevel, "discovery failed; the same error again is logged at debug level until it works"},
+			{zap.WarnLevel, "session read failed; the same error again is logged at debug level until it works"},
+			{zap.InfoLevel, "discovery works again"},
+			{zap.DebugLevel, "session read failed again"},
+		}},
+		{"nothing failed", []step{{"session read", nil}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			core, logs := observer.New(zap.DebugLevel)
+			h := newHealth(clocktesting.NewFakeClock(time.Unix(0, 0)), time.Second, NopObserver{}, zap.New(core))
+			for _, s := range tt.steps {
+				if s.err != nil {
+					h.redisFailed("sessions", s.what, s.err)
+				} else {
+					h.readOK(s.what)
+				}
+			}
+			var got []line
+			for _, e := range logs.All() {
+				got = append(got, line{e.Level, e.Message})
+			}
+			require.Equal(t, tt.want, got)
 		})
 	}
 }
