@@ -471,8 +471,8 @@ func replicaOf(info string) (master string, ok bool) {
 	return net.JoinHostPort(fields["master_host"], fields["master_port"]), true
 }
 
-// authProblem explains a Redis error that no retry can fix: credentials or
-// permissions; "" for any other error.
+// authProblem explains a Redis error that no retry can fix: credentials,
+// permissions or a database that does not exist; "" for any other error.
 func authProblem(err error) string {
 	switch {
 	case redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "invalid password"):
@@ -481,6 +481,10 @@ func authProblem(err error) string {
 		return "Redis requires a password: give it as redis://[user]:password@host:port"
 	case redis.HasErrorPrefix(err, "NOPERM"):
 		return "the Redis user may not run PING: see docs/deploying.md, \"Redis ACL and TLS\""
+	case redis.HasErrorPrefix(err, "DB index is out of range"):
+		return "Redis has no database of that number (the /N at the end of the URL): it has 16, 0 to 15, unless its databases setting says otherwise"
+	case redis.HasErrorPrefix(err, "SELECT is not allowed in cluster mode"):
+		return "a Redis Cluster has database 0 only: end the URL with /0"
 	case redis.HasErrorPrefix(err, "AUTH") || redis.HasErrorPrefix(err, "Client sent AUTH"):
 		return "the URL gives a password but Redis has none set: remove it from the URL or set one in Redis"
 	}

@@ -323,6 +323,24 @@ func TestRunBadCredentialsExit2(t *testing.T) {
 	}
 }
 
+// TestRunNoSuchDatabaseExit2: a database number Redis does not have is
+// not retried as if Redis were down (it was: "Redis does not answer yet",
+// forever): run and the admin commands exit 2 naming the rule.
+func TestRunNoSuchDatabaseExit2(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr() + "/99"
+	want := "pollworker: invalid config: --redis-url " + url + ": Redis has no database of that number (the /N at the end of the URL)"
+	code, stderr, took := runUntilExit(t, "--redis-url", url, "--id", "db-w")
+	require.Equal(t, exitUsage, code, stderr)
+	require.Contains(t, lastLine(stderr), want)
+	require.NotContains(t, stderr, `"msg":"worker starting"`)
+	require.Less(t, took, 5*time.Second)
+
+	r := runApp(t, "sessions", "list", "--redis-url", url)
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.True(t, strings.HasPrefix(r.stderr, want), "got %q", r.stderr)
+}
+
 // TestRunTLSSchemeMismatchExit2 (issue 10, item 12): rediss:// to a
 // plain-text server, and redis:// to a TLS-only one, exit 2 within a couple
 // of seconds with a hint about the scheme, instead of retrying forever.
