@@ -30,6 +30,9 @@ const (
 	// EventCordon: Node was cordoned or uncordoned (pollworker drain,
 	// uncordon); every worker plans again.
 	EventCordon EventType = "cordon"
+	// EventProbe: a writer checking that it may publish on the channel
+	// (CheckChannel); receivers ignore it.
+	EventProbe EventType = "probe"
 )
 
 // ErrMalformedEvent is returned (wrapped) by DecodeEvent for a message that
@@ -62,7 +65,7 @@ func (e Event) Validate() error {
 		if e.Node == "" {
 			return fmt.Errorf("%w: %s event without node", ErrMalformedEvent, e.Type)
 		}
-	case EventSessions:
+	case EventSessions, EventProbe:
 	default:
 		return fmt.Errorf("%w: unknown type %q", ErrMalformedEvent, e.Type)
 	}
@@ -100,6 +103,27 @@ func Publish(ctx context.Context, client redis.Cmdable, keys keyspace.Space, e E
 	}
 	if err := client.Publish(ctx, keys.Events(), e.Encode()).Err(); err != nil {
 		return fmt.Errorf("publish %s event: %w", e.Type, err)
+	}
+	return nil
+}
+
+// CheckChannel checks that client may use the events channel of keys:
+// publish on it (a probe event, which receivers ignore) and, with
+// subscribe, subscribe to it. Workers hear session changes and their
+// peers' releases on it: without it they would notice them only at their
+// next full round, seconds later. A Redis ACL that does not grant the
+// channel (NOPERM) is an error wrapping Redis's.
+func CheckChannel(ctx context.Context, client redis.UniversalClient, keys keyspace.Space, subscribe bool) error {
+	if err := Publish(ctx, client, keys, Event{Type: EventProbe}); err != nil {
+		return err
+	}
+	if !subscribe {
+		return nil
+	}
+	sub := client.Subscribe(ctx, keys.Events())
+	defer func() { _ = sub.Close() }()
+	if _, err := sub.Receive(ctx); err != nil {
+		return fmt.Errorf("subscribe to %s: %w", keys.Events(), err)
 	}
 	return nil
 }

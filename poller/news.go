@@ -56,12 +56,46 @@ func (n *news) takeReleased() map[string]struct{} {
 	return released
 }
 
+// subscribeRetry is how long subscribe waits before it tries again after
+// Redis refused or failed the subscription.
+const subscribeRetry = time.Second
+
 // subscribe listens to the peers' events until ctx is done: a join, a
 // leave or a cordon is peer news, a release or a leave names a peer that
-// released; each asks for a round.
+// released; each asks for a round. A subscription Redis refuses (an ACL
+// without the channel: NOPERM) or that fails is logged, at warn level
+// once per run of failures, and tried again every subscribeRetry: without
+// it session changes and releases are noticed only at the next full round.
 func (n *news) subscribe(ctx context.Context) {
+	failing := false
 	for ctx.Err() == nil {
 		sub := n.client.Subscribe(ctx, n.keys.Events())
+		if _, err := sub.Receive(ctx); err != nil {
+			_ = sub.Close()
+			if ctx.Err() != nil {
+				return
+			}
+			if !failing {
+				n.log.Warn("subscription to the events channel failed: session changes and peers' releases are noticed only at the next full round (--discovery-interval) until it works; retrying every second",
+					zap.String("channel", n.keys.Events()), zap.Error(err))
+			} else {
+				n.log.Debug("subscription to the events channel failed again", zap.Error(err))
+			}
+			failing = true
+			t := time.NewTimer(subscribeRetry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		if failing {
+			n.log.Info("subscribed to the events channel again", zap.String("channel", n.keys.Events()))
+			failing = false
+			n.trigger() // what was announced meanwhile went unheard
+		}
 		ch := sub.Channel()
 	recv:
 		for {
@@ -85,6 +119,9 @@ func (n *news) note(payload string) {
 	if err != nil {
 		n.log.Debug("ignoring event", zap.Error(err))
 		return
+	}
+	if ev.Type == nodes.EventProbe {
+		return // a writer checking that it may publish
 	}
 	if ev.Node == n.me && ev.Type != nodes.EventCordon {
 		return // its own announcement (a cordon of this worker is news)

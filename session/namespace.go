@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 )
 
 // ErrNamespaceOwned is returned when the session prefix of a keyspace
@@ -40,10 +41,11 @@ func ClaimNamespace(ctx context.Context, client redis.Cmdable, keys keyspace.Spa
 // ACL, only checks it). Put, PutMany, Delete, DeleteMany, Pause and Resume
 // return its error wrapping ErrNamespaceOwned, having written nothing.
 //
-// It also checks that the change record can be written (checkRecord),
-// so that a write is refused before its data lands rather than written
-// unseen by the workers; a record that fails later makes the next write
-// check again.
+// It also checks that the change record can be written (checkRecord)
+// and that the change can be announced (nodes.CheckChannel), so that a
+// write is refused before its data lands rather than written unseen by
+// the workers; a record that fails later makes the next write check
+// again.
 func (s *Store) claim(ctx context.Context) error {
 	if s.claimed.Load() {
 		return nil
@@ -57,6 +59,11 @@ func (s *Store) claim(ctx context.Context) error {
 	}
 	if err := s.checkRecord(ctx); err != nil {
 		return err
+	}
+	// Holders hear of a write on the events channel: one this client may
+	// not publish would reach them only at their next full round.
+	if err := nodes.CheckChannel(ctx, s.client, s.keys, false); err != nil {
+		return fmt.Errorf("session: the change cannot be announced to the workers: %w", err)
 	}
 	s.claimed.Store(true)
 	return nil

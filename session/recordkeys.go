@@ -41,8 +41,21 @@ func (s *Store) recordKeys() []string {
 
 // checkRecord returns an error wrapping ErrRecordUnusable, naming the key,
 // when a key of the change record has the wrong type (one pipeline of
-// TYPE; missing keys are fine).
+// TYPE; missing keys are fine), and Redis's error when the record script
+// may not run (an ACL without +evalsha: NOPERM), which it calls in its
+// checking mode, writing nothing.
 func (s *Store) checkRecord(ctx context.Context) error {
+	if err := s.checkRecordTypes(ctx); err != nil {
+		return err
+	}
+	if err := s.changed.Run(ctx, s.client, s.recordKeys(), "?").Err(); err != nil {
+		return fmt.Errorf("session: the change record cannot be written: %w", err)
+	}
+	return nil
+}
+
+// checkRecordTypes is checkRecord's check of the key types.
+func (s *Store) checkRecordTypes(ctx context.Context) error {
 	keys := s.recordKeys()
 	cmds := make([]*redis.StatusCmd, len(keys))
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {

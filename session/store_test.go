@@ -319,6 +319,7 @@ func TestEventsPublished(t *testing.T) {
 	require.NoError(t, c.SAdd(ctx, keys.SessionBucketOf("bad*"), "bad*").Err())
 	require.NoError(t, s.Delete(ctx, "bad*"))
 	for _, want := range []string{
+		`{"type":"probe"}`, // before the first write, the store checks it may publish
 		`{"type":"sessions","sessions":["s1"]}`,
 		`{"type":"sessions","sessions":["s1"]}`,
 		`{"type":"sessions","sessions":["s1"]}`,

@@ -336,8 +336,9 @@ const preflightRetry = time.Second
 // preflight returns once Redis answers and this worker's id is free: it
 // waits while Redis is unreachable (the worker is not ready meanwhile, as
 // documented) and while a dead worker's heartbeat entry for the same id has
-// not expired. It returns an exit-2 error when a live worker holds the id,
-// and ctx's error when ctx ends first.
+// not expired. It returns an exit-2 error when a live worker holds the id
+// or Redis refuses what no retry fixes (credentials, permissions: see
+// authProblem), and ctx's error when ctx ends first.
 func preflight(ctx context.Context, client redis.UniversalClient, cfg workerConfig, log *zap.Logger) error {
 	pc := cfg.Poller
 	ttl := pc.HeartbeatTTL
@@ -363,6 +364,11 @@ func preflight(ctx context.Context, client redis.UniversalClient, cfg workerConf
 			err = checkWritable(ctx, client, cfg.connConfig)
 		}
 		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, pingTimeout)
+			err = nodes.CheckChannel(cctx, client, cfg.Keys, true)
+			cancel()
+		}
+		if err == nil {
 			err = reg.WaitForID(ctx, every, onWait)
 		}
 		if err == nil {
@@ -379,6 +385,10 @@ func preflight(ctx context.Context, client redis.UniversalClient, cfg workerConf
 			return duplicateIDError(dup)
 		case errors.As(err, &usage):
 			return err
+		case authError(err, cfg.connConfig) != nil:
+			// Refused by Redis after the PING (NOPERM for the heartbeat's
+			// script, a key or the session prefix's claim): no retry fixes it.
+			return authError(err, cfg.connConfig)
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case !warned:
@@ -480,7 +490,7 @@ func authProblem(err error) string {
 	case redis.HasErrorPrefix(err, "NOAUTH"):
 		return "Redis requires a password: give it as redis://[user]:password@host:port"
 	case redis.HasErrorPrefix(err, "NOPERM"):
-		return "the Redis user may not run PING: see docs/deploying.md, \"Redis ACL and TLS\""
+		return "the Redis user lacks a permission pollworker needs (a command, a key or the channel): give it the ACL of docs/deploying.md, \"Redis ACL and TLS\""
 	case redis.HasErrorPrefix(err, "DB index is out of range"):
 		return "Redis has no database of that number (the /N at the end of the URL): it has 16, 0 to 15, unless its databases setting says otherwise"
 	case redis.HasErrorPrefix(err, "SELECT is not allowed in cluster mode"):

@@ -334,6 +334,9 @@ func sessionsEachCommand(op eachOp) *cli.Command {
 						if errors.Is(err, session.ErrNamespaceOwned) {
 							return configError(failed) // another fleet's session prefix: refused before any write
 						}
+						if i == 0 && !errors.Is(err, session.ErrNotRecorded) && authProblem(err) != "" {
+							return err // refused before any write (an ACL): withAdmin explains it, exit 2
+						}
 						return failed
 					}
 					fmt.Fprintf(w, "%s %s\n", op.done, id)

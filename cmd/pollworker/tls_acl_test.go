@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,19 +56,22 @@ func TestTLSWithClientCertificate(t *testing.T) {
 // commands pollworker sends, including those its scripts call.
 const minimalACL = "on >worker-pass resetkeys ~poll:* ~session:* resetchannels &poll:events " +
 	"-@all +@connection -config +get +set +del +exists +getrange +incr +info +pexpire +pttl +type " +
-	"+mget +getdel +hincrby +hget +hmget +hset +hdel +hkeys +hgetall +sadd +srem +smembers +sismember +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard " +
+	"+mget +getdel +hincrby +hget +hmget +hset +hdel +hkeys +hgetall +sadd +srem +smembers +sismember +scard +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard " +
 	"+xadd +xrange +xrevrange +lpush +ltrim +lrange +time +publish +subscribe +unsubscribe " +
-	"+evalsha +eval +script|load +script|exists +watch +unwatch +multi +exec"
+	"+evalsha +eval +script|load +script|exists +watch +unwatch +multi +exec +dbsize +scan"
 
-// TestMinimalACLUser runs sessions, status and a worker as a Redis user that
-// has exactly minimalACL and nothing more.
+// TestMinimalACLUser runs init, sessions, status, check, explain and a
+// worker as a Redis user that has exactly minimalACL and nothing more
+// (init was refused DBSIZE and check SCARD under the ACL documented before).
 func TestMinimalACLUser(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	require.NoError(t, admin.Do(context.Background(), append([]any{"ACL", "SETUSER", "pollworker"}, splitFields(minimalACL)...)...).Err())
 	url := "redis://pollworker:worker-pass@" + srv.Addr() + "/0"
 
-	r := runApp(t, "sessions", "--redis-url", url, "add", "--id", "c1", "--url", "http://127.0.0.1:1/", "--interval", "100ms")
+	r := runApp(t, "init", "--redis-url", url)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = runApp(t, "sessions", "--redis-url", url, "add", "--id", "c1", "--url", "http://127.0.0.1:1/", "--interval", "100ms")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	r = runApp(t, "sessions", "--redis-url", url, "pause", "c1")
 	require.Equal(t, exitOK, r.code, r.stderr)
@@ -100,6 +104,11 @@ func TestMinimalACLUser(t *testing.T) {
 	}
 	r = runApp(t, "status", "--redis-url", url)
 	require.Equal(t, exitOK, r.code, r.stderr)
+	require.NotContains(t, r.stdout, "may not run SCAN")
+	r = runApp(t, "check", "--redis-url", url, "--grace", "0s")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = runApp(t, "explain", "--redis-url", url, "c1")
+	require.NotEqual(t, exitUsage, r.code, r.stderr)
 
 	// And nothing more: a key outside the patterns is refused.
 	user := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "pollworker", Password: "worker-pass"})
@@ -123,4 +132,46 @@ func splitFields(s string) []any {
 		field += string(r)
 	}
 	return out
+}
+
+// TestACLUserMissingAPermission: a user missing one permission of
+// minimalACL is refused at start with exit 2 and Redis's NOPERM, by run
+// and by a session write, before anything is written. Before: run waited
+// forever ("Redis does not answer yet") without a command or a key, and
+// without the channel it ran, heard no session change and polled a paused
+// session until its next full round (10 s), logging nothing; sessions
+// pause wrote and published nothing, silently.
+func TestACLUserMissingAPermission(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	tests := []struct {
+		name, user, acl string
+	}{
+		{"no events channel", "nochan", strings.Replace(minimalACL, "&poll:events ", "", 1)},
+		{"no session keys", "nosess", strings.Replace(minimalACL, "~session:* ", "", 1)},
+		{"no scripts", "noeval", strings.Replace(minimalACL, "+evalsha +eval ", "", 1)},
+	}
+	r := runApp(t, "sessions", "--redis-url", srv.URL(), "add", "--id", "c1", "--url", "http://127.0.0.1:1/", "--interval", "1s")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	const want = "the Redis user lacks a permission pollworker needs (a command, a key or the channel)"
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.NotEqual(t, minimalACL, tt.acl)
+			require.NoError(t, admin.Do(context.Background(), append([]any{"ACL", "SETUSER", tt.user}, splitFields(tt.acl)...)...).Err())
+			url := "redis://" + tt.user + ":worker-pass@" + srv.Addr() + "/0"
+			code, stderr, took := runUntilExit(t, "--redis-url", url, "--id", "acl-"+tt.user)
+			require.Equal(t, exitUsage, code, stderr)
+			require.Contains(t, lastLine(stderr), want)
+			require.Contains(t, lastLine(stderr), "NOPERM")
+			require.NotContains(t, stderr, `"msg":"worker starting"`)
+			require.Less(t, took, 10*time.Second)
+
+			r := runApp(t, "sessions", "--redis-url", url, "pause", "c1")
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Contains(t, r.stderr, want)
+		})
+	}
+	raw, err := admin.Get(context.Background(), "session:c1").Result()
+	require.NoError(t, err)
+	require.NotContains(t, raw, "paused", "a refused pause wrote nothing")
 }

@@ -23,6 +23,11 @@ for i = 1, 4 do
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. t .. ', not a ' .. want[i])
   end
 end
+-- ARGV = {'?'}: a writer checking, before its first write, that it may
+-- run this script (a Redis ACL) and that the keys have their types.
+if ARGV[1] == '?' then
+  return 0
+end
 if KEYS[5] then
   local done = redis.call('GET', KEYS[5])
   if done then
