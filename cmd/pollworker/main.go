@@ -44,7 +44,11 @@ const (
 var errInvalidConfig = errors.New("invalid config")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP too (the terminal of a worker started by hand was closed, or
+	// a service manager's reload): by default it would kill the process
+	// without a drain, leaving its sessions unpolled until their leases
+	// expire.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	// The first signal starts the drain; a second one kills the process.
 	context.AfterFunc(ctx, stop)
 	// go-redis logs some failures (a pool that cannot dial) by itself, to

@@ -56,15 +56,16 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 	flags = append(flags, httpFlags()...)
 	return &cli.Command{
 		Name:  "run",
-		Usage: "run a worker until SIGTERM or SIGINT",
+		Usage: "run a worker until SIGTERM, SIGINT or SIGHUP",
 		Description: "Joins the workers sharing --redis-url and polls its share of the sessions over HTTP (each\n" +
 			"session's method, headers, body and expected statuses; credentials and TLS from --profiles),\n" +
 			"recording the results (--record) in the stream <key-prefix>:results, or in 16 streams\n" +
 			"under --redis-cluster, written in batches on a connection of their own (see\n" +
 			"\"pollworker results\"). Redis may be down at start:\n" +
 			"the worker reports not ready (/readyz 503) and polls nothing until Redis is reachable.\n" +
-			"SIGTERM or SIGINT drains (stops polls, releases leases, leaves) and exits 0; a second\n" +
-			"signal kills the process.\n\n" +
+			"SIGTERM, SIGINT or SIGHUP (a closed terminal) drains (stops polls, releases leases, leaves)\n" +
+			"and exits 0; a second signal kills the process. Nothing is reloaded on SIGHUP: --profiles\n" +
+			"files are re-read when they change.\n\n" +
 			"One --id, one process: before it starts, the worker checks the id's heartbeat entry.\n" +
 			"If a live worker holds it (the entry is renewed), run exits 2 naming that worker's host\n" +
 			"and pid. If the entry is not renewed (a worker killed with the same id, restarted at once),\n" +

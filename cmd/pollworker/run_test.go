@@ -147,14 +147,15 @@ func TestRunRedisDownAtStart(t *testing.T) {
 	require.Zero(t, code, "the health server is closed")
 }
 
-// TestRunSignals runs the binary against a real Redis: SIGTERM and SIGINT
-// drain the worker, which exits 0 and leaves the membership.
+// TestRunSignals runs the binary against a real Redis: SIGTERM, SIGINT
+// and SIGHUP drain the worker, which exits 0 and leaves the membership
+// (SIGHUP killed it without a drain: Go's default).
 func TestRunSignals(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	tg := newTarget(t)
 	addSession(t, client, "s1", tg.URL)
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			id := "w-" + strings.ToLower(strings.ReplaceAll(sig.String(), " ", "-"))
 			args := append([]string{"run", "--redis-url", srv.URL(), "--id", id}, fastTimings...)
