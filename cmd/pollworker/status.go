@@ -216,25 +216,25 @@ func computeStatus(ctx context.Context, client redis.UniversalClient, keys keysp
 	}
 	st := buildStatus(snap)
 	if scan {
-		if st.UnknownLeases, err = findUnknownLeases(ctx, r, snap); err != nil {
-			return clusterStatus{}, err
-		}
+		st.UnknownLeases = findUnknownLeases(ctx, r, snap)
 	}
 	return st, nil
 }
 
 // findUnknownLeases SCANs for the leases of sessions the snapshot does
-// not know (fleet.Reader.UnknownLeases).
-func findUnknownLeases(ctx context.Context, r *fleet.Reader, snap *fleet.Snapshot) (unknownLeases, error) {
+// not know (fleet.Reader.UnknownLeases). A SCAN that fails (a loaded
+// Redis, --timeout) is reported as not done, with its error: the rest of
+// the status stands without it.
+func findUnknownLeases(ctx context.Context, r *fleet.Reader, snap *fleet.Snapshot) unknownLeases {
 	u, err := r.UnknownLeases(ctx, snap.Known, maxUnownedShown)
 	if err != nil {
-		return unknownLeases{}, err
+		return unknownLeases{Skipped: "the scan failed: " + err.Error(), Lease: []leaseHolder{}}
 	}
 	out := unknownLeases{Scanned: u.Scanned, Skipped: u.Skipped, At: u.At, Count: u.Count, Lease: []leaseHolder{}}
 	for _, l := range u.Sample {
 		out.Lease = append(out.Lease, leaseHolder{Session: l.Session, Holder: l.Holder, Incarnation: l.Incarnation, ExpiresInMs: l.Remaining.Milliseconds()})
 	}
-	return out, nil
+	return out
 }
 
 // buildStatus sums up a snapshot of every session (fleet.Reader.ReadAll).

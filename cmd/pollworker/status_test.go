@@ -173,6 +173,29 @@ func TestComputeStatusEmpty(t *testing.T) {
 		"leases of sessions not in the store: 0\n", r.stdout)
 }
 
+// TestStatusStandsWithoutTheScan: a SCAN for unknown leases that fails
+// (it timed out under a fleet of 4 taking 100k sessions) is reported as
+// not done, with its error, and the rest of the status stands; it failed
+// the whole status before.
+func TestStatusStandsWithoutTheScan(t *testing.T) {
+	mr, _ := miniURL(t)
+	c := newTestClient(t, mr)
+	r, err := fleet.NewReader(c, keyspace.Space{}, fleetOptions(poller.DefaultLeaseTTL))
+	require.NoError(t, err)
+	snap, err := r.ReadAll(ctxT(t))
+	require.NoError(t, err)
+	mr.Close() // the SCAN fails
+
+	u := findUnknownLeases(ctxT(t), r, snap)
+	require.False(t, u.Scanned)
+	require.Contains(t, u.Skipped, "the scan failed: fleet: scan for leases:")
+	var out strings.Builder
+	st := buildStatus(snap)
+	st.UnknownLeases = u
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "leases of sessions not in the store: not looked for (the scan failed: fleet: scan for leases:")
+}
+
 func TestWatchRedrawsUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var buf syncBuffer

@@ -122,6 +122,7 @@ type pageReader struct {
 	census   clusterStatus // the last census
 	censusAt time.Time     // when it was read; zero: never
 	scanned  unknownLeases // the last SCAN's result
+	scanAt   time.Time     // when it ran, or was refused or failed; zero: never
 	// now is the clock the reuse is timed by; nil: time.Now.
 	now func() time.Time
 }
@@ -152,10 +153,8 @@ func (p *pageReader) read(ctx context.Context) (clusterStatus, error) {
 		return clusterStatus{}, err
 	}
 	st := buildStatus(snap)
-	if !p.scanned.Scanned || now().Sub(p.scanned.At) >= pageScanEvery {
-		if p.scanned, err = findUnknownLeases(ctx, p.reader, snap); err != nil {
-			return clusterStatus{}, err
-		}
+	if p.scanAt.IsZero() || now().Sub(p.scanAt) >= pageScanEvery {
+		p.scanned, p.scanAt = findUnknownLeases(ctx, p.reader, snap), now()
 	}
 	st.UnknownLeases = p.scanned
 	p.census, p.censusAt = st, now()
