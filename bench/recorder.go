@@ -20,6 +20,7 @@ type Recorder struct {
 	mark       time.Time
 	gaps       map[string]time.Duration // mark -> first poll by successor
 	holes      map[string]time.Duration // previous poll by anyone -> first poll by successor
+	holeFrom   map[string]time.Time     // when that previous poll was
 	watchDone  chan struct{}
 	wantPolled int
 	allPolled  chan struct{}
@@ -71,6 +72,7 @@ func (r *Recorder) Poll(session, worker string) {
 	r.gaps[session] = now.Sub(r.mark)
 	if seen && prev.worker != worker {
 		r.holes[session] = now.Sub(prev.at)
+		r.holeFrom[session] = prev.at
 	}
 	if len(r.gaps) == len(r.watchFrom) {
 		close(r.watchDone)
@@ -145,12 +147,29 @@ func (r *Recorder) Watch(mark time.Time, from map[string]string, only string) <-
 	r.watchFrom, r.watchOnly, r.mark = from, only, mark
 	r.gaps = make(map[string]time.Duration, len(from))
 	r.holes = make(map[string]time.Duration, len(from))
+	r.holeFrom = make(map[string]time.Time, len(from))
 	if len(from) == 0 {
 		close(ch)
 		return ch
 	}
 	r.watchDone = ch
 	return ch
+}
+
+// Lateness returns, for each hole (Gaps), how late the successor's first
+// poll came against the schedule it keeps: the previous poll, the
+// interval, and step(session, interval, previous poll + interval), the
+// spread step the scheduler adds to move a session onto its phase
+// (poller.SpreadStep).
+func (r *Recorder) Lateness(interval time.Duration, step func(string, time.Duration, time.Time) time.Duration) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]time.Duration, 0, len(r.holes))
+	for session, h := range r.holes {
+		due := r.holeFrom[session].Add(interval)
+		out = append(out, h-interval-step(session, interval, due))
+	}
+	return out
 }
 
 // Gaps returns the measured gaps (mark to first poll by the successor) and

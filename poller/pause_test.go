@@ -291,8 +291,8 @@ func TestInChangedBuckets(t *testing.T) {
 // next poll of a holder that does not back off ever is.
 func TestFirstPollBound(t *testing.T) {
 	for _, iv := range []time.Duration{10 * time.Millisecond, 200 * time.Millisecond, 2 * time.Second, time.Hour} {
-		require.Equal(t, iv+min(iv/10, maxSpreadStep), FirstPollBound(iv), iv)
+		require.Equal(t, iv+maxSpreadStep(iv), FirstPollBound(iv), iv)
 		next := time.Unix(0, 0).Add(iv)
-		require.LessOrEqual(t, iv+spreadStep("s", iv, next), FirstPollBound(iv), "a holder's next poll is within the bound")
+		require.LessOrEqual(t, iv+SpreadStep("s", iv, next), FirstPollBound(iv), "a holder's next poll is within the bound")
 	}
 }

@@ -60,7 +60,7 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 	}
 	tn := &turns{poller: cfg.Poller, stateful: cfg.Stateful, states: cfg.StateStore, clock: cfg.Clock, timeout: cfg.RequestTimeout,
 		tracing: cfg.tracing, obs: cfg.Observer, log: log, health: hl, bad: bad}
-	sc := schedConfig{Clock: cfg.Clock, Turn: tn.turn, Wake: nw.trigger, Align: spreadStep,
+	sc := schedConfig{Clock: cfg.Clock, Turn: tn.turn, Wake: nw.trigger, Align: SpreadStep,
 		Limit: cfg.MaxPolls, MaxBackoff: cfg.MaxErrorBackoff, Pace: true, Slack: TimerSlack, StallGap: stallGap, Log: log}
 	if rc := newRuntimeCPU(); rc != nil {
 		sc.CPU = rc.sample

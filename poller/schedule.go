@@ -90,7 +90,7 @@ type schedConfig struct {
 	Wake func()
 	// Align, if set, returns how much later than one interval after its
 	// previous poll a loop's next poll should be, to move it toward its
-	// phase (spreadStep).
+	// phase (SpreadStep).
 	Align func(id string, interval time.Duration, next time.Time) time.Duration
 	// Limit, if positive, bounds the polls running at once; due polls
 	// beyond it wait in admit, earliest due first.

@@ -169,7 +169,7 @@ func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
 //   - The predecessor hands over its schedule: the due time it says is at
 //     least half an interval after its last poll (a due time of "at
 //     release" fails it for half of the sessions) and at most an interval,
-//     the spread step (spreadStep: at most a tenth of it) and late after
+//     the spread step (SpreadStep: at most a tenth of it) and late after
 //     it (the release's one-way latency adds to it).
 //   - The successor polls at that due time, not before (the bug of issue
 //     10 item 4: it polled as soon as it acquired the lease), and not
@@ -186,13 +186,13 @@ func requireScheduleHandedOver(t *testing.T, id string, iv time.Duration, last, 
 	late := 250*time.Millisecond + 4*steady
 	if !first.handed {
 		waited := first.acquired.Sub(last.at)
-		require.Greater(t, waited, iv+min(iv/10, maxSpreadStep)+ttl,
+		require.Greater(t, waited, iv+maxSpreadStep(iv)+ttl,
 			"%s (interval %v): the successor acquired %v after the last poll, within the handoff mark's life, and was not handed the schedule", id, iv, waited)
 		t.Logf("%s (interval %v): the successor acquired %v after the last poll, past the handoff mark's life: polled without the schedule, as designed", id, iv, waited)
 		return
 	}
 	require.GreaterOrEqual(t, first.due.Sub(last.at), iv/2, "%s (interval %v): due time handed over", id, iv)
-	require.LessOrEqual(t, first.due.Sub(last.at), iv+min(iv/10, maxSpreadStep)+late, "%s (interval %v): due time handed over", id, iv)
+	require.LessOrEqual(t, first.due.Sub(last.at), iv+maxSpreadStep(iv)+late, "%s (interval %v): due time handed over", id, iv)
 	require.GreaterOrEqual(t, first.at.Sub(first.due), -50*time.Millisecond, "%s (interval %v) polled early after its handoff", id, iv)
 	require.LessOrEqual(t, first.at.Sub(maxTime(first.due, first.acquired)), late, "%s (interval %v) polled late after its handoff", id, iv)
 }

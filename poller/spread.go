@@ -39,27 +39,30 @@ const (
 	maxFirstPollDelay = 500 * time.Millisecond
 )
 
-// maxSpreadStep bounds how much one interval is lengthened to move a
-// session toward its phase (spreadStep).
-const maxSpreadStep = 200 * time.Millisecond
-
-// spreadStep spreads the polls of sessions with the same interval evenly
+// SpreadStep spreads the polls of sessions with the same interval evenly
 // over it, as Prometheus spreads scrapes: each session's phase within its
 // interval is a hash of its id (the same on every worker, so a handoff
 // keeps it), and a poll due at next that is off its phase is moved later
-// by at most min(interval/10, maxSpreadStep). Polls are never moved
-// earlier, so no interval is shortened; sessions acquired together (a
-// start, a crash takeover) drift apart over about ten polls, and a
-// graceful handoff's gap stays within its interval + maxSpreadStep.
-func spreadStep(id string, interval time.Duration, next time.Time) time.Duration {
+// by SpreadStep(id, interval, next), at most interval/10. Polls are never
+// moved earlier, so no interval is shortened; sessions acquired together
+// (a start, a crash takeover, all of them after a Redis data loss) are on
+// their phases within about ten polls, whatever the interval. (The step
+// was capped at 200 ms before: 100k sessions at 1 min, started together,
+// kept polling in one burst a minute, behind for 20 s of every 60, for
+// hours.) A session on its phase is not moved: a handoff's successor
+// polls at the due time the old holder handed over, step included.
+func SpreadStep(id string, interval time.Duration, next time.Time) time.Duration {
 	if interval <= 0 {
 		return 0
 	}
 	iv := int64(interval)
 	phase := int64(hrw.Bucket(id, int(iv)))
 	late := ((phase-next.UnixNano())%iv + iv) % iv // until the next instant on its phase
-	return time.Duration(min(late, int64(min(interval/10, maxSpreadStep))))
+	return time.Duration(min(late, int64(maxSpreadStep(interval))))
 }
+
+// maxSpreadStep is the most SpreadStep lengthens one interval.
+func maxSpreadStep(interval time.Duration) time.Duration { return interval / 10 }
 
 // ErrorBackoff is how much longer than interval a session waits for its
 // next poll after failures consecutive failed polls, before jitter:
@@ -79,5 +82,5 @@ func ErrorBackoff(failures int, interval, max time.Duration) time.Duration {
 // ahead as a holder's next poll is unless it backs off (a new holder
 // starts its backoff afresh).
 func FirstPollBound(interval time.Duration) time.Duration {
-	return interval + min(interval/10, maxSpreadStep)
+	return interval + maxSpreadStep(interval)
 }

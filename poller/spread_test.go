@@ -26,20 +26,27 @@ func TestSpreadStep(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, spreadStep("s", iv, tt.give))
+			require.Equal(t, tt.want, SpreadStep("s", iv, tt.give))
 		})
 	}
-	require.Equal(t, maxSpreadStep, spreadStep("s", time.Hour, onPhase.Add(-time.Minute)), "the cap for long intervals")
-	require.Zero(t, spreadStep("s", 0, onPhase))
+	hourPhase := time.Unix(0, 0).Add(time.Duration(hrw.Bucket("s", int(time.Hour))))
+	require.Equal(t, 6*time.Minute, SpreadStep("s", time.Hour, hourPhase.Add(-30*time.Minute)), "a tenth of a long interval too")
+	require.Zero(t, SpreadStep("s", 0, onPhase))
 }
 
-// TestSpreadStepSpreadsSessionsStartedTogether: 500 sessions at 1 s whose
-// first polls all came at the same instant (a start, a takeover) arrive
-// spread over the interval after a dozen polls, and no interval between
-// two polls of a session is shorter than the interval or longer than one
-// step more.
+// TestSpreadStepSpreadsSessionsStartedTogether: 500 sessions whose first
+// polls all came at the same instant (a start, a takeover) arrive spread
+// over the interval after a dozen polls, whatever the interval, and no
+// interval between two polls of a session is shorter than the interval or
+// longer than one step more. (At 1 min, with the step capped at 200 ms,
+// they were still in one burst after a dozen polls.)
 func TestSpreadStepSpreadsSessionsStartedTogether(t *testing.T) {
-	const iv = time.Second
+	for _, iv := range []time.Duration{time.Second, time.Minute, time.Hour} {
+		t.Run(iv.String(), func(t *testing.T) { spreadsStartedTogether(t, iv) })
+	}
+}
+
+func spreadsStartedTogether(t *testing.T, iv time.Duration) {
 	const n = 500
 	t0 := time.Unix(2000, 0)
 	next := make([]time.Time, n)
@@ -50,7 +57,7 @@ func TestSpreadStepSpreadsSessionsStartedTogether(t *testing.T) {
 		slots := map[int64]int{}
 		mx := 0
 		for _, at := range next {
-			k := (at.UnixNano() % int64(iv)) / int64(10*time.Millisecond)
+			k := (at.UnixNano() % int64(iv)) / int64(iv/100)
 			slots[k]++
 			mx = max(mx, slots[k])
 		}
@@ -61,13 +68,13 @@ func TestSpreadStepSpreadsSessionsStartedTogether(t *testing.T) {
 		for i := range next {
 			id := fmt.Sprintf("sess-%d", i)
 			prev := next[i]
-			next[i] = prev.Add(iv).Add(spreadStep(id, iv, prev.Add(iv)))
+			next[i] = prev.Add(iv).Add(SpreadStep(id, iv, prev.Add(iv)))
 			gap := next[i].Sub(prev)
 			require.GreaterOrEqual(t, gap, iv)
 			require.LessOrEqual(t, gap, iv+iv/10)
 		}
 	}
-	// 500 over 100 slots of 10 ms: 5 each on average; random phases put
-	// at most about 13 in one.
+	// 500 over 100 slots of a hundredth of the interval: 5 each on
+	// average; random phases put at most about 13 in one.
 	require.LessOrEqual(t, busiest(), 15, "spread over the interval")
 }
