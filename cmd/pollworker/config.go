@@ -240,11 +240,15 @@ func userOnly(u *url.URL) bool {
 }
 
 // authError explains err, a failure to talk to Redis at c, when it is one
-// that no retry fixes (credentials, permissions; see authProblem), as an
+// that no retry fixes (credentials, permissions; see authProblem; the
+// kind of server: see topologyProblem), as an
 // exit-2 error naming the redacted URL; nil for any other error. Every
 // command that connects reports these the same way.
 func authError(err error, c connConfig) error {
 	problem := authProblem(err)
+	if problem == "" {
+		problem = topologyProblem(err, c)
+	}
 	if problem == "" {
 		return nil
 	}
@@ -421,4 +425,27 @@ func zeroMeansOff[T int | int64](v T) T {
 		return -1
 	}
 	return v
+}
+
+// topologyProblem explains an error that says the servers of --redis-url
+// are not of the kind the flags say: --redis-cluster to a server without
+// cluster support, --redis-sentinel-master to a server that is no
+// sentinel, or a plain URL to a node of a Redis Cluster; "" for any other
+// error. No retry fixes these: before, run waited for ever ("Redis does
+// not answer yet") and the other commands failed with Redis's words.
+func topologyProblem(err error, c connConfig) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	switch {
+	case c.Cluster && strings.Contains(msg, "cluster support disabled"):
+		return fmt.Sprintf("--%s is set, but the server is not a Redis Cluster node (cluster support disabled): drop --%s for a standalone server", flagCluster, flagCluster)
+	case c.Sentinel != "" && strings.Contains(strings.ToLower(msg), "unknown command 'sentinel'"):
+		return fmt.Sprintf("--%s is set, so --%s must name the sentinels, and this server is not one (it does not know SENTINEL): give the sentinels' addresses (port 26379 by default), or drop --%s for a standalone server",
+			flagSentinel, flagRedisURL, flagSentinel)
+	case !c.Cluster && c.Sentinel == "" && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "CLUSTERDOWN")):
+		return fmt.Sprintf("--%s names a node of a Redis Cluster: add --%s (and, to be safe, list several nodes)", flagRedisURL, flagCluster)
+	}
+	return ""
 }

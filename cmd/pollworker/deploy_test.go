@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/internal/redistest"
+	"github.com/pollworker/pollworker/keyspace"
 )
 
 func TestConnKinds(t *testing.T) {
@@ -82,5 +84,88 @@ func TestCLIOnRedisCluster(t *testing.T) {
 	case c := <-done:
 		t.Fatalf("worker exited early: %d %s", c, stderr.String())
 	default:
+	}
+
+	// A plain --redis-url to a node of the cluster, without --redis-cluster,
+	// is refused (exit 2) naming the flag, rather than retried for ever on
+	// MOVED: pointed at a node that owns neither the node index's slot nor
+	// the worker's heartbeat key's, so that the preflight meets a MOVED.
+	node := -1
+	for i := range cluster.Addrs() {
+		if cluster.SlotOwner(t, keyspace.Slot("poll:nodes")) != i && cluster.SlotOwner(t, keyspace.Slot("poll:node:plain")) != i {
+			node = i
+		}
+	}
+	require.NotEqual(t, -1, node)
+	code, errOut, _ := runUntilExit(t, "--redis-url", "redis://"+cluster.Addrs()[node]+"/0", "--id", "plain")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, lastLine(errOut), "names a node of a Redis Cluster: add --redis-cluster")
+}
+
+// TestRunWrongKindOfServerExit2: --redis-cluster or --redis-sentinel-master
+// with a --redis-url that names a standalone server is refused (exit 2)
+// naming the flag, by run and by the other commands; run retried for ever
+// before ("Redis does not answer yet").
+func TestRunWrongKindOfServerExit2(t *testing.T) {
+	srv := redistest.Start(t)
+	tests := []struct {
+		name string
+		flag []string
+		want string
+	}{
+		{"cluster", []string{"--redis-cluster"}, "--redis-cluster is set, but the server is not a Redis Cluster node (cluster support disabled)"},
+		{"sentinel", []string{"--redis-sentinel-master", "mymaster"}, "--redis-sentinel-master is set, so --redis-url must name the sentinels, and this server is not one"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--redis-url", srv.URL(), "--id", "k-" + tt.name}, tt.flag...)
+			code, stderr, took := runUntilExit(t, args...)
+			require.Equal(t, exitUsage, code, stderr)
+			require.Contains(t, lastLine(stderr), tt.want)
+			require.Less(t, took, 10*time.Second)
+
+			r := runApp(t, append(append([]string{"sessions", "--redis-url", srv.URL()}, tt.flag...), "list")...)
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Contains(t, r.stderr, tt.want)
+		})
+	}
+}
+
+// fakeRedisError is a reply error as go-redis returns them.
+type fakeRedisError string
+
+func (e fakeRedisError) Error() string { return string(e) }
+func (fakeRedisError) RedisError()     {}
+
+// TestTopologyProblem: only what says the server is of another kind than
+// the flags say is a configuration error; an outage stays retried.
+func TestTopologyProblem(t *testing.T) {
+	plain, cluster, sentinel := connConfig{}, connConfig{Cluster: true}, connConfig{Sentinel: "m"}
+	refused := errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+	tests := []struct {
+		name string
+		err  error
+		c    connConfig
+		want string // a part of the problem; "" for none
+	}{
+		{"cluster flag, standalone server", fakeRedisError("ERR This instance has cluster support disabled"), cluster, "not a Redis Cluster node"},
+		{"cluster flag, outage", refused, cluster, ""},
+		{"sentinel flag, plain server", errors.New("redis: all sentinels specified in configuration are unreachable: ERR unknown command 'sentinel', with args beginning with: 'get-master-addr-by-name'"), sentinel, "this server is not one"},
+		{"sentinel flag, sentinels down", errors.New("redis: all sentinels specified in configuration are unreachable: dial tcp: connection refused"), sentinel, ""},
+		{"plain URL, cluster node", fakeRedisError("MOVED 1234 127.0.0.1:7001"), plain, "add --redis-cluster"},
+		{"plain URL, cluster down", fakeRedisError("CLUSTERDOWN The cluster is down"), plain, "add --redis-cluster"},
+		{"cluster flag, MOVED is the client's business", fakeRedisError("MOVED 1234 127.0.0.1:7001"), cluster, ""},
+		{"plain URL, outage", refused, plain, ""},
+		{"no error", nil, plain, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := topologyProblem(tt.err, tt.c)
+			if tt.want == "" {
+				require.Empty(t, got)
+				return
+			}
+			require.Contains(t, got, tt.want)
+		})
 	}
 }
