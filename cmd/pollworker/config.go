@@ -430,7 +430,8 @@ func zeroMeansOff[T int | int64](v T) T {
 // topologyProblem explains an error that says the servers of --redis-url
 // are not of the kind the flags say: --redis-cluster to a server without
 // cluster support, --redis-sentinel-master to a server that is no
-// sentinel, or a plain URL to a node of a Redis Cluster; "" for any other
+// sentinel, or a plain URL to a node of a Redis Cluster or to a sentinel;
+// "" for any other
 // error. No retry fixes these: before, run waited for ever ("Redis does
 // not answer yet") and the other commands failed with Redis's words.
 func topologyProblem(err error, c connConfig) string {
@@ -444,6 +445,10 @@ func topologyProblem(err error, c connConfig) string {
 	case c.Sentinel != "" && strings.Contains(strings.ToLower(msg), "unknown command 'sentinel'"):
 		return fmt.Sprintf("--%s is set, so --%s must name the sentinels, and this server is not one (it does not know SENTINEL): give the sentinels' addresses (port 26379 by default), or drop --%s for a standalone server",
 			flagSentinel, flagRedisURL, flagSentinel)
+	case !c.Cluster && c.Sentinel == "" && (strings.Contains(msg, "accepted by Sentinel") || strings.Contains(msg, "unknown command 'get'")):
+		// A sentinel refuses data commands: GET, which every Redis knows, or
+		// anything but HELLO on the events channel.
+		return fmt.Sprintf("--%s names a sentinel, not a Redis server: add --%s NAME (the master the sentinels monitor)", flagRedisURL, flagSentinel)
 	case !c.Cluster && c.Sentinel == "" && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "CLUSTERDOWN")):
 		return fmt.Sprintf("--%s names a node of a Redis Cluster: add --%s (and, to be safe, list several nodes)", flagRedisURL, flagCluster)
 	}

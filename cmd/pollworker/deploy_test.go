@@ -155,6 +155,9 @@ func TestTopologyProblem(t *testing.T) {
 		{"plain URL, cluster node", fakeRedisError("MOVED 1234 127.0.0.1:7001"), plain, "add --redis-cluster"},
 		{"plain URL, cluster down", fakeRedisError("CLUSTERDOWN The cluster is down"), plain, "add --redis-cluster"},
 		{"cluster flag, MOVED is the client's business", fakeRedisError("MOVED 1234 127.0.0.1:7001"), cluster, ""},
+		{"plain URL, a sentinel (publish)", fakeRedisError("ERR Only HELLO messages are accepted by Sentinel instances."), plain, "names a sentinel"},
+		{"plain URL, a sentinel (get)", fakeRedisError("ERR unknown command 'get', with args beginning with: 'poll:{sessions}:rev'"), plain, "names a sentinel"},
+		{"sentinel flag, unknown command of an old server", fakeRedisError("ERR unknown command 'getdel'"), sentinel, ""},
 		{"plain URL, outage", refused, plain, ""},
 		{"no error", nil, plain, ""},
 	}

@@ -26,7 +26,18 @@ func TestSentinelFailover(t *testing.T) {
 	url := "redis://" + sentinel.Addr()
 	flags := []string{"--redis-url", url, "--redis-sentinel-master", "pwmaster"}
 
-	r := runApp(t, append(append([]string{"sessions"}, flags...), "add", "--id", "f1", "--url", "http://127.0.0.1:1/", "--interval", "100ms")...)
+	// The sentinel's address without --redis-sentinel-master is refused
+	// (exit 2) naming the flag: run retried it for ever, sessions printed
+	// "unknown command 'get'".
+	const wantPlain = "--redis-url names a sentinel, not a Redis server: add --redis-sentinel-master NAME"
+	code, errOut, _ := runUntilExit(t, "--redis-url", url, "--id", "plain")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, lastLine(errOut), wantPlain)
+	r := runApp(t, "sessions", "--redis-url", url, "list")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, wantPlain)
+
+	r = runApp(t, append(append([]string{"sessions"}, flags...), "add", "--id", "f1", "--url", "http://127.0.0.1:1/", "--interval", "100ms")...)
 	require.Equal(t, exitOK, r.code, r.stderr)
 
 	ctx, cancel := context.WithCancel(ctxT(t))
