@@ -29,13 +29,14 @@ type news struct {
 	keys   keyspace.Space
 	me     string // this worker's id: its own announcements are no news
 	log    *zap.Logger
+	retry  time.Duration // subscribeRetry; tests shorten it
 }
 
 // newNews returns the news of worker me, whose subscription reads the
 // events of keys through client.
 func newNews(client redis.UniversalClient, keys keyspace.Space, me string, log *zap.Logger) *news {
 	return &news{kick: make(chan struct{}, 1), releasedBy: make(map[string]struct{}),
-		client: client, keys: keys, me: me, log: log}
+		client: client, keys: keys, me: me, log: log, retry: subscribeRetry}
 }
 
 // trigger asks for a round as soon as possible; many triggers coalesce.
@@ -82,7 +83,7 @@ func (n *news) subscribe(ctx context.Context) {
 				n.log.Debug("subscription to the events channel failed again", zap.Error(err))
 			}
 			failing = true
-			t := time.NewTimer(subscribeRetry)
+			t := time.NewTimer(n.retry)
 			select {
 			case <-ctx.Done():
 				t.Stop()

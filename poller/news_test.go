@@ -29,6 +29,7 @@ func TestSubscriptionRefusedIsSaidAndRetried(t *testing.T) {
 	t.Cleanup(func() { _ = user.Close() })
 	core, logs := observer.New(zap.InfoLevel)
 	n := newNews(user, keyspace.Space{}, "me", zap.New(core))
+	n.retry = 10 * time.Millisecond
 	done := make(chan struct{})
 	go func() { defer close(done); n.subscribe(ctx) }()
 	defer func() { cancel(); <-done }()
