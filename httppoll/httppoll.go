@@ -254,6 +254,11 @@ func New(cfg Config) (*Poller, error) {
 	if cfg.MaxPerHost > 0 {
 		p.hosts = newHostLimit(cfg.MaxPerHost)
 	}
+	// Said at start rather than at the first poll of each session: a token
+	// file not mounted yet, a variable not set, a certificate unreadable.
+	for _, err := range profiles.check() {
+		p.log.Warn("a profile cannot be applied now: the sessions that name it fail until it can (its files are read again when they change)", zap.Error(err))
+	}
 	return p, nil
 }
 

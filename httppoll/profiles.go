@@ -247,6 +247,22 @@ func newProfiles(worker string, ps map[string]Profile, recheck time.Duration, ba
 	return out, nil
 }
 
+// check applies each profile, as a poll would, to a request it never
+// sends, and returns why each one that cannot be applied now cannot.
+func (ps *profiles) check() []error {
+	var errs []error
+	for _, name := range ps.list() {
+		req, err := http.NewRequest(http.MethodGet, "http://profile-check.invalid/", nil)
+		if err != nil {
+			return append(errs, err)
+		}
+		if _, err := ps.byName[name].apply(req); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
 // list returns the profile names, sorted.
 func (ps *profiles) list() []string { return slices.Sorted(maps.Keys(ps.byName)) }
 

@@ -20,8 +20,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/results"
 )
 
 func TestParseProfiles(t *testing.T) {
@@ -176,6 +179,31 @@ func TestProfileFailures(t *testing.T) {
 			require.Contains(t, res[0]["error"], tt.want)
 		})
 	}
+}
+
+// TestProfileProblemsSaidAtStart: New warns of each profile that cannot be
+// applied now (a token file not there yet, a variable unset), one line
+// each, naming the problem; a worker with a missing token file said
+// nothing before its first poll of a session of that profile.
+func TestProfileProblemsSaidAtStart(t *testing.T) {
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	writeFile(t, token, "secret\n")
+	core, logs := observer.New(zap.WarnLevel)
+	_, err := New(Config{Worker: "w1", Record: results.RecordNone, Logger: zap.New(core), Profiles: map[string]Profile{
+		"ok":      {BearerTokenFile: token},
+		"missing": {BearerTokenFile: filepath.Join(dir, "missing")},
+		"unset":   {Headers: map[string]SecretValue{"X-Key": {Env: "HTTPPOLL_TEST_UNSET"}}},
+	}})
+	require.NoError(t, err)
+	var got []string
+	for _, e := range logs.All() {
+		got = append(got, e.ContextMap()["error"].(string))
+	}
+	require.Equal(t, []string{
+		"httppoll: profile missing: bearer_token_file: cannot read " + filepath.Join(dir, "missing") + ": no such file or directory",
+		"httppoll: profile unset: header X-Key: environment variable HTTPPOLL_TEST_UNSET is unset or empty",
+	}, got)
 }
 
 // TestProfileTLS: a self-signed target is trusted through the profile's
