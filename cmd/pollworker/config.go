@@ -430,8 +430,8 @@ func zeroMeansOff[T int | int64](v T) T {
 // topologyProblem explains an error that says the servers of --redis-url
 // are not of the kind the flags say: --redis-cluster to a server without
 // cluster support, --redis-sentinel-master to a server that is no
-// sentinel, or a plain URL to a node of a Redis Cluster or to a sentinel;
-// "" for any other
+// sentinel, a plain URL to a node of a Redis Cluster or to a sentinel, or
+// a server that does not know a command pollworker sends; "" for any other
 // error. No retry fixes these: before, run waited for ever ("Redis does
 // not answer yet") and the other commands failed with Redis's words.
 func topologyProblem(err error, c connConfig) string {
@@ -451,6 +451,8 @@ func topologyProblem(err error, c connConfig) string {
 		return fmt.Sprintf("--%s names a sentinel, not a Redis server: add --%s NAME (the master the sentinels monitor)", flagRedisURL, flagSentinel)
 	case !c.Cluster && c.Sentinel == "" && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "CLUSTERDOWN")):
 		return fmt.Sprintf("--%s names a node of a Redis Cluster: add --%s (and, to be safe, list several nodes)", flagRedisURL, flagCluster)
+	case redis.HasErrorPrefix(err, "unknown command"):
+		return "this Redis does not know a command pollworker needs: renamed or disabled in its configuration (rename-command), or a Redis older than 6.2"
 	}
 	return ""
 }

@@ -157,7 +157,8 @@ func TestTopologyProblem(t *testing.T) {
 		{"cluster flag, MOVED is the client's business", fakeRedisError("MOVED 1234 127.0.0.1:7001"), cluster, ""},
 		{"plain URL, a sentinel (publish)", fakeRedisError("ERR Only HELLO messages are accepted by Sentinel instances."), plain, "names a sentinel"},
 		{"plain URL, a sentinel (get)", fakeRedisError("ERR unknown command 'get', with args beginning with: 'poll:{sessions}:rev'"), plain, "names a sentinel"},
-		{"sentinel flag, unknown command of an old server", fakeRedisError("ERR unknown command 'getdel'"), sentinel, ""},
+		{"an old server", fakeRedisError("ERR unknown command 'getdel', with args beginning with: 'session:a'"), plain, "older than 6.2"},
+		{"a renamed command", fakeRedisError("ERR unknown command 'evalsha', with args beginning with: 'ff66'"), cluster, "renamed or disabled"},
 		{"plain URL, outage", refused, plain, ""},
 		{"no error", nil, plain, ""},
 	}
@@ -171,4 +172,20 @@ func TestTopologyProblem(t *testing.T) {
 			require.Contains(t, got, tt.want)
 		})
 	}
+}
+
+// TestRunCommandRenamedExit2: a Redis whose scripting commands are
+// renamed away (rename-command, as some managed offerings do) is refused
+// with exit 2 naming the cause, by run and by a session write; run
+// retried it for ever before.
+func TestRunCommandRenamedExit2(t *testing.T) {
+	srv := redistest.Start(t, "--rename-command", "EVALSHA", "hidden_evalsha", "--rename-command", "EVAL", "hidden_eval")
+	const want = "this Redis does not know a command pollworker needs: renamed or disabled in its configuration (rename-command)"
+	code, stderr, took := runUntilExit(t, "--redis-url", srv.URL(), "--id", "renamed")
+	require.Equal(t, exitUsage, code, stderr)
+	require.Contains(t, lastLine(stderr), want)
+	require.Less(t, took, 10*time.Second)
+	r := runApp(t, "sessions", "--redis-url", srv.URL(), "add", "--id", "c1", "--url", "http://127.0.0.1:1/", "--interval", "1s")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, want)
 }
