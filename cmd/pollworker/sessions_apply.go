@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/urfave/cli/v3"
 
 	"github.com/pollworker/pollworker/session"
@@ -143,6 +145,7 @@ func readSessionsFile(cmd *cli.Command, path string) ([]byte, error) {
 // applySessions reads the sessions, plans and, unless --dry-run, writes.
 func applySessions(ctx context.Context, cmd *cli.Command, a admin, entries []session.Entry) error {
 	out := cmd.Root().Writer
+	before, _ := bounded(ctx, a, func(ctx context.Context) (string, error) { return runIDs(ctx, a.client), nil })
 	snap, err := bounded(ctx, a, func(ctx context.Context) (session.Snapshot, error) { return a.store.Load(ctx) })
 	if err != nil {
 		return fmt.Errorf("sessions apply: nothing written: %w", err)
@@ -164,8 +167,56 @@ func applySessions(ctx context.Context, cmd *cli.Command, a admin, entries []ses
 		return err
 	}
 	fmt.Fprintln(out, p.summary(false))
+	after, _ := bounded(ctx, a, func(ctx context.Context) (string, error) { return runIDs(ctx, a.client), nil })
+	if before != "" && after != "" && before != after {
+		// Seen: Redis killed and restarted without persistence 2.6 s into
+		// an apply of 100k sessions; the apply reported them all created,
+		// and 4% were gone.
+		return errors.New("sessions apply: Redis restarted or failed over while it ran (its run id changed): " +
+			"writes acknowledged before that may be lost (a restart without persistence, a replica that lagged): run it again (it is idempotent)")
+	}
 	warnUnmatchedSelectors(ctx, a, cmd.Root().ErrWriter, "sessions apply", inFile)
 	return reweighIfIncomplete(ctx, a, out)
+}
+
+// runIDs returns the run ids of c's masters (INFO server), sorted and
+// joined, or "" when one cannot be read (an ACL without +info): a restart
+// or a failover changes it.
+func runIDs(ctx context.Context, c redis.UniversalClient) string {
+	read := func(ctx context.Context, c redis.Cmdable) (string, bool) {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return "", false
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+				return v, true
+			}
+		}
+		return "", false
+	}
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		id, _ := read(ctx, c)
+		return id
+	}
+	var (
+		mu  sync.Mutex
+		ids []string
+	)
+	complete := true
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		id, ok := read(ctx, m)
+		mu.Lock()
+		defer mu.Unlock()
+		ids, complete = append(ids, id), complete && ok
+		return nil
+	})
+	if err != nil || !complete {
+		return ""
+	}
+	slices.Sort(ids)
+	return strings.Join(ids, ",")
 }
 
 // writePlan writes p's sessions, then prunes, applyChunk at a time; what
@@ -233,7 +284,7 @@ type applyPlan struct {
 
 	created, updated, unchanged int
 	repaired                    int // of updated: malformed values replaced
-	pausedKept                  int // existing sessions whose entry has no "paused"
+	keptPaused                  int // paused sessions whose entry has no "paused": they stay paused
 	notInFile                   int // sessions not in the file, kept (no --prune)
 	malformedKept               int // malformed entries not in the file: never pruned
 }
@@ -264,7 +315,9 @@ func planApply(entries []session.Entry, current []session.Session, malformed []s
 		case exists:
 			if e.Paused == nil {
 				want.Paused = old.Paused
-				p.pausedKept++
+				if old.Paused {
+					p.keptPaused++
+				}
 			}
 			lines := changedFields(old, want)
 			if len(lines) == 0 {
@@ -361,8 +414,8 @@ func (p applyPlan) summary(dryRun bool) string {
 	} else {
 		fmt.Fprintf(&b, "created %d, updated %s, unchanged %d, pruned %d", p.created, updated, p.unchanged, len(p.prune))
 	}
-	if p.pausedKept > 0 {
-		fmt.Fprintf(&b, `; paused state kept for %s whose entry has no "paused"`, plural(p.pausedKept, "session"))
+	if p.keptPaused > 0 {
+		fmt.Fprintf(&b, `; %s kept paused (its entry does not say "paused"; "paused: false" resumes it)`, plural(p.keptPaused, "session"))
 	}
 	if p.notInFile > 0 {
 		fmt.Fprintf(&b, "; %s not in the file kept (--prune removes them)", plural(p.notInFile, "session"))

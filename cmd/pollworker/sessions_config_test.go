@@ -60,8 +60,7 @@ func TestSessionsNonHTTPKeyspace(t *testing.T) {
 
 	r = cli("apply", "-f", exported(), "--dry-run")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Equal(t, "dry run, nothing written: would create 0, update 0, prune 0; 2 unchanged; "+
-		"paused state kept for 2 sessions whose entry has no \"paused\"\n", r.stdout)
+	require.Equal(t, "dry run, nothing written: would create 0, update 0, prune 0; 2 unchanged\n", r.stdout)
 	r = cli("add", "--id", "tty-2", "--url", "serial:/dev/ttyUSB2", "--interval", "1s")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	p := filepath.Join(t.TempDir(), "more.yaml")

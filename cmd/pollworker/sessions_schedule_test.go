@@ -99,7 +99,7 @@ tick    https://example.com/t  cron */2 * * * * *                no      -      
 	require.NoError(t, os.WriteFile(p, []byte(r.stdout), 0o600))
 	r = cli("apply", "-f", p)
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Equal(t, "created 0, updated 0, unchanged 2, pruned 0; paused state kept for 2 sessions whose entry has no \"paused\"\n", r.stdout)
+	require.Equal(t, "created 0, updated 0, unchanged 2, pruned 0\n", r.stdout)
 
 	require.NoError(t, os.WriteFile(p, []byte(`sessions:
   - {id: report, url: "https://example.com/r", interval: 1h}
