@@ -73,6 +73,11 @@ func withAdminSteps(ctx context.Context, cmd *cli.Command, fn func(ctx context.C
 	if aerr := authError(err, conn); aerr != nil {
 		return aerr
 	}
+	if redis.HasErrorPrefix(err, "OOM") {
+		// Redis's own words ("OOM command not allowed when used memory >
+		// 'maxmemory'") say what, not what to do.
+		return fmt.Errorf("%w: Redis is over its maxmemory and refuses writes; free memory or raise maxmemory, then run the command again (the workers keep polling what they hold meanwhile)", err)
+	}
 	return err
 }
 
@@ -330,7 +335,7 @@ func sessionsEachCommand(op eachOp) *cli.Command {
 						if errors.Is(err, session.ErrNotRecorded) {
 							done = ids[:i+1] // written, unseen by the workers
 						}
-						failed := fmt.Errorf("sessions %s: %s", op.name, partial(op.done, done, id, err, ids[i+1:]))
+						failed := causedBy{fmt.Sprintf("sessions %s: %s", op.name, partial(op.done, done, id, err, ids[i+1:])), err}
 						if errors.Is(err, session.ErrNamespaceOwned) {
 							return configError(failed) // another fleet's session prefix: refused before any write
 						}
@@ -443,6 +448,16 @@ func partial(done string, before []string, id string, err error, after []string)
 	}
 	return b.String()
 }
+
+// causedBy is an error whose message already says its cause (partial),
+// and which unwraps to it, so that withAdmin can explain the cause.
+type causedBy struct {
+	msg   string
+	cause error
+}
+
+func (e causedBy) Error() string { return e.msg }
+func (e causedBy) Unwrap() error { return e.cause }
 
 // uniq returns ids without repeats, in their first order.
 func uniq(ids []string) []string {
@@ -588,7 +603,7 @@ func printSessions(w io.Writer, sessions []session.Session, problems []session.P
 		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "%d sessions: %d active, %d paused; %d malformed\n", len(sessions), len(sessions)-paused, paused, len(problems))
+	fmt.Fprintf(w, "%s: %d active, %d paused; %d malformed\n", plural(len(sessions), "session"), len(sessions)-paused, paused, len(problems))
 	for _, m := range malformedEntries(problems) {
 		fmt.Fprintf(w, "  malformed %s: %s\n", printableID(m.ID), m.Reason)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/session"
 )
@@ -103,7 +104,7 @@ s2  http://bob:xxxxx@example.com/b  250ms     yes     -       -
 	r = cli("list")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "s2  http://bob:xxxxx@example.com/b  250ms     no")
-	require.Contains(t, r.stdout, "1 sessions: 1 active, 0 paused; 0 malformed\n")
+	require.Contains(t, r.stdout, "1 session: 1 active, 0 paused; 0 malformed\n")
 }
 
 // TestSessionsEachAllOrNothing: pause, resume and rm check every id (syntax
@@ -319,4 +320,28 @@ func TestRedisURLPortRange(t *testing.T) {
 		require.Equal(t, exitUsage, r.code, r.stderr)
 		require.Regexp(t, `^pollworker: invalid config: --redis-url port \d+ must be from 1 to 65535\n$`, r.stderr)
 	}
+}
+
+// TestSessionsWriteToAFullRedis: a write Redis refuses for want of memory
+// (maxmemory) says what to do, not only Redis's "OOM command not allowed",
+// and changes nothing.
+func TestSessionsWriteToAFullRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	r := runApp(t, "sessions", "--redis-url", srv.URL(), "add", "--id", "a", "--url", "http://127.0.0.1:1/", "--interval", "1s")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.NoError(t, client.ConfigSet(ctxT(t), "maxmemory", "1").Err()) // below what it holds
+
+	for _, args := range [][]string{
+		{"add", "--id", "b", "--url", "http://127.0.0.1:1/", "--interval", "1s"},
+		{"pause", "a"},
+	} {
+		r := runApp(t, append([]string{"sessions", "--redis-url", srv.URL()}, args...)...)
+		require.Equal(t, exitFailure, r.code, r.stderr)
+		require.Contains(t, r.stderr, "OOM command not allowed")
+		require.Contains(t, r.stderr, "Redis is over its maxmemory and refuses writes; free memory or raise maxmemory, then run the command again")
+	}
+	require.NoError(t, client.ConfigSet(ctxT(t), "maxmemory", "0").Err())
+	r = runApp(t, "sessions", "--redis-url", srv.URL(), "list")
+	require.Contains(t, r.stdout, "1 session: 1 active, 0 paused")
 }
