@@ -70,8 +70,9 @@ func withAdminSteps(ctx context.Context, cmd *cli.Command, fn func(ctx context.C
 		return configError(err)
 	}
 	err = fn(ctx, admin{client: client, keys: conn.Keys, store: store, timeout: timeout})
-	if aerr := authError(err, conn); aerr != nil {
-		return aerr
+	var partly causedBy
+	if aerr := authError(err, conn); aerr != nil && !errors.As(err, &partly) {
+		return aerr // (a partial failure keeps its own message: what was changed)
 	}
 	if redis.HasErrorPrefix(err, "OOM") {
 		// Redis's own words ("OOM command not allowed when used memory >
