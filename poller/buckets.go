@@ -48,7 +48,7 @@ func (v *view) refresh(ctx context.Context, full bool) bool {
 	if !ok {
 		return false
 	}
-	v.health.readOK("discovery")
+	v.health.worksAgain("discovery")
 	if d, ok := v.members.NextExpiry(); ok {
 		v.claims.scheduleExpiry(d + 2*retrySlack)
 	}
@@ -67,7 +67,7 @@ func (v *view) refresh(ctx context.Context, full bool) bool {
 	if !v.loadBuckets(ctx) || !v.recheckHeld(ctx) {
 		return false
 	}
-	v.health.readOK("session read")
+	v.health.worksAgain("session read")
 	return true
 }
 

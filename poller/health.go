@@ -55,13 +55,14 @@ func (h *health) isLive() bool {
 	return h.clock.Since(time.Unix(0, at)) < h.fresh
 }
 
-// redisFailed records a Redis read of the round that failed: op names it
-// to the Observer ("members", "sessions"), what in the log. A read cut
+// redisFailed records a Redis read of the round, or a heartbeat, that
+// failed: op names it to the Observer ("members", "sessions",
+// "heartbeat"), what in the log. A read cut
 // short because the worker is stopping (context.Canceled) is no Redis
 // failure: it is neither counted nor logged. Rounds repeat every second
 // or so while Redis is down or a key has the wrong type, so a run of
 // failures is logged at warn level at its first and at each new error,
-// the same error again at debug level, and its end by readOK.
+// the same error again at debug level, and its end by worksAgain.
 func (h *health) redisFailed(op, what string, err error) {
 	if errors.Is(err, context.Canceled) {
 		return
@@ -79,8 +80,9 @@ func (h *health) redisFailed(op, what string, err error) {
 	h.log.Warn(what+" failed; the same error again is logged at debug level until it works", zap.Error(err))
 }
 
-// readOK ends a run of failures of what (redisFailed), if one was logged.
-func (h *health) readOK(what string) {
+// worksAgain ends a run of failures of what (redisFailed), if one was
+// logged.
+func (h *health) worksAgain(what string) {
 	h.readsMu.Lock()
 	_, failing := h.reads[what]
 	delete(h.reads, what)

@@ -90,7 +90,7 @@ func TestReadFailuresLoggedOncePerRun(t *testing.T) {
 				if s.err != nil {
 					h.redisFailed("sessions", s.what, s.err)
 				} else {
-					h.readOK(s.what)
+					h.worksAgain(s.what)
 				}
 			}
 			var got []line

@@ -62,10 +62,9 @@ func (hb *heartbeat) run(ctx context.Context, stop context.CancelCauseFunc) {
 			if ctx.Err() != nil {
 				return
 			}
-			hb.health.redisOK.Store(false)
-			hb.obs.RedisError("heartbeat")
-			hb.log.Warn("heartbeat failed", zap.Error(err))
+			hb.health.redisFailed("heartbeat", "heartbeat", err) // one warning per run of the same error
 		} else {
+			hb.health.worksAgain("heartbeat")
 			if !joined {
 				hb.checkEvictionPolicy(ctx) // before this worker becomes ready
 			}
