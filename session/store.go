@@ -196,15 +196,7 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 			cs.replaced(id, old, present, values[i], written, sadd[i-lo].Val())
 		}
 	}
-	if werr != nil {
-		rctx, cancel := recordContext(ctx)
-		defer cancel()
-		if err := s.record(rctx, "put many", "", cs.args()); err != nil {
-			return fmt.Errorf("put many: %w (and %w)", werr, err)
-		}
-		return fmt.Errorf("put many: %w", werr)
-	}
-	return s.record(ctx, "put many", "", cs.args())
+	return s.recordBulk(ctx, "put many", werr, cs)
 }
 
 // dropHandoff queues the deletion of a session's handoff mark: the field
@@ -267,15 +259,22 @@ func (s *Store) DeleteMany(ctx context.Context, ids []string) (int, error) {
 			}
 		}
 	}
-	if werr != nil {
-		rctx, cancel := recordContext(ctx)
-		defer cancel()
-		if err := s.record(rctx, "delete many", "", cs.args()); err != nil {
-			return deleted, fmt.Errorf("delete many: %w (and %w)", werr, err)
-		}
-		return deleted, fmt.Errorf("delete many: %w", werr)
+	return deleted, s.recordBulk(ctx, "delete many", werr, cs)
+}
+
+// recordBulk records the change cs of a bulk write. When the write failed
+// midway (werr), what it wrote is still recorded, with a fresh context
+// (recordContext) if ctx is done, and werr is returned.
+func (s *Store) recordBulk(ctx context.Context, op string, werr error, cs changeSet) error {
+	if werr == nil {
+		return s.record(ctx, op, "", cs.args())
 	}
-	return deleted, s.record(ctx, "delete many", "", cs.args())
+	rctx, cancel := recordContext(ctx)
+	defer cancel()
+	if err := s.record(rctx, op, "", cs.args()); err != nil {
+		return fmt.Errorf("%s: %w (and %w)", op, werr, err)
+	}
+	return fmt.Errorf("%s: %w", op, werr)
 }
 
 // recordTimeout bounds the recording of a bulk write that failed midway
@@ -393,48 +392,8 @@ func (s *Store) setPaused(ctx context.Context, op, id string, paused bool) error
 	}
 	key := s.keys.Session(id)
 	var before, after []byte // the value replaced and its replacement
-	txf := func(tx *redis.Tx) error {
-		before, after = nil, nil
-		got, err := s.fetchOne(ctx, tx, key)
-		if err != nil {
-			return err
-		}
-		switch {
-		case got.missing:
-			return ErrNotFound
-		case got.err != nil:
-			return got.err
-		}
-		sess, err := Decode(id, got.raw)
-		if err != nil {
-			// Confirm the value was malformed, not read while another
-			// writer deleted and wrote it again: EXEC fails (and the
-			// transaction is retried) if the key changed since WATCH.
-			if _, xerr := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Ping(ctx)
-				return nil
-			}); xerr != nil {
-				return xerr
-			}
-			return err
-		}
-		if sess.Paused == paused {
-			return nil
-		}
-		if s.afterRead != nil {
-			s.afterRead()
-		}
-		out, err := withPaused(id, got.raw, paused)
-		if err != nil {
-			return err
-		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Set(ctx, key, out, 0)
-			return nil
-		})
-		if err == nil {
-			before, after = got.raw, out
-		}
+	txf := func(tx *redis.Tx) (err error) {
+		before, after, err = s.pausedTx(ctx, tx, id, paused)
 		return err
 	}
 	var err error
@@ -454,6 +413,53 @@ func (s *Store) setPaused(ctx context.Context, op, id string, paused bool) error
 		cs.add(Unit(keyspace.BucketOf(id)), 0, 0)
 	}
 	return s.record(ctx, op, id, cs.args())
+}
+
+// pausedTx sets the paused mark of session id inside the transaction tx
+// (which watches its key). It returns the value replaced and its
+// replacement, or two nils when the mark was already as asked.
+func (s *Store) pausedTx(ctx context.Context, tx *redis.Tx, id string, paused bool) (before, after []byte, err error) {
+	key := s.keys.Session(id)
+	got, err := s.fetchOne(ctx, tx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case got.missing:
+		return nil, nil, ErrNotFound
+	case got.err != nil:
+		return nil, nil, got.err
+	}
+	sess, err := Decode(id, got.raw)
+	if err != nil {
+		// Confirm the value was malformed, not read while another
+		// writer deleted and wrote it again: EXEC fails (and the
+		// transaction is retried) if the key changed since WATCH.
+		if _, xerr := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Ping(ctx)
+			return nil
+		}); xerr != nil {
+			return nil, nil, xerr
+		}
+		return nil, nil, err
+	}
+	if sess.Paused == paused {
+		return nil, nil, nil
+	}
+	if s.afterRead != nil {
+		s.afterRead()
+	}
+	out, err := withPaused(id, got.raw, paused)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, key, out, 0)
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	return got.raw, out, nil
 }
 
 // withPaused returns raw with its "paused" field set (or removed, as Put
