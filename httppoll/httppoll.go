@@ -512,7 +512,7 @@ func (p *Poller) observe(ctx context.Context, r polled, res results.Result) {
 		p.stats.changes.Add(1)
 	}
 	p.transitions.log(p.log, r.s.ID, r.prev, next, p.cfg.Clock.Now())
-	res.BodySHA256 = contentHash(next)
+	res.BodySHA256 = contentHash(next, r.resp)
 	if r.st != nil { // against the saved state, whoever saved it
 		res.Changed = !r.hadPrev || outcomeChanged
 	} else { // against this Poller's memory
@@ -588,10 +588,11 @@ func (p *Poller) next(prev State, hadPrev bool, s session.Session, resp response
 }
 
 // keepContent takes the validators and the body hash of a successful
-// answer (2xx, or a 304 that may repeat the validators; otherwise the
-// saved ones stay valid).
+// answer read whole (2xx, or a 304 that may repeat the validators;
+// otherwise the saved ones stay valid). A 2xx whose body could not be read
+// (no bodyHash: Poller.get) is no content.
 func (st *State) keepContent(resp response) {
-	success := resp.status >= 200 && resp.status < 300
+	success := resp.status >= 200 && resp.status < 300 && resp.bodyHash != ""
 	notModified := resp.status == http.StatusNotModified
 	if success || (notModified && resp.etag != "") {
 		st.ETag = resp.etag
@@ -633,10 +634,11 @@ func changeOf(st State) outcome {
 	return outcome{status: status, class: st.Error, etag: st.ETag, body: st.BodySHA256}
 }
 
-// contentHash is results.Result.BodySHA256 of a poll that left the
-// session in st: the hash of the content for a 2xx or a 304, else "".
-func contentHash(st State) string {
-	if st.Status >= 200 && st.Status < 300 || st.Status == http.StatusNotModified {
+// contentHash is results.Result.BodySHA256 of a poll that got resp and
+// left the session in st: the hash of the content for a 2xx read whole or
+// a 304, else "".
+func contentHash(st State, resp response) string {
+	if resp.status >= 200 && resp.status < 300 && resp.bodyHash != "" || resp.status == http.StatusNotModified {
 		return st.BodySHA256
 	}
 	return ""
@@ -728,6 +730,10 @@ func (p *Poller) get(ctx context.Context, s session.Session, t *poller.Turn, pre
 	}
 	out.body, out.bodyHash, err = p.readBody(resp)
 	if err != nil {
+		// An answer cut short is no content: its validators and the hash
+		// of its part would make the next 304 stand for what was never
+		// read (State.keepContent).
+		out.etag, out.lastModified, out.bodyHash = "", "", ""
 		return out, fmt.Errorf("read body: %w", withoutURL(err))
 	}
 	return out, nil

@@ -411,3 +411,68 @@ func TestHasURLHash(t *testing.T) {
 		require.Equal(t, tc.want, hasURLHash(tc.hash, tc.url), "%q %q", tc.hash, tc.url)
 	}
 }
+
+// TestCutShortAnswerIsNoContent: a 2xx whose body ends before its
+// Content-Length fails, and keeps neither its validators nor the hash of
+// the part read, so the next poll asks unconditionally rather than have a
+// 304 stand for content never read.
+func TestCutShortAnswerIsNoContent(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string // If-None-Match of every request
+	cut := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, r.Header.Get("If-None-Match"))
+		w.Header().Set("ETag", `"e1"`)
+		if r.Header.Get("If-None-Match") == `"e1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		if cut {
+			w.Header().Set("Content-Length", "1000")
+			_, _ = w.Write([]byte("partial")) // the server closes the connection short
+			return
+		}
+		_, _ = w.Write([]byte("whole"))
+	}))
+	t.Cleanup(srv.Close)
+	p := newPoller(t, Config{Record: results.RecordNone})
+	slot := &fakeSlot{}
+	s := sess(srv.URL, time.Second)
+
+	require.ErrorContains(t, p.poll(ctxT(t), s, nil, slot), "read body")
+	st := slot.saved(t)
+	require.Empty(t, st.ETag, "validators of a body cut short")
+	require.Empty(t, st.BodySHA256, "the hash of a part")
+	require.Equal(t, 1, st.Failures)
+
+	mu.Lock()
+	cut = false
+	mu.Unlock()
+	require.NoError(t, p.poll(ctxT(t), s, nil, slot))
+	mu.Lock()
+	require.Equal(t, []string{"", ""}, seen, "the poll after a cut-short answer asks unconditionally")
+	mu.Unlock()
+	st = slot.saved(t)
+	require.Equal(t, `"e1"`, st.ETag)
+	require.Equal(t, sha256Hex("whole"), st.BodySHA256)
+}
+
+func TestContentHash(t *testing.T) {
+	st := State{BodySHA256: "h"}
+	for _, tt := range []struct {
+		name string
+		resp response
+		want string
+	}{
+		{"200 read whole", response{status: 200, bodyHash: "h"}, "h"},
+		{"200 cut short", response{status: 200}, ""},
+		{"304 stands for the saved content", response{status: 304}, "h"},
+		{"500", response{status: 500}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, contentHash(st, tt.resp))
+		})
+	}
+}
