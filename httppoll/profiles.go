@@ -419,7 +419,10 @@ type tlsClient struct {
 	current *http.Client
 }
 
-// client returns the profile's client, rebuilt when a file changed.
+// client returns the profile's client, rebuilt when a file changed. A
+// rebuild that fails drops the client it replaces: its polls fail until
+// the files are usable again, rather than trust what the files no longer
+// say.
 func (t *tlsClient) client() (*http.Client, error) {
 	changed := false
 	for _, f := range []*watchedFile{&t.ca, &t.cert, &t.key} {
@@ -437,6 +440,22 @@ func (t *tlsClient) client() (*http.Client, error) {
 	if t.current != nil && !changed {
 		return t.current, nil
 	}
+	if t.current != nil {
+		t.current.CloseIdleConnections()
+		t.current = nil
+	}
+	cfg, err := t.config()
+	if err != nil {
+		return nil, err
+	}
+	tr := t.base.Clone()
+	tr.TLSClientConfig = cfg
+	t.current = &http.Client{Transport: tr, CheckRedirect: t.redirect}
+	return t.current, nil
+}
+
+// config is the TLS configuration the profile's files give now.
+func (t *tlsClient) config() (*tls.Config, error) {
 	cfg := &tls.Config{ServerName: t.files.ServerName, InsecureSkipVerify: t.files.InsecureSkipVerify, //nolint:gosec // the operator's explicit choice
 		ClientSessionCache: tls.NewLRUClientSessionCache(64)}
 	if t.files.CAFile != "" {
@@ -456,13 +475,7 @@ func (t *tlsClient) client() (*http.Client, error) {
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	tr := t.base.Clone()
-	tr.TLSClientConfig = cfg
-	if t.current != nil {
-		t.current.CloseIdleConnections()
-	}
-	t.current = &http.Client{Transport: tr, CheckRedirect: t.redirect}
-	return t.current, nil
+	return cfg, nil
 }
 
 // closeIdle closes the idle connections of every TLS profile's client.

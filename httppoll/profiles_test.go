@@ -232,6 +232,10 @@ func TestProfileTLS(t *testing.T) {
 
 	writeFile(t, ca, "not a pem")
 	require.ErrorContains(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)), "profile private: tls: ca_file "+ca+" holds no PEM certificate")
+	require.ErrorContains(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)), "holds no PEM certificate",
+		"the CA the file no longer holds is not trusted at the polls after")
+	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ht.srv.Certificate().Raw})))
+	require.NoError(t, p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil)), "the right CA again")
 }
 
 // otherCert is a self-signed certificate of no server of the tests, DER.
