@@ -64,8 +64,9 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 			"\"pollworker results\"). Redis may be down at start:\n" +
 			"the worker reports not ready (/readyz 503) and polls nothing until Redis is reachable.\n" +
 			"SIGTERM, SIGINT or SIGHUP (a closed terminal) drains (stops polls, releases leases, leaves)\n" +
-			"and exits 0; a second signal kills the process. Nothing is reloaded on SIGHUP: --profiles\n" +
-			"files are re-read when they change.\n\n" +
+			"and exits 0; a second signal kills the process. Nothing is reloaded on SIGHUP: the --profiles\n" +
+			"file is read at start (restart to change it); the files its profiles name are re-read\n" +
+			"when they change.\n\n" +
 			"One --id, one process: before it starts, the worker checks the id's heartbeat entry.\n" +
 			"If a live worker holds it (the entry is renewed), run exits 2 naming that worker's host\n" +
 			"and pid. If the entry is not renewed (a worker killed with the same id, restarted at once),\n" +
@@ -614,7 +615,7 @@ func httpFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "idle-conn-timeout", Value: httppoll.DefaultIdleConnTimeout, Sources: fromEnv("idle-conn-timeout"),
 			Usage: "close a keep-alive connection to a target after it has been unused this long (the connections a burst opened close; those in use stay open); below common servers' 5s, so the worker closes first; from 100ms to 1h, 0 = never"},
 		&cli.StringFlag{Name: "profiles", Sources: fromEnv("profiles"),
-			Usage: "YAML file of worker-side profiles (credentials from files or the environment, TLS settings) that sessions name with --profile; secrets stay on the worker, never in Redis. Files are read again when they change. The worker announces each profile as the label profile/<name>=yes. See docs/http-poller.md"},
+			Usage: "YAML file of worker-side profiles (credentials from files or the environment, TLS settings) that sessions name with --profile; secrets stay on the worker, never in Redis. Read at start (restart the worker to change it); the files its profiles name are read again when they change. The worker announces each profile as the label profile/<name>=yes. See docs/http-poller.md"},
 		&cli.DurationFlag{Name: "max-retry-after", Value: httppoll.DefaultMaxRetryAfter, Sources: fromEnv("max-retry-after"),
 			Usage: "a 429 or 503 with Retry-After (seconds or a date) moves the session's next poll to that time, at most this far ahead (counted in pollworker_http_throttled_total); 0 ignores Retry-After"},
 	}
