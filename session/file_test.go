@@ -131,7 +131,7 @@ func TestParseFileCapsProblems(t *testing.T) {
 // the same, in both formats, whatever the ids, URLs and labels hold.
 func TestEncodeFileRoundTrip(t *testing.T) {
 	sessions := []Session{
-		{ID: "010", URL: "https://u:p%40ss@example.com/a?x=1&y=<2>", Interval: Duration(90 * time.Second),
+		{ID: "010", URL: "https://example.com/p%40ss/a?x=1&y=<2>", Interval: Duration(90 * time.Second),
 			Labels: map[string]string{"true": "null", "k: v": "- x", "#": "'\"", "n": "1e3"}},
 		{ID: "true", URL: "http://example.com/", Interval: Duration(10 * time.Millisecond), Paused: true},
 		{ID: "a/b:c@d", URL: "http://example.com/#frag", Interval: Duration(24 * time.Hour)},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -14,7 +15,9 @@ import (
 const httpURLRule = "must be an absolute http or https URL with a host"
 
 // HTTPURL reports whether raw is a URL the built-in HTTP poller (package
-// httppoll) can poll: an absolute http or https URL with a host. It is the
+// httppoll) can poll: an absolute http or https URL with a host, a port
+// from 1 to 65535 if it has one, and no credentials (they belong in a
+// worker-side profile, out of Redis). It is the
 // default URL check of a Store (see WithURLCheck). Its errors are
 // *FieldError for the field "url"; they name the scheme, never the URL,
 // which may hold a password.
@@ -32,8 +35,23 @@ func HTTPURL(raw string) error {
 		return &FieldError{Field: "url", Reason: fmt.Sprintf("%s; its scheme is %.20q", httpURLRule, u.Scheme)}
 	case u.Host == "" || u.Hostname() == "":
 		return &FieldError{Field: "url", Reason: httpURLRule + "; it has no host"}
+	case u.User != nil:
+		return &FieldError{Field: "url", Reason: "holds credentials (user@ or user:password@ before the host): " +
+			"put them in a worker-side profile (--profiles, basic_auth), which keeps them out of Redis"}
+	case !validPort(u.Port()):
+		return &FieldError{Field: "url", Reason: fmt.Sprintf("%s; its port %.20q is not 1-65535", httpURLRule, u.Port())}
 	}
 	return nil
+}
+
+// validPort reports whether p, the port of a URL ("" when it has none), is
+// empty or a number from 1 to 65535.
+func validPort(p string) bool {
+	if p == "" {
+		return true
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 // WithURLCheck sets the check that Put and PutMany apply to the URL of

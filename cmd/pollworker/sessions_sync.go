@@ -163,8 +163,10 @@ func syncID(name, target string) string {
 }
 
 // sessionsOf are the sessions of groups, in order, the first of a
-// duplicated target kept; problems are one line per target skipped.
-func (sy *syncer) sessionsOf(groups []targetGroup) (out []session.Entry, problems []string) {
+// duplicated target kept; problems are one line per target skipped: one
+// whose session is invalid, or whose URL checkURL (the keyspace's URL
+// rule, nil for none) refuses.
+func (sy *syncer) sessionsOf(groups []targetGroup, checkURL func(string) error) (out []session.Entry, problems []string) {
 	seen := map[string]bool{}
 	for _, g := range groups {
 		for _, target := range g.Targets {
@@ -190,7 +192,11 @@ func (sy *syncer) sessionsOf(groups []targetGroup) (out []session.Entry, problem
 				continue
 			}
 			s.URL = url.String()
-			if err := s.Validate(); err != nil {
+			err := s.Validate()
+			if err == nil && checkURL != nil {
+				err = checkURL(s.URL)
+			}
+			if err != nil {
 				problems = append(problems, fmt.Sprintf("target %q skipped: %v", target, err))
 				continue
 			}
@@ -247,7 +253,11 @@ func (sy *syncer) sync(ctx context.Context, a admin, data []byte, readErr error)
 	if err != nil {
 		return fmt.Errorf("sessions sync %s: %s: %v: %w", sy.name, sy.source(), err, errNothingChanged)
 	}
-	entries, problems := sy.sessionsOf(groups)
+	rule, err := bounded(ctx, a, a.store.URLRule)
+	if err != nil {
+		return fmt.Errorf("sessions sync %s: nothing written: %w", sy.name, err)
+	}
+	entries, problems := sy.sessionsOf(groups, rule.Check())
 	for _, p := range problems {
 		fmt.Fprintf(sy.errOut, "pollworker: sessions sync %s: %s\n", sy.name, p)
 	}

@@ -164,3 +164,31 @@ func sortedIDs(ids []string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestSessionsSyncSkipsTargetsTheURLRuleRefuses: a target whose URL the
+// keyspace's URL rule refuses (a "host:port@host:port" target makes
+// credentials; a port out of range) is skipped and named, and the others
+// are written; under the rule "any" it is written too.
+func TestSessionsSyncSkipsTargetsTheURLRuleRefuses(t *testing.T) {
+	srv := redistest.Start(t)
+	file := filepath.Join(t.TempDir(), "targets.json")
+	require.NoError(t, os.WriteFile(file, []byte(`[{"targets": ["127.0.0.1:18410@127.0.0.1:18411", "127.0.0.1:99999", "127.0.0.1:18412"]}]`), 0o600))
+	sync := func() result {
+		return runApp(t, "sessions", "sync", "--redis-url", srv.URL(), "--file-sd", file, "--name", "web",
+			"--url-template", "http://{{.Target}}/health", "--interval", "1s")
+	}
+	r := sync()
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stderr, `target "127.0.0.1:18410@127.0.0.1:18411" skipped: session: malformed: url holds credentials`)
+	require.Contains(t, r.stderr, `target "127.0.0.1:99999" skipped: session: malformed: url must be an absolute http or https URL with a host; its port "99999" is not 1-65535`)
+	require.Contains(t, r.stdout, "created 1,")
+	list := runApp(t, "sessions", "list", "--redis-url", srv.URL())
+	require.Contains(t, list.stdout, "1 session")
+
+	r = runApp(t, "sessions", "config", "--redis-url", srv.URL(), "--url-rule", "any")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = sync()
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.NotContains(t, r.stderr, "skipped")
+	require.Contains(t, r.stdout, "created 2,")
+}
