@@ -907,13 +907,19 @@ func (p *Poller) record(ctx context.Context, res results.Result) {
 }
 
 // withoutURL drops the URL that net/http puts into its errors: it may hold
-// an API key in its query (net/http only strips the password).
+// an API key in its query (net/http only strips the password). A
+// redirect's Location that does not parse is quoted whole by net/http
+// inside the error, so that error is replaced by one that does not quote
+// it.
 func withoutURL(err error) error {
 	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	if !errors.As(err, &ue) {
+		return err
 	}
-	return err
+	if strings.HasPrefix(ue.Err.Error(), "failed to parse Location header") {
+		return fmt.Errorf("%s: the Location header of a redirect is not a URL", ue.Op)
+	}
+	return fmt.Errorf("%s: %w", ue.Op, ue.Err)
 }
 
 // traceRequest sends the poll's span, when the poll is traced

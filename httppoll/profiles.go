@@ -159,9 +159,17 @@ func validateProfile(name string, p Profile) error {
 	if err := session.ValidProfileName(name); err != nil {
 		return fmt.Errorf("profile name %w", err)
 	}
-	for h := range p.Headers {
-		if r := session.ReservedHeader(h); r != "" && !strings.EqualFold(h, "Authorization") && !strings.EqualFold(h, "Proxy-Authorization") {
+	for _, h := range slices.Sorted(maps.Keys(p.Headers)) { // sorted: the same first error every time
+		credential := strings.EqualFold(h, "Authorization") || strings.EqualFold(h, "Proxy-Authorization")
+		switch r := session.ReservedHeader(h); {
+		case !session.ValidHeaderName(h):
+			return fmt.Errorf("profile %s: header %.40q is not a valid header name", name, h)
+		case r != "" && !credential:
 			return fmt.Errorf("profile %s: header %s %s", name, h, r)
+		case !session.ValidHeaderValue(p.Headers[h].Value):
+			return fmt.Errorf("profile %s: the value of header %s holds a control character", name, h)
+		case strings.EqualFold(h, "Authorization") && (p.BearerTokenFile != "" || p.BasicAuth != nil):
+			return fmt.Errorf("profile %s: give header Authorization or bearer_token_file/basic_auth, not both", name)
 		}
 	}
 	if p.BasicAuth != nil && (p.BasicAuth.Username == "" || p.BasicAuth.PasswordFile == "") {

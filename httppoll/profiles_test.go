@@ -51,6 +51,11 @@ func TestParseProfiles(t *testing.T) {
 		{name: "basic without file", give: "profiles:\n  a: {basic_auth: {username: u}}\n", want: "basic_auth needs username and password_file"},
 		{name: "bearer and basic", give: "profiles:\n  a: {bearer_token_file: t, basic_auth: {username: u, password_file: p}}\n", want: "not both"},
 		{name: "cert without key", give: "profiles:\n  a: {tls: {cert_file: c}}\n", want: "cert_file and key_file go together"},
+		{name: "bad header name", give: "profiles:\n  a: {headers: {'Bad Name': v}}\n", want: `header "Bad Name" is not a valid header name`},
+		{name: "CR LF in a value", give: "profiles:\n  a: {headers: {X-Ok: \"v\\r\\nX-Injected: 1\"}}\n", want: "the value of header X-Ok holds a control character"},
+		{name: "transport header", give: "profiles:\n  a: {headers: {Host: h}}\n", want: "header Host is set by the HTTP transport"},
+		{name: "authorization header", give: "profiles:\n  a: {headers: {Authorization: {file: f}}}\n"},
+		{name: "authorization and bearer", give: "profiles:\n  a: {bearer_token_file: t, headers: {Authorization: x}}\n", want: "give header Authorization or bearer_token_file/basic_auth, not both"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -316,6 +321,22 @@ func TestRedirects(t *testing.T) {
 	}
 }
 
+// TestBadLocationIsNotQuoted: net/http quotes a Location that does not
+// parse inside its error; the poll's error does not (it may hold a key).
+func TestBadLocationIsNotQuoted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "http://[::1%zz]:80/secret?token=LOCSECRET")
+		w.WriteHeader(http.StatusFound)
+	}))
+	t.Cleanup(srv.Close)
+	f := newFixture(t)
+	p := newPoller(t, Config{Client: f.client})
+	err := p.Poll(ctxT(t), poller.NewTurn(sess(srv.URL+"/?key=s3cret", time.Second), f.lease, nil))
+	require.ErrorContains(t, err, "the Location header of a redirect is not a URL")
+	require.NotContains(t, err.Error(), "LOCSECRET")
+	require.NotContains(t, err.Error(), "s3cret")
+}
+
 func TestRetryAfter(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	tests := []struct {
@@ -327,6 +348,8 @@ func TestRetryAfter(t *testing.T) {
 		{" 30 ", time.Minute, 30 * time.Second},
 		{"3600", 10 * time.Minute, 10 * time.Minute},
 		{"99999999999999999", 10 * time.Minute, 10 * time.Minute},
+		{"99999999999999999999", 10 * time.Minute, 10 * time.Minute},
+		{"-99999999999999999999", 10 * time.Minute, 0},
 		{"0", time.Minute, 0},
 		{"-5", time.Minute, 0},
 		{"soon", time.Minute, 0},

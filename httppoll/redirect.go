@@ -2,6 +2,7 @@ package httppoll
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -64,7 +65,11 @@ func retryAfter(v string, now time.Time, max time.Duration) time.Duration {
 		return 0
 	}
 	var d time.Duration
-	if secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+	secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if errors.Is(err, strconv.ErrRange) && secs > 0 {
+		err = nil // delay-seconds beyond int64: the longest wait
+	}
+	if err == nil {
 		if secs <= 0 {
 			return 0
 		}

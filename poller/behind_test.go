@@ -165,6 +165,7 @@ func TestSchedulerGroupWaitsInOrderOfDue(t *testing.T) {
 	st = f.sched.Stats(false)
 	require.Zero(t, st.Waiting)
 	require.EqualValues(t, 3, st.Deferred, "b and c, then b again (due at once after its poll)")
+	require.EqualValues(t, 3, st.GroupWaits, "each of those waited for a slot of its group")
 	_, backoff := held(f.sched)
 	require.Zero(t, backoff)
 }

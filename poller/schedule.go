@@ -123,16 +123,17 @@ type schedConfig struct {
 
 // schedStats counts what the scheduler did since start.
 type schedStats struct {
-	Deferred int64        // polls that waited for a slot (of the limit or of their group)
-	Late     int64        // polls that started later than a tenth of their interval after they were due
-	Skipped  int64        // polls the Poller did not send for want of a local resource (ErrNoCapacity)
-	Stalls   int64        // times the stall gate closed (stall.go)
-	Behind   behindReport // whether the worker keeps up, and if not why (set by Stats)
-	Limit    int          // polls that may run at once now (0: no limit)
-	Running  int          // polls running now
-	Waiting  int          // polls due and waiting for a slot now
-	Held     int          // loops running under a Held lease (Stats with countLoops)
-	Backoff  int          // loops backing off after failed polls (Stats with countLoops)
+	Deferred   int64        // polls that waited for a slot (of the limit or of their group)
+	GroupWaits int64        // polls that waited for a slot of their group (a host's --max-per-host)
+	Late       int64        // polls that started later than a tenth of their interval after they were due
+	Skipped    int64        // polls the Poller did not send for want of a local resource (ErrNoCapacity)
+	Stalls     int64        // times the stall gate closed (stall.go)
+	Behind     behindReport // whether the worker keeps up, and if not why (set by Stats)
+	Limit      int          // polls that may run at once now (0: no limit)
+	Running    int          // polls running now
+	Waiting    int          // polls due and waiting for a slot now
+	Held       int          // loops running under a Held lease (Stats with countLoops)
+	Backoff    int          // loops backing off after failed polls (Stats with countLoops)
 }
 
 // newScheduler returns a scheduler run by cfg.
@@ -650,6 +651,9 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 	waited := from == admitting || from == groupWaiting
 	if g := w.group; g != nil {
 		if g.active >= g.max {
+			if from != groupWaiting {
+				s.stats.GroupWaits++
+			}
 			w.phase = groupWaiting
 			g.waiting.push(w, now)
 			s.crowded[g] = struct{}{}

@@ -22,6 +22,9 @@ type PollStats struct {
 	// slot and those that started later than a tenth of their interval
 	// after they were due.
 	Deferred, Late int64
+	// GroupWaits counts, since start, the polls that waited for a slot of
+	// their group (PollGroup: the HTTP poller's host and --max-per-host).
+	GroupWaits int64
 	// Backoff is the number of sessions backing off after failed polls,
 	// counted now among the poll loops running here.
 	Backoff int
@@ -108,7 +111,7 @@ func round1(x float64) float64 { return math.Round(x*10) / 10 }
 // planned weight; without countLoops, Backoff and LeasesHeld are left at
 // 0 (st did not count them).
 func pollStatsOf(st schedStats, planned float64, countLoops bool) PollStats {
-	ps := PollStats{Running: st.Running, Waiting: st.Waiting, PollLimit: st.Limit, Deferred: st.Deferred, Late: st.Late,
+	ps := PollStats{Running: st.Running, Waiting: st.Waiting, PollLimit: st.Limit, Deferred: st.Deferred, Late: st.Late, GroupWaits: st.GroupWaits,
 		Behind: st.Behind.Behind, BehindReason: st.Behind.Reason, BehindHost: st.Behind.Group,
 		DueRate: st.Behind.Due, AchievedRate: st.Behind.Done, Skipped: st.Skipped, Stalls: st.Stalls,
 		PlannedWeight: planned}

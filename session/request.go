@@ -154,8 +154,8 @@ func ValidProfileName(name string) error {
 	return validProfileName(name)
 }
 
-// validHeaderName reports whether name is an HTTP token (RFC 9110).
-func validHeaderName(name string) bool {
+// ValidHeaderName reports whether name is an HTTP token (RFC 9110).
+func ValidHeaderName(name string) bool {
 	if name == "" {
 		return false
 	}
@@ -168,9 +168,9 @@ func validHeaderName(name string) bool {
 	return true
 }
 
-// validHeaderValue reports whether v may be sent as a header value: no
+// ValidHeaderValue reports whether v may be sent as a header value: no
 // control characters but tab.
-func validHeaderValue(v string) bool {
+func ValidHeaderValue(v string) bool {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
 			return false
@@ -193,11 +193,11 @@ func (s Session) validateRequest() error {
 	}
 	for _, name := range names {
 		switch {
-		case !validHeaderName(name):
+		case !ValidHeaderName(name):
 			return &FieldError{Field: "headers", Reason: fmt.Sprintf("%.40q is not a valid header name", name)}
 		case ReservedHeader(name) != "":
 			return &FieldError{Field: "headers", Reason: fmt.Sprintf("%s %s", name, ReservedHeader(name))}
-		case !validHeaderValue(s.Headers[name]):
+		case !ValidHeaderValue(s.Headers[name]):
 			return &FieldError{Field: "headers", Reason: fmt.Sprintf("the value of %s holds a control character", name)}
 		}
 	}

@@ -818,8 +818,6 @@ func httpPollMetrics(hp *httppoll.Poller) []prometheus.Collector {
 	return append(out,
 		counter("pollworker_http_changes_total", "HTTP polls whose status, error class or 2xx body differed from the session's saved state.",
 			nil, func(s httppoll.Stats) uint64 { return s.Changes }),
-		counter("pollworker_http_host_waits_total", "HTTP polls that waited for a slot of their host (--max-per-host).",
-			nil, func(s httppoll.Stats) uint64 { return s.HostWaits }),
 		counter("pollworker_http_throttled_total", "HTTP polls answered 429 or 503 with a Retry-After that moved the session's next poll (--max-retry-after).",
 			nil, func(s httppoll.Stats) uint64 { return s.Throttled }))
 }
@@ -842,6 +840,8 @@ func pollMetrics(c *poller.Coordinator) []prometheus.Collector {
 			func(s poller.PollStats) float64 { return float64(s.Waiting) }),
 		counter("pollworker_polls_deferred_total", "Polls that waited for a slot.",
 			func(s poller.PollStats) float64 { return float64(s.Deferred) }),
+		counter("pollworker_http_host_waits_total", "HTTP polls that waited for a slot of their host (--max-per-host), counted by the scheduler that holds them (also in pollworker_polls_deferred_total).",
+			func(s poller.PollStats) float64 { return float64(s.GroupWaits) }),
 		counter("pollworker_polls_late_total", "Polls that started later than a tenth of their interval after they were due.",
 			func(s poller.PollStats) float64 { return float64(s.Late) }),
 		counter("pollworker_stalls_total", "Times this worker found itself stopped or starved (a poll's timer firing more than 750 ms late) and held its polls until it had read the sessions again.",
