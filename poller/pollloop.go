@@ -150,6 +150,17 @@ func (q *dueQueue) Len() int { return len(q.entries) }
 // head is the first loop; the queue must not be empty.
 func (q *dueQueue) head() *pollLoop { return q.entries[0].l }
 
+// leads reports whether the queue's first loop ranks before l, or with
+// it, were l pushed at now (false for an empty queue).
+func (q *dueQueue) leads(l *pollLoop, now time.Time) bool {
+	if len(q.entries) == 0 {
+		return false
+	}
+	h := &q.entries[0]
+	rank, began := q.key(l.rank, now), q.key(l.lastBegan, now)
+	return h.rank < rank || h.rank == rank && h.began <= began
+}
+
 func (q *dueQueue) less(i, j int) bool {
 	a, b := &q.entries[i], &q.entries[j]
 	if a.rank != b.rank {

@@ -651,20 +651,25 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 	waited := from == admitting || from == groupWaiting
 	if g := w.group; g != nil {
 		if g.active >= g.max {
-			if from != groupWaiting {
-				s.stats.GroupWaits++
+			kind := s.groupWaitKindLocked(g)
+			if from != groupWaiting && kind == waitGroup {
+				s.stats.GroupWaits++ // the group's own bound holds it, not the limit
 			}
 			w.phase = groupWaiting
 			g.waiting.push(w, now)
 			s.crowded[g] = struct{}{}
-			s.waitedLocked(now, waited, s.groupWaitKindLocked(g))
+			s.waitedLocked(now, waited, kind)
 			return false
 		}
 		g.active++
 	}
-	if limit := s.limit.limit(); limit > 0 && s.active >= limit {
+	if limit := s.limit.limit(); limit > 0 && (s.active >= limit || from != admitting && s.admit.leads(w, now)) {
 		// Every slot is taken: wait for one rather than start a poll the
-		// worker cannot sustain.
+		// worker cannot sustain. A slot that is free while polls wait
+		// for one was just freed, and goes to them first, in order
+		// (admitLocked): a poll that just took its group's slot does not
+		// overtake the polls that wait holding theirs, which starved
+		// them when the limit is below the group's bound.
 		w.phase = admitting
 		s.admit.push(w, now)
 		if g := w.group; g != nil {

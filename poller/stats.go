@@ -23,7 +23,9 @@ type PollStats struct {
 	// after they were due.
 	Deferred, Late int64
 	// GroupWaits counts, since start, the polls that waited for a slot of
-	// their group (PollGroup: the HTTP poller's host and --max-per-host).
+	// their group (PollGroup: the HTTP poller's host and --max-per-host)
+	// because as many of the group's polls ran, not because the limit
+	// held the group's slots.
 	GroupWaits int64
 	// Backoff is the number of sessions backing off after failed polls,
 	// counted now among the poll loops running here.
