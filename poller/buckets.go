@@ -289,11 +289,21 @@ func (v *view) assignBuckets() bool {
 	if !v.planSpaces() {
 		return false
 	}
-	me := v.me
 	want := make(map[int]bool) // bucket -> assigned
-	if v.members.Contains(me) {
-		want = v.weighing.placement.Buckets(me)
+	if v.members.Contains(v.me) {
+		want = v.weighing.placement.Buckets(v.me)
 	}
+	v.applyAssignment(want)
+	return true
+}
+
+// applyAssignment makes the buckets read here those of want (bucket ->
+// assigned: definitions read; watched: ids only): a bucket newly assigned
+// is read again; one no longer assigned keeps only the definitions of the
+// sessions polled here, as its read would (forgetDefinitions); one no
+// longer wanted is dropped; a new one starts from the sessions polled
+// here.
+func (v *view) applyAssignment(want map[int]bool) {
 	for b, st := range v.buckets {
 		assigned, ok := want[b]
 		if !ok {
@@ -302,6 +312,9 @@ func (v *view) assignBuckets() bool {
 		}
 		if assigned && !st.assigned {
 			st.loaded = false // definitions are needed now
+		}
+		if !assigned && st.assigned {
+			v.forgetDefinitions(st) // watched now: kept as its read keeps them
 		}
 		st.assigned = assigned
 	}
@@ -318,7 +331,6 @@ func (v *view) assignBuckets() bool {
 			v.buckets[b] = &bucket{assigned: assigned, ids: polled[b]}
 		}
 	}
-	return true
 }
 
 // polledByBucket returns the sessions polled here, by bucket.
@@ -335,12 +347,20 @@ func (v *view) polledByBucket() map[int][]string {
 // definitions of sessions it still polls are kept until they stop
 // (holdings.reap forgets them then).
 func (v *view) dropBucket(b int, st *bucket) {
+	v.forgetDefinitions(st)
+	delete(v.buckets, b)
+}
+
+// forgetDefinitions drops the definitions of st's sessions that are not
+// polled here: a bucket that is not assigned keeps no others (loadChunk),
+// and a definition kept would count as pending here (Status) although
+// another worker polls it.
+func (v *view) forgetDefinitions(st *bucket) {
 	for _, id := range st.ids {
 		if _, running := v.held[id]; !running {
 			delete(v.sessions, id)
 		}
 	}
-	delete(v.buckets, b)
 }
 
 // loadBuckets reads the buckets marked for reading, assigned ones first
