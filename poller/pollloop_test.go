@@ -34,7 +34,9 @@ func TestDueQueueOrder(t *testing.T) {
 				in = append(in[:j], in[j+1:]...)
 			}
 			for k, e := range q.entries {
-				require.Equal(t, k, e.l.index, "round %d", round)
+				if k != e.l.index { // require only on failure: it is slow under -race, and this runs 10,000 times
+					require.Equal(t, k, e.l.index, "round %d", round)
+				}
 			}
 		}
 		sort.SliceStable(in, func(i, j int) bool {

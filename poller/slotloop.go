@@ -22,7 +22,7 @@ type slotLoop struct {
 	sch     *schedule.Schedule // nil when the schedule does not parse (never polled)
 	policy  schedule.Policy
 	window  time.Duration
-	since   time.Time // the loop's start: a session new to the fleet runs no past slot (unless policy all)
+	since   time.Time // the loop's start: a session new to the fleet (nothing recorded, or a cut) runs no slot due before it, under every policy
 	through time.Time // the cursor: slots at or before it were run or skipped
 	known   bool      // the saved slots were read (or there is no state store)
 	ran     time.Time // the slot the turn's poll ran, zero when it ran none

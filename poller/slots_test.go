@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pollworker/pollworker/internal/faultproxy"
 	"github.com/pollworker/pollworker/internal/redistest"
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/lease"
@@ -286,6 +287,83 @@ func TestScheduledSlotsCaughtUpAfterAFleetStop(t *testing.T) {
 		requireSlotsOnce(t, id, polls)
 		for i := 1; i < len(polls); i++ {
 			require.Equal(t, time.Second, polls[i].slot.Sub(polls[i-1].slot), "%s: slot after %v missing (or out of order)", id, polls[i-1].slot)
+		}
+	}
+}
+
+// TestScheduledSlotsOwedAndNotOwed, with catchup all on "* * * * * *":
+//   - a session removed for a few slots and added again, and one paused
+//     and resumed, run none of the slots due meanwhile: the record of the
+//     slots run before does not carry over (state.Slots.Cut). Before, the
+//     holder resumed from the last slot finished and ran each of them at
+//     once;
+//   - while the slot started cannot be recorded (the state's connection is
+//     cut, the lease's is not), no slot runs; once it can, the slots
+//     missed run, each once. Before, a slot ran unrecorded and ran again
+//     under the next holder, or under the same worker once it took the
+//     lease again after a Redis stall.
+func TestScheduledSlotsOwedAndNotOwed(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	def := session.Session{Schedule: "* * * * * *", CatchUp: "all"}
+	addScheduled(t, client, []string{"gone", "paused"}, def)
+	store, err := session.NewStore(client, keyspace.Space{})
+	require.NoError(t, err)
+	proxy, err := faultproxy.Start(srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = viaProxy.Close() })
+	log := newSlotLog()
+	cfg := fastConfig(client, "a", log.poller("a"))
+	cfg.StateStore = state.NewStore(viaProxy, keyspace.Space{})
+	start(t, cfg)
+	ctx := context.Background()
+	polled := func(id string, n int) func() bool { return func() bool { return len(log.slots(id)) >= n } }
+	require.Eventually(t, polled("gone", 2), 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, polled("paused", 2), 20*time.Second, 10*time.Millisecond)
+
+	// Removed and paused for more than a slot beyond the second rule 7
+	// allows.
+	require.NoError(t, store.Delete(ctx, "gone"))
+	require.NoError(t, store.Pause(ctx, "paused"))
+	away := time.Now()
+	require.Eventually(t, func() bool { return time.Since(away) > 2500*time.Millisecond }, 10*time.Second, 10*time.Millisecond)
+	back := time.Now()
+	def.ID, def.URL = "gone", "http://127.0.0.1:1/gone"
+	require.NoError(t, store.Put(ctx, def))
+	require.NoError(t, store.Resume(ctx, "paused"))
+	counts := map[string]int{"gone": len(log.slots("gone")), "paused": len(log.slots("paused"))}
+	for id, n := range counts {
+		require.Eventually(t, polled(id, n+2), 20*time.Second, 10*time.Millisecond, "%s polled again", id)
+	}
+	for id := range counts {
+		for _, p := range log.slots(id) {
+			absent := p.slot.After(away.Add(time.Second)) && p.slot.Before(back)
+			require.False(t, absent, "%s: slot %v, due while it was removed or paused (%v to %v), polled at %v",
+				id, p.slot, away, back, p.started)
+		}
+	}
+
+	// The state's connection cut for two slots.
+	proxy.Partition()
+	cut := time.Now()
+	require.Eventually(t, func() bool { return time.Since(cut) > 2200*time.Millisecond }, 10*time.Second, 10*time.Millisecond)
+	proxy.Heal()
+	healed := time.Now()
+	counts = map[string]int{"gone": len(log.slots("gone")), "paused": len(log.slots("paused"))}
+	for id, n := range counts {
+		require.Eventually(t, polled(id, n+2), 20*time.Second, 10*time.Millisecond, "%s polled after the cut", id)
+	}
+	for id := range counts {
+		polls := log.slots(id)
+		requireSlotsOnce(t, id, polls)
+		for _, p := range polls {
+			if p.slot.After(cut.Add(time.Second)) {
+				require.False(t, p.started.Before(healed), "%s: slot %v polled at %v, while its record could not be written (%v to %v)",
+					id, p.slot, p.started, cut, healed)
+			}
 		}
 	}
 }

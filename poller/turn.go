@@ -310,10 +310,19 @@ func (t *turns) slotTurn(ctx context.Context, w *pollLoop, now time.Time) (slot 
 		switch {
 		case errors.Is(err, state.ErrStale) || ctx.Err() != nil:
 			return time.Time{}, false // the lease is gone: its loop ends
-		case err != nil:
-			// Polled anyway: a successor after a crash may run it again
-			// (at least once), where not polling could lose it.
+		case errors.Is(err, state.ErrNotAHash):
+			// A bad key of its own: polled anyway, at least once (its
+			// record cannot be written until the key is repaired).
 			t.log.Warn("could not record the slot started", zap.String("session", w.sess.ID), zap.Time("slot", d.Run), zap.Error(err))
+		case err != nil:
+			// Not polled: a slot run without its record would run again
+			// under the next holder (this worker too, once Redis answers
+			// and it takes the lease again). It is decided again in a
+			// second, and runs then or under the next holder, late but
+			// once.
+			t.log.Warn("could not record the slot started; it is not run until it is", zap.String("session", w.sess.ID), zap.Time("slot", d.Run), zap.Error(err))
+			sl.through, sl.wake = sl.before, now.Add(time.Second)
+			return time.Time{}, false
 		}
 	}
 	t.obs.SlotStarted(now.Sub(sl.sch.Start(d.Run)))
@@ -338,12 +347,21 @@ func (t *turns) loadSlots(ctx context.Context, w *pollLoop) error {
 		if saved.Corrupt != "" {
 			t.bad.noteState(w.sess.ID, saved.Corrupt)
 		}
-		if saved.Started.After(saved.Finished) {
+		switch {
+		case !saved.Carried():
+			// Removed, paused or resumed, or its schedule changed, since
+			// (state.Slots.Cut): new, it runs no slot due before its loop
+			// began. A handoff mark says nothing then: it may be the
+			// previous schedule's, taken with the lease.
+			sl.through = time.Time{}
+		case saved.Started.After(saved.Finished):
 			t.log.Info("a slot started by a previous holder did not finish: it may run again",
 				zap.String("session", w.sess.ID), zap.Time("slot", saved.Started))
-		}
-		if saved.Finished.After(sl.through) {
-			sl.through = saved.Finished
+			fallthrough
+		default:
+			if saved.Finished.After(sl.through) {
+				sl.through = saved.Finished
+			}
 		}
 	}
 	sl.known = true

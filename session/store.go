@@ -114,6 +114,9 @@ func (s *Store) Put(ctx context.Context, sess Session) error {
 	if err != nil {
 		return fmt.Errorf("put %s: %w", sess.ID, err)
 	}
+	if cutsSlots(old, present, sess) {
+		s.cutSlots(ctx, []string{sess.ID})
+	}
 	cs := make(changeSet)
 	cs.replaced(sess.ID, old, present, b, true, sadd.Val())
 	return s.record(ctx, "put", sess.ID, cs.args())
@@ -168,6 +171,7 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 	}
 	cs := make(changeSet)
 	var werr error
+	var cut []string // sessions whose recorded slots the write cuts (cutsSlots)
 	for lo := 0; lo < len(sessions) && werr == nil; lo += PipelineLen {
 		hi := min(lo+PipelineLen, len(sessions))
 		set := make([]*redis.StatusCmd, hi-lo)
@@ -186,6 +190,9 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 			id := sessions[i].ID
 			old, present, err := s.replaced(ctx, set[i-lo], id, values[i])
 			written := err == nil
+			if written && cutsSlots(old, present, sessions[i]) {
+				cut = append(cut, id)
+			}
 			if err == nil {
 				err = sadd[i-lo].Err()
 			}
@@ -196,10 +203,12 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 			cs.replaced(id, old, present, values[i], written, sadd[i-lo].Val())
 		}
 	}
+	s.cutSlots(ctx, cut)
 	return s.recordBulk(ctx, "put many", werr, cs)
 }
 
-// dropHandoff queues the deletion of a session's handoff mark: the field
+// dropHandoff queues the deletion of a session's handoff mark, and the cut
+// of its recorded slots (slotcut.go): the field
 // of its fencing record (the token stays: tokens never go back), and the
 // mark of the layout before the records. The mark keeps the removed
 // session's schedule (its backoff, say) for a successor: a session added
@@ -209,6 +218,7 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 func (s *Store) dropHandoff(ctx context.Context, p redis.Pipeliner, id string) {
 	p.HDel(ctx, s.keys.Fencing(id), keyspace.FieldHandoff)
 	p.Del(ctx, s.keys.Released(id))
+	s.queueSlotCut(ctx, p, id) // slots due while it is removed are not owed (slotcut.go)
 }
 
 // DeleteMany removes the sessions ids, their index entries and handoff
@@ -408,6 +418,7 @@ func (s *Store) setPaused(ctx context.Context, op, id string, paused bool) error
 	}
 	cs := make(changeSet)
 	if after != nil {
+		s.cutSlots(ctx, []string{id}) // neither the slots due while paused nor those before (slotcut.go)
 		cs.replaced(id, before, true, after, true, 0)
 	} else {
 		cs.add(Unit(keyspace.BucketOf(id)), 0, 0)

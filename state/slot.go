@@ -26,6 +26,11 @@ type Slots struct {
 	Outcome string
 	// Token is the fencing token of the lease that wrote them.
 	Token int64
+	// Cut, when at or after Finished, says the slots recorded do not
+	// carry over: the session was removed, paused or resumed, or its
+	// schedule changed, since (scripts/lua/state_cut.lua, written by
+	// package session). A holder then treats it as new. Zero: none.
+	Cut time.Time
 	// Corrupt says why the fields are unreadable ("" when readable or
 	// absent); they then read as none.
 	Corrupt string
@@ -63,7 +68,7 @@ func (s *Store) saveSlot(ctx context.Context, l *lease.Lease, which string, slot
 		case "token":
 			return fmt.Errorf("%w: session %s: its slots were written under a token above %d", ErrStale, id, l.Token())
 		case "type":
-			return fmt.Errorf("save slot of %s: its state key is not a hash", id)
+			return fmt.Errorf("save slot of %s: %w", id, ErrNotAHash)
 		}
 	}
 	return fmt.Errorf("save slot of %s: unexpected script reply %v", id, reply)
@@ -83,10 +88,10 @@ func (s *Store) LoadSlots(ctx context.Context, session string) (Slots, error) {
 	return m[session], nil
 }
 
-// parseSlots reads the four slot fields (each nil when absent).
+// parseSlots reads the five slot fields (each nil when absent).
 func parseSlots(v []any) Slots {
 	var out Slots
-	for i, field := range []string{"slot_started", "slot_finished", "", "slot_token"} {
+	for i, field := range []string{"slot_started", "slot_finished", "", "slot_token", "slot_cut"} {
 		if field == "" || v[i] == nil {
 			continue
 		}
@@ -101,6 +106,8 @@ func parseSlots(v []any) Slots {
 			out.Finished = time.UnixMilli(n).UTC()
 		case 3:
 			out.Token = n
+		case 4:
+			out.Cut = time.UnixMilli(n).UTC()
 		}
 	}
 	if o, ok := v[2].(string); ok {
@@ -120,7 +127,7 @@ func (s *Store) LoadSlotsMany(ctx context.Context, sessions []string) (map[strin
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(sessions))
 	for i, id := range sessions {
-		cmds[i] = pipe.HMGet(ctx, s.keys.State(id), "slot_started", "slot_finished", "slot_outcome", "slot_token")
+		cmds[i] = pipe.HMGet(ctx, s.keys.State(id), "slot_started", "slot_finished", "slot_outcome", "slot_token", "slot_cut")
 	}
 	_, _ = pipe.Exec(ctx)
 	out := make(map[string]Slots, len(sessions))
@@ -136,4 +143,10 @@ func (s *Store) LoadSlotsMany(ctx context.Context, sessions []string) (map[strin
 		}
 	}
 	return out, nil
+}
+
+// Carried reports whether the slots recorded carry over to the session's
+// next holder: no cut at or after the last slot finished (Cut).
+func (sl Slots) Carried() bool {
+	return sl.Cut.IsZero() || sl.Cut.Before(sl.Finished)
 }

@@ -27,6 +27,12 @@ var ErrTooLarge = errors.New("state: data too large")
 // it), or a newer token wrote the stored state: nothing was written.
 var ErrStale = errors.New("state: stale lease")
 
+// ErrNotAHash is returned (wrapped) by SlotStarted and SlotFinished when
+// the session's state key is of another Redis type: nothing was written,
+// and nothing will be until an operator removes the key (the poller's
+// next Save replaces it).
+var ErrNotAHash = errors.New("state: the state key is not a hash")
+
 // Record is a session's saved state.
 type Record struct {
 	// Data is the poller's bytes; nil when nothing was saved.

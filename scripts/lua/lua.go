@@ -116,3 +116,9 @@ var ElectionClearSuccessor string
 //
 //go:embed state_slot.lua
 var StateSlot string
+
+// StateCut marks that a scheduled session's recorded slots do not carry
+// over (removed, paused, resumed, schedule changed), where it has any.
+//
+//go:embed state_cut.lua
+var StateCut string
