@@ -31,8 +31,8 @@ func explainCommand() *cli.Command {
 			"session's definition, lease, fencing token and loss marker. Prints the ranking of the live\n" +
 			"workers for the session's bucket, its planned owner (and whether the balance bound moved\n" +
 			"it off its rendezvous owner), its orphan watcher, the lease holder and its incarnation, and\n" +
-			"one sentence saying why the session is where it is. Exit status 0 whenever it could read\n" +
-			"Redis, also for a session that does not exist.",
+			"one sentence saying why the session is where it is. Exit status 0 when it could explain\n" +
+			"the session, 1 when the session does not exist or Redis could not be read, 2 for bad flags.",
 		Flags: append(adminFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"},
 			&cli.DurationFlag{Name: flagLeaseTTL, Value: poller.DefaultLeaseTTL, Sources: fromEnv(flagLeaseTTL),
 				Usage: "the workers' --lease-ttl: a session stays one lease TTL with a worker that took it before moving on"}),

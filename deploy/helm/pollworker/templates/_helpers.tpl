@@ -135,7 +135,7 @@ spec:
 {{- if and .Values.serviceMonitor.enabled (not .Values.service.enabled) }}
 {{- fail "serviceMonitor.enabled needs service.enabled" }}
 {{- end }}
-{{- if and .Values.autoscaling.enabled (lt (int .Values.worker.maxPolls) 1) }}
+{{- if and .Values.autoscaling.enabled (or (eq (toString .Values.worker.maxPolls) "off") (lt (int .Values.worker.maxPolls) 1)) }}
 {{- fail "autoscaling needs worker.maxPolls >= 1: its target is a share of the poll slots" }}
 {{- end }}
 {{- end }}
