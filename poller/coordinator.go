@@ -61,6 +61,10 @@ func (c *Coordinator) Ready() bool {
 	return c.report.ready()
 }
 
+// NotReady says why Ready is false ("Redis is over maxmemory: …", "no
+// heartbeat written yet", …), "" when it is true.
+func (c *Coordinator) NotReady() string { return c.report.notReady() }
+
 // Status returns a snapshot for health pages and tests.
 func (c *Coordinator) Status() Status { return c.report.snapshot(c.holdings.leases) }
 

@@ -44,15 +44,21 @@ func newHealth(clk clock.WithTickerAndDelayedExecution, fresh time.Duration, obs
 // isLive reports whether the worker holds a fresh heartbeat and reached
 // Redis on its last attempt, and Redis has room (noteMemoryPressure):
 // what it needs to take sessions.
-func (h *health) isLive() bool {
-	if !h.redisOK.Load() || h.redisFull.Load() {
-		return false
+func (h *health) isLive() bool { return h.notLive() == "" }
+
+// notLive says why the worker is not live (isLive), "" when it is.
+func (h *health) notLive() string {
+	switch at := h.heartbeatAt.Load(); {
+	case !h.redisOK.Load():
+		return "its last request to Redis failed"
+	case h.redisFull.Load():
+		return "Redis is over maxmemory: it takes no session until Redis has room (it keeps polling those it holds)"
+	case at == 0:
+		return "no heartbeat written yet"
+	case h.clock.Since(time.Unix(0, at)) >= h.fresh:
+		return "its last heartbeat is " + h.clock.Since(time.Unix(0, at)).Round(time.Millisecond).String() + " old"
 	}
-	at := h.heartbeatAt.Load()
-	if at == 0 {
-		return false
-	}
-	return h.clock.Since(time.Unix(0, at)) < h.fresh
+	return ""
 }
 
 // redisFailed records a Redis read of the round, or a heartbeat, that

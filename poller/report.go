@@ -47,8 +47,17 @@ func (r *reporter) pollStats(countLoops bool) PollStats {
 }
 
 // ready is Coordinator.Ready.
-func (r *reporter) ready() bool {
-	return r.health.isLive() && r.health.shareTaken.Load()
+func (r *reporter) ready() bool { return r.notReady() == "" }
+
+// notReady says why the worker is not ready, "" when it is.
+func (r *reporter) notReady() string {
+	if why := r.health.notLive(); why != "" {
+		return why
+	}
+	if !r.health.shareTaken.Load() {
+		return "it has not taken its share yet"
+	}
+	return ""
 }
 
 // snapshot is Coordinator.Status: the last round's figures, the leases

@@ -22,7 +22,7 @@ import (
 //	              process's internals to whoever reaches the port)
 //
 // behind may be nil.
-func healthHandler(ready func() bool, behind func() string, metrics, page http.Handler, profiles bool) http.Handler {
+func healthHandler(notReady func() string, behind func() string, metrics, page http.Handler, profiles bool) http.Handler {
 	mux := http.NewServeMux()
 	if profiles {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -43,9 +43,9 @@ func healthHandler(ready func() bool, behind func() string, metrics, page http.H
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !ready() {
+		if why := notReady(); why != "" {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, "not ready\n")
+			_, _ = io.WriteString(w, "not ready: "+why+"\n")
 			return
 		}
 		if why := ""; behind != nil {
@@ -84,7 +84,7 @@ const (
 // later); the PING makes /readyz follow Redis within about a second. Safe
 // for concurrent use: concurrent callers share one PING.
 type readiness struct {
-	coordinator func() bool
+	coordinator func() string // why the coordinator is not ready, "" when it is
 	ping        func(context.Context) error
 	now         func() time.Time // default time.Now
 
@@ -95,8 +95,17 @@ type readiness struct {
 
 // Ready reports whether the coordinator is ready and Redis answered the
 // latest PING.
-func (r *readiness) Ready() bool {
-	return r.coordinator() && r.redisErr() == nil
+func (r *readiness) Ready() bool { return r.NotReady() == "" }
+
+// NotReady says why Ready is false, "" when it is true.
+func (r *readiness) NotReady() string {
+	if why := r.coordinator(); why != "" {
+		return why
+	}
+	if err := r.redisErr(); err != nil {
+		return "Redis does not answer PING: " + err.Error()
+	}
+	return ""
 }
 
 // redisErr returns the result of a PING sent at most readyPingEvery ago,

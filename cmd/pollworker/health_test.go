@@ -21,7 +21,13 @@ func TestHealthHandler(t *testing.T) {
 		}
 		return ""
 	}
-	h := healthHandler(ready.Load, why, nil, nil, false)
+	notReady := func() string {
+		if ready.Load() {
+			return ""
+		}
+		return "Redis is over maxmemory"
+	}
+	h := healthHandler(notReady, why, nil, nil, false)
 	serve := func(method, path string) (int, string) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
@@ -38,11 +44,11 @@ func TestHealthHandler(t *testing.T) {
 	}{
 		{name: "alive when not ready", path: "/healthz", wantCode: http.StatusOK, wantBody: "ok\n"},
 		{name: "alive when ready", ready: true, path: "/healthz", wantCode: http.StatusOK, wantBody: "ok\n"},
-		{name: "not ready", path: "/readyz", wantCode: http.StatusServiceUnavailable, wantBody: "not ready\n"},
+		{name: "not ready", path: "/readyz", wantCode: http.StatusServiceUnavailable, wantBody: "not ready: Redis is over maxmemory\n"},
 		{name: "ready", ready: true, path: "/readyz", wantCode: http.StatusOK, wantBody: "ready\n"},
 		{name: "ready and behind", ready: true, behind: true, path: "/readyz", wantCode: http.StatusOK,
 			wantBody: "ready, but behind: this worker cannot keep up with its share: host-limit (host t:80): runs 10 of 20 polls/s due (pollworker_behind)\n"},
-		{name: "not ready and behind", behind: true, path: "/readyz", wantCode: http.StatusServiceUnavailable, wantBody: "not ready\n"},
+		{name: "not ready and behind", behind: true, path: "/readyz", wantCode: http.StatusServiceUnavailable, wantBody: "not ready: Redis is over maxmemory\n"},
 		{name: "head", ready: true, method: http.MethodHead, path: "/readyz", wantCode: http.StatusOK},
 		{name: "post", method: http.MethodPost, path: "/readyz", wantCode: http.StatusMethodNotAllowed},
 		{name: "other path", path: "/", wantCode: http.StatusNotFound},
@@ -67,7 +73,7 @@ func TestHealthHandler(t *testing.T) {
 
 // TestHealthHandlerProfiles: --pprof serves Go's profiles beside the probes.
 func TestHealthHandlerProfiles(t *testing.T) {
-	h := healthHandler(func() bool { return true }, nil, nil, nil, true)
+	h := healthHandler(func() string { return "" }, nil, nil, nil, true)
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline"} {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
@@ -91,7 +97,12 @@ func TestReadinessPingsAtMostOnceASecond(t *testing.T) {
 	var coord atomic.Bool
 	coord.Store(true)
 	r := &readiness{
-		coordinator: coord.Load,
+		coordinator: func() string {
+			if coord.Load() {
+				return ""
+			}
+			return "no heartbeat written yet"
+		},
 		ping: func(ctx context.Context) error {
 			pings.Add(1)
 			_, ok := ctx.Deadline()
@@ -111,12 +122,12 @@ func TestReadinessPingsAtMostOnceASecond(t *testing.T) {
 	pingErr.Store(errors.New("connection refused"))
 	require.True(t, r.Ready(), "the cached PING is less than a second old")
 	now = now.Add(readyPingEvery)
-	require.False(t, r.Ready())
+	require.Equal(t, "Redis does not answer PING: connection refused", r.NotReady())
 	require.Equal(t, int32(2), pings.Load())
 
 	coord.Store(false)
 	now = now.Add(time.Hour)
-	require.False(t, r.Ready())
+	require.Equal(t, "no heartbeat written yet", r.NotReady(), "the coordinator's reason first, without a PING")
 	require.Equal(t, int32(2), pings.Load())
 }
 

@@ -215,10 +215,10 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	if ln == nil {
 		srvErr <- nil
 	} else {
-		ready := &readiness{coordinator: coord.Ready, ping: func(ctx context.Context) error { return client.Ping(ctx).Err() }}
+		ready := &readiness{coordinator: coord.NotReady, ping: func(ctx context.Context) error { return client.Ping(ctx).Err() }}
 		behind := func() string { return coord.PollStats().Overload() }
 		srv = &http.Server{
-			Handler: healthHandler(ready.Ready, behind, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			Handler: healthHandler(ready.NotReady, behind, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 				statusPageConfig{self: coord.ID(), ready: ready.Ready, read: (&pageReader{client: client, keys: cfg.Keys}).read,
 					events: events, failing: failing.list, behind: behind,
 					fleetFailing: func(ctx context.Context, st clusterStatus) ([]failingSession, int, error) {
