@@ -176,6 +176,29 @@ func parseEvery(text string) (time.Duration, error) {
 // String returns the expression as given.
 func (s *Schedule) String() string { return s.expr }
 
+// IsEvery reports whether the schedule is an @every descriptor, whose
+// slots are the multiples of its duration since the Unix epoch in every
+// zone.
+func (s *Schedule) IsEvery() bool { return s.every > 0 }
+
+// ShortestGap is the shortest time between two of the first n slots
+// after 2026-01-01 in the schedule's zone (0 when it finds fewer than two):
+// what a jitter must not exceed, or slots would start out of order.
+func (s *Schedule) ShortestGap(n int) time.Duration {
+	if s.every > 0 {
+		return s.every
+	}
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, s.loc)
+	slots := s.Slots(from, from.AddDate(10, 0, 0), n)
+	var gap time.Duration
+	for i := 1; i < len(slots); i++ {
+		if d := slots[i].Sub(slots[i-1]); gap == 0 || d < gap {
+			gap = d
+		}
+	}
+	return gap
+}
+
 // Location returns the schedule's zone.
 func (s *Schedule) Location() *time.Location { return s.loc }
 

@@ -193,6 +193,9 @@ func checkTiming(s Session, seen, failed map[string]bool) []string {
 	if err := s.validateTiming(); err != nil {
 		return []string{fieldReason(err)}
 	}
+	if err := s.slotWriteRules(); err != nil {
+		return []string{fieldReason(err)}
+	}
 	return nil
 }
 
@@ -202,4 +205,42 @@ func missingField(field string) string {
 		return `missing field "interval" (or "schedule": a session has exactly one of interval and schedule)`
 	}
 	return fmt.Sprintf("missing field %q", field)
+}
+
+// ValidateForWrite is Validate and the rules only writes apply
+// (slotWriteRules): what Store.Put checks before writing, beside the URL
+// rule.
+func (s Session) ValidateForWrite() error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	return s.slotWriteRules()
+}
+
+// gapSlots is how many slots slotWriteRules looks at for the shortest gap.
+const gapSlots = 200
+
+// slotWriteRules are the rules of a scheduled session that writes apply
+// (Store.Put, PutMany, ParseFile) and reads do not (they would cost every
+// read a walk over slots, and a session stored before them still polls):
+// a jitter no longer than the shortest time between two slots (else slots
+// start out of order, and before the session existed), and no tz on an
+// @every schedule (its slots are the same in every zone).
+func (s Session) slotWriteRules() error {
+	if s.Schedule == "" {
+		return nil
+	}
+	sch, err := s.ParseSchedule()
+	if err != nil {
+		return nil // Validate says why
+	}
+	if sch.IsEvery() && s.TZ != "" && s.TZ != "UTC" {
+		return &FieldError{Field: "tz", Reason: "has no effect on an @every schedule (its slots are the multiples of its duration since the Unix epoch, in every zone): leave it out"}
+	}
+	if j := s.Jitter.D(); j > 0 {
+		if gap := sch.ShortestGap(gapSlots); gap > 0 && j > gap {
+			return &FieldError{Field: "jitter", Reason: fmt.Sprintf("%v is longer than the %v between two slots of the schedule: slots would start out of order", j, gap)}
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -140,6 +141,42 @@ func TestScheduleFile(t *testing.T) {
 			_, err := ParseFile([]byte(tt.give), HTTPURL)
 			require.ErrorIs(t, err, ErrMalformed)
 			require.Equal(t, tt.want, err.Error())
+		})
+	}
+}
+
+// TestValidateForWrite: a jitter longer than the time between two slots
+// (slots would start out of order, and before the session existed) and a
+// tz on @every (it has no effect) are refused by writes; reads take them.
+func TestValidateForWrite(t *testing.T) {
+	base := Session{ID: "s", URL: "https://example.com/"}
+	tests := []struct {
+		name         string
+		schedule, tz string
+		jitter       time.Duration
+		want         string // "" for accepted
+	}{
+		{"jitter within the gap", "*/10 * * * * *", "", 10 * time.Second, ""},
+		{"jitter beyond the gap", "*/10 * * * * *", "", 2 * time.Minute, "jitter 2m0s is longer than the 10s between two slots"},
+		{"weekdays, 30m", "0 9 * * 1-5", "Europe/Berlin", 30 * time.Minute, ""},
+		{"hourly, 2h", "@hourly", "", 2 * time.Hour, "jitter 2h0m0s is longer than the 1h0m0s between two slots"},
+		{"every, jitter beyond", "@every 90s", "", 2 * time.Minute, "longer than the 1m30s between two slots"},
+		{"every with a zone", "@every 90m", "Europe/Berlin", 0, "tz has no effect on an @every schedule"},
+		{"every in UTC", "@every 90m", "UTC", 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := base
+			s.Schedule, s.TZ, s.Jitter = tt.schedule, tt.tz, Duration(tt.jitter)
+			require.NoError(t, s.Validate(), "reads take it")
+			err := s.ValidateForWrite()
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.want)
+			_, ferr := ParseFile([]byte(fmt.Sprintf("sessions:\n  - id: s\n    url: https://example.com/\n    schedule: %q\n    tz: %q\n    jitter: %s\n", tt.schedule, tt.tz, tt.jitter)), HTTPURL)
+			require.ErrorContains(t, ferr, tt.want, "sessions apply refuses it too")
 		})
 	}
 }

@@ -68,7 +68,7 @@ func WithURLCheck(check func(url string) error) Option {
 // validate is what Put and PutMany check before writing sess: Validate,
 // then checkURL (see writeCheck), if not nil.
 func validate(sess Session, checkURL func(string) error) error {
-	if err := sess.Validate(); err != nil {
+	if err := sess.ValidateForWrite(); err != nil {
 		return err
 	}
 	if checkURL == nil {

@@ -164,7 +164,7 @@ func sessionsAddCommand() *cli.Command {
 			if err := requestFromFlags(cmd, &s); err != nil {
 				return usageError(fmt.Errorf("invalid session: %w", err))
 			}
-			if err := s.Validate(); err != nil {
+			if err := s.ValidateForWrite(); err != nil {
 				return usageError(fmt.Errorf("invalid session: %s", sessionProblem(err)))
 			}
 			// What the store checks too; only a keyspace whose URL rule is
