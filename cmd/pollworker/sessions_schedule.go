@@ -92,9 +92,11 @@ func scheduleViewOf(s session.Session) scheduleView {
 // slots its holders recorded in its state.
 type slotsView struct {
 	// Next is the time of the next slot after now; NextStart is when it
-	// starts (later by the session's jitter offset).
+	// starts (later by the session's jitter offset). Both are zero for a
+	// paused session (Paused): it runs no slot.
 	Next      time.Time `json:"next"`
 	NextStart time.Time `json:"next_start"`
+	Paused    bool      `json:"paused,omitempty"`
 	// LastStarted and LastFinished are the last slots recorded started
 	// and finished (zero: none), Outcome how the finished one ended.
 	LastStarted  time.Time `json:"last_started,omitzero"`
@@ -128,8 +130,8 @@ func loadSlotViews(ctx context.Context, a admin, sessions []session.Session, now
 		if err != nil || sch == nil {
 			continue
 		}
-		v := &slotsView{}
-		if next := sch.Next(now); !next.IsZero() {
+		v := &slotsView{Paused: s.Paused}
+		if next := sch.Next(now); !next.IsZero() && !s.Paused {
 			v.Next, v.NextStart = next, sch.Start(next)
 		}
 		out[s.ID] = v
@@ -149,8 +151,11 @@ func loadSlotViews(ctx context.Context, a admin, sessions []session.Session, now
 
 // slotsCell is the SLOTS column of sessions list --wide.
 func slotsCell(v *slotsView, now time.Time) string {
-	if v == nil {
+	switch {
+	case v == nil:
 		return "\t-"
+	case v.Paused:
+		return "\tnone next (paused), last " + lastSlotText(v, now)
 	}
 	return "\tnext " + v.NextStart.UTC().Format(time.RFC3339) + ", last " + lastSlotText(v, now)
 }
@@ -174,7 +179,10 @@ func printSlots(row func(k, f string, a ...any), v *slotsView, now time.Time) {
 		return
 	}
 	next := "none within five years"
-	if !v.Next.IsZero() {
+	switch {
+	case v.Paused:
+		next = "none: paused"
+	case !v.Next.IsZero():
 		next = v.Next.UTC().Format(time.RFC3339)
 		if !v.NextStart.Equal(v.Next) {
 			next += ", starts " + v.NextStart.UTC().Format(time.RFC3339) + " (jitter)"

@@ -69,6 +69,16 @@ tick    https://example.com/t  cron */2 * * * * *                no      -      
 	require.Regexp(t, `(?m)^tick .* next \S+Z, last 2026-05-01T09:00:02Z ok \(`, r.stdout)
 	require.Regexp(t, `(?m)^report .* next \S+T0[78]:0[01]:\d\dZ, last none$`, r.stdout)
 
+	// A paused session runs no slot: it shows none next.
+	r = cli("pause", "tick")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = cli("get", "tick")
+	require.Regexp(t, `(?m)^next slot:\s+none: paused$`, r.stdout)
+	r = cli("list", "--wide")
+	require.Regexp(t, `(?m)^tick .* none next \(paused\), last 2026-05-01T09:00:02Z ok \(`, r.stdout)
+	r = cli("resume", "tick")
+	require.Equal(t, exitOK, r.code, r.stderr)
+
 	// explain says the schedule and the slots, not an interval.
 	r = runApp(t, "explain", "--redis-url", url, "tick")
 	require.Equal(t, exitOK, r.code, r.stderr)

@@ -104,8 +104,10 @@ type nodeStatus struct {
 	Weight float64 `json:"weight"`
 	// Labels are the worker's labels (--labels), from its heartbeat.
 	Labels map[string]string `json:"labels,omitempty"`
-	// PollsPerSecond is the poll rate of the active sessions whose lease
-	// this worker holds (the sum of 1/interval).
+	// PollsPerSecond is the planned poll rate of the active sessions whose
+	// lease this worker holds: the sum of their loads (1/interval, or a
+	// scheduled session's slots per day) per second, not the rate the
+	// worker achieves (pollworker_polls_achieved_per_second).
 	PollsPerSecond float64 `json:"polls_per_second"`
 	// Cordoned is set for a worker cordoned by pollworker drain: it takes
 	// no sessions and hands off those it holds.
@@ -291,9 +293,7 @@ func buildStatus(snap *fleet.Snapshot) clusterStatus {
 		if o.Polling() {
 			n := byID[o.ID]
 			n.Leases++
-			if d := f.Session.Interval.D(); d > 0 {
-				n.PollsPerSecond += float64(time.Second) / float64(d)
-			}
+			n.PollsPerSecond += float64(f.Session.Load()) / 86400 // a scheduled session's slots too
 			st.Leases.ByLive++
 			if snap.OwnerOf(id) != o.ID {
 				st.Leases.NotPlanned++

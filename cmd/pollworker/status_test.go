@@ -581,3 +581,22 @@ func TestStatusShowsWorkersReadingOtherSessions(t *testing.T) {
 	printStatus(&out, st)
 	require.Contains(t, out.String(), "OTHER SESSION PREFIX (take no sessions: they read other sessions; every worker under one --key-prefix needs the same --session-prefix): typo (sesion)\n")
 }
+
+// TestStatusPollRateCountsSchedules: a worker's POLLS/S counts its
+// scheduled sessions' slots as well as its interval sessions (it read
+// 0.00 for a worker polling 15 sessions on a schedule every second).
+func TestStatusPollRateCountsSchedules(t *testing.T) {
+	m := nodes.Membership{Nodes: []string{"w1"}, ExpiryMs: []int64{1}}
+	sessions := []session.Session{
+		{ID: "iv", URL: "http://x/", Interval: session.Duration(500 * time.Millisecond)},
+		{ID: "cron", URL: "http://x/", Schedule: "* * * * * *"},
+		{ID: "daily", URL: "http://x/", Schedule: "@daily"},
+	}
+	var holdings []lease.Holding
+	for _, s := range sessions {
+		holdings = append(holdings, lease.Holding{Session: s.ID, Owner: "w1#0123456789abcdef", Remaining: time.Second})
+	}
+	st := buildStatus(snapshotOf(t, m, nil, sessions, holdings))
+	require.Len(t, st.Nodes, 1)
+	require.InDelta(t, 2+1+1.0/86400, st.Nodes[0].PollsPerSecond, 1e-9)
+}
