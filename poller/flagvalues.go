@@ -75,7 +75,7 @@ type floatValue struct {
 func (v *floatValue) Set(s string) error {
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		return err
+		return fmt.Errorf("%.20q is not a number", s)
 	}
 	*v.p = f
 	return nil

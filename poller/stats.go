@@ -103,7 +103,7 @@ func logBehind(log *zap.Logger, ps PollStats, maxPolls int) {
 		fields = append(fields, zap.Int("poll_limit", ps.PollLimit), zap.Int("max_polls", maxPolls))
 	}
 	log.Warn("behind: this worker cannot keep up with its share; every session is polled less often alike, "+
-		"at about interval × due/achieved; it sheds load to its peers", fields...)
+		"at about interval × due/achieved; if it stays behind and has peers, it hands them load (--shed-when-behind)", fields...)
 }
 
 // round1 rounds x to one decimal, for logs.

@@ -288,6 +288,21 @@ log-format:         console
 	require.Equal(t, exitUsage, r.code)
 	require.Equal(t, "pollworker: invalid config: --lease-ttl (8s) must be at least 3 × --renew-interval (3s) = 9s\n", r.stderr)
 
+	// A value a flag cannot parse names the variable and the flag, not
+	// the flag's Go type.
+	for _, tt := range []struct{ env, value, want string }{
+		{"POLLWORKER_MAX_POLLS", "abc", `pollworker: invalid value "abc" in environment variable POLLWORKER_MAX_POLLS (--max-polls): "abc" is not a whole number or off` + "\n"},
+		{"POLLWORKER_WEIGHT", "abc", `pollworker: invalid value "abc" in environment variable POLLWORKER_WEIGHT (--weight): "abc" is not a number` + "\n"},
+		{"POLLWORKER_LEASE_TTL", "soon", `pollworker: invalid value "soon" in environment variable POLLWORKER_LEASE_TTL (--lease-ttl): "soon" is not a duration` + "\n"},
+	} {
+		t.Run(tt.env, func(t *testing.T) {
+			t.Setenv(tt.env, tt.value)
+			r := runApp(t, "run", "--dry-run")
+			require.Equal(t, exitUsage, r.code)
+			require.Equal(t, tt.want, r.stderr)
+		})
+	}
+
 	// So do the shared flags of the other commands.
 	t.Setenv("POLLWORKER_KEY_PREFIX", "sp")
 	r = runApp(t, "sessions", "list")

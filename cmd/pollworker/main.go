@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -71,6 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, setRedisL
 		return exitOK
 	}
 	msg := strings.ReplaceAll(err.Error(), "\n", "; ") // errors.Join's lines
+	msg = envValueProblem.ReplaceAllString(msg, `invalid value $1 in environment variable $2 (--$3): $4`)
 	fmt.Fprintf(stderr, "pollworker: %s\n", msg)
 	var ee *exitError
 	if errors.As(err, &ee) {
@@ -80,6 +82,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, setRedisL
 	// their environment variables.
 	return exitUsage
 }
+
+// envValueProblem matches urfave/cli's error for an environment variable
+// whose value a flag refuses, which names the flag's Go type
+// (`could not parse "0" as *poller.numberValue[int] value from …`).
+var envValueProblem = regexp.MustCompile(`could not parse ("[^"]*") as \S+ value from environment variable "([A-Z0-9_]+)" for flag ([a-z0-9-]+): (.*)`)
 
 // exitError carries the exit code of an error.
 type exitError struct {
