@@ -248,6 +248,15 @@ func TestEnvVars(t *testing.T) {
 		"POLLWORKER_ERROR_BACKOFF":      "1m",
 		"POLLWORKER_SHED_WHEN_BEHIND":   "false",
 		"POLLWORKER_WAIT_REPLICAS":      "1",
+		"POLLWORKER_RECORD":             "changes",
+		"POLLWORKER_RECORD_MAXLEN":      "500",
+		"POLLWORKER_RECORD_FLUSH":       "50ms",
+		"POLLWORKER_RECORD_QUEUE":       "20",
+		"POLLWORKER_RECORD_BODY":        "16",
+		"POLLWORKER_MAX_PER_HOST":       "0",
+		"POLLWORKER_POLL_TIMEOUT":       "3s",
+		"POLLWORKER_IDLE_CONN_TIMEOUT":  "0s",
+		"POLLWORKER_MAX_RETRY_AFTER":    "0s",
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -274,6 +283,16 @@ http-addr:          127.0.0.1:9999
 pprof:              false
 log-level:          warn
 log-format:         console
+record:             changes
+record-maxlen:      500
+record-flush:       50ms
+record-queue:       20
+record-body:        16
+max-per-host:       0 (no bound)
+poll-timeout:       3s
+idle-conn-timeout:  0 (no limit)
+max-retry-after:    0 (Retry-After ignored)
+profiles:           (none)
 `, r.stdout)
 
 	// A flag beats its variable.

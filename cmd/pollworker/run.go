@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -95,7 +97,7 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 				return configError(err)
 			}
 			if cmd.Bool("dry-run") {
-				printConfig(cmd.Root().Writer, cfg)
+				printConfig(cmd.Root().Writer, cfg, rc)
 				return nil
 			}
 			return runWorker(ctx, cfg, rc, cmd.Root().ErrWriter, setRedisLogger)
@@ -104,10 +106,10 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 }
 
 // printConfig writes the effective configuration, password redacted:
-// the connection, the poller's settings (poller.Config.Settings) and the
-// process's own.
-func printConfig(w io.Writer, cfg workerConfig) {
-	for _, kv := range cfg.settings() {
+// the connection, the poller's settings (poller.Config.Settings), the
+// process's own, and the HTTP poller's and the recording's (rc).
+func printConfig(w io.Writer, cfg workerConfig, rc recording) {
+	for _, kv := range append(cfg.settings(), rc.settings()...) {
 		fmt.Fprintf(w, "%-19s %s\n", kv.Name+":", kv.Value)
 	}
 }
@@ -263,7 +265,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	}
 
 	start := []zap.Field{zap.String("version", built.Version)}
-	for _, kv := range cfg.settings() {
+	for _, kv := range append(cfg.settings(), rc.settings()...) {
 		start = append(start, zap.String(strings.ReplaceAll(kv.Name, "-", "_"), kv.Value))
 	}
 	log.Info("worker starting", append(start, zap.Int("gogc", gcPercent))...)
@@ -594,6 +596,33 @@ type recording struct {
 	Queue  int
 	Body   int
 	HTTP   httpOptions
+}
+
+// settings lists the recording's and the HTTP poller's effective
+// settings, as workerConfig.settings does the rest.
+func (rc recording) settings() []poller.Setting {
+	orNone := func(v, zero string, isZero bool) string {
+		if isZero {
+			return zero
+		}
+		return v
+	}
+	profiles := "(none)"
+	if rc.HTTP.ProfilesFile != "" {
+		profiles = rc.HTTP.ProfilesFile + " (" + strings.Join(slices.Sorted(maps.Keys(rc.HTTP.Profiles)), ", ") + ")"
+	}
+	return []poller.Setting{
+		{Name: "record", Value: rc.Mode.String()},
+		{Name: "record-maxlen", Value: strconv.FormatInt(rc.MaxLen, 10)},
+		{Name: "record-flush", Value: rc.Flush.String()},
+		{Name: "record-queue", Value: strconv.Itoa(rc.Queue)},
+		{Name: "record-body", Value: strconv.Itoa(rc.Body)},
+		{Name: "max-per-host", Value: orNone(strconv.Itoa(rc.HTTP.MaxPerHost), "0 (no bound)", rc.HTTP.MaxPerHost <= 0)},
+		{Name: "poll-timeout", Value: rc.HTTP.PollTimeout.String()},
+		{Name: "idle-conn-timeout", Value: orNone(rc.HTTP.IdleConnTimeout.String(), "0 (no limit)", rc.HTTP.IdleConnTimeout <= 0)},
+		{Name: "max-retry-after", Value: orNone(rc.HTTP.MaxRetryAfter.String(), "0 (Retry-After ignored)", rc.HTTP.MaxRetryAfter <= 0)},
+		{Name: "profiles", Value: profiles},
+	}
 }
 
 // Bounds of the HTTP poller's flags.
