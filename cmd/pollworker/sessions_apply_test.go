@@ -143,7 +143,7 @@ func TestSessionsApplyExport(t *testing.T) {
     interval: 30s
     labels: {team: core}
   - id: web-1
-    url: https://bob:hunter2@example.com/one
+    url: https://example.com/one
     interval: 1m
   - id: web-3
     url: https://example.com/three
@@ -155,10 +155,10 @@ func TestSessionsApplyExport(t *testing.T) {
 	require.Equal(t, "created 3, updated 0, unchanged 0, pruned 0\n", r.stdout)
 	r = cli("list")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Equal(t, `ID     URL                                INTERVAL  PAUSED  LABELS     SELECTOR
-web-1  https://bob:xxxxx@example.com/one  1m0s      no      -          -
-web-2  https://example.com/two            30s       no      team=core  -
-web-3  https://example.com/three          5s        yes     -          -
+	require.Equal(t, `ID     URL                        INTERVAL  PAUSED  LABELS     SELECTOR
+web-1  https://example.com/one    1m0s      no      -          -
+web-2  https://example.com/two    30s       no      team=core  -
+web-3  https://example.com/three  5s        yes     -          -
 3 sessions: 2 active, 1 paused; 0 malformed
 `, r.stdout)
 	applied := redisState(t, client)
@@ -175,7 +175,7 @@ web-3  https://example.com/three          5s        yes     -          -
 		require.Equal(t, exitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, `sessions:
   - id: web-1
-    url: https://bob:hunter2@example.com/one
+    url: https://example.com/one
     interval: 1m0s
   - id: web-2
     url: https://example.com/two
@@ -202,7 +202,7 @@ web-3  https://example.com/three          5s        yes     -          -
 	})
 
 	v2 := file("v2.json", `{"sessions": [
-	{"id": "web-1", "url": "https://bob:hunter2@example.com/one", "interval": "2m"},
+	{"id": "web-1", "url": "https://example.com/one", "interval": "2m"},
 	{"id": "web-4", "url": "https://example.com/four", "interval": "1s", "labels": {"team": "edge"}}
 ]}`)
 	t.Run("dry run prints the diff and writes nothing", func(t *testing.T) {
@@ -289,7 +289,7 @@ pollworker: sessions apply: `+bad+`: 4 problems; nothing written
 		require.Equal(t, "created 1, updated 1, unchanged 0, pruned 2; 1 session kept paused (its entry does not say \"paused\"; \"paused: false\" resumes it); "+
 			"1 malformed entry not in the file kept (never pruned; see sessions list)\n", r.stdout)
 		r = cli("list")
-		require.Contains(t, r.stdout, "web-1  https://bob:xxxxx@example.com/one  2m0s      yes")
+		require.Contains(t, r.stdout, "web-1  https://example.com/one   2m0s      yes")
 		require.Contains(t, r.stdout, "2 sessions: 1 active, 1 paused; 1 malformed")
 
 		out, exportErr := pipe()

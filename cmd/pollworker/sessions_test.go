@@ -36,11 +36,19 @@ func TestSessionsRoundTrip(t *testing.T) {
 	r = cli("add", "--id", "s1", "--url", "https://example.com/a", "--interval", "5s", "--label", "env=prod", "--label", "team=a,b")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Equal(t, "added session s1\n", r.stdout)
+	// A URL holding credentials is refused (they belong in a profile) ...
 	r = cli("add", "--id", "s2", "--url", "http://bob:hunter2@example.com/b", "--interval", "250ms", "--paused")
-	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "url holds credentials")
+	require.NotContains(t, r.stderr, "hunter2")
+	// ... but one stored before that rule, or under the url-rule any, is
+	// listed with its password hidden.
+	store := newTestStore(t, mr)
+	anyURL, err := session.NewStore(newTestClient(t, mr), keyspace.Space{}, session.WithURLCheck(nil))
+	require.NoError(t, err)
+	require.NoError(t, anyURL.Put(ctxT(t), session.Session{ID: "s2", URL: "http://bob:hunter2@example.com/b", Interval: session.Duration(250 * time.Millisecond), Paused: true}))
 
 	// What the CLI wrote is what the store reads.
-	store := newTestStore(t, mr)
 	got, err := store.Get(ctxT(t), "s1")
 	require.NoError(t, err)
 	require.Equal(t, session.Session{ID: "s1", URL: "https://example.com/a", Interval: session.Duration(5 * time.Second),
