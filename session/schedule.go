@@ -187,7 +187,12 @@ func checkTiming(s Session, seen, failed map[string]bool) []string {
 		}
 		return nil
 	}
-	if seen["interval"] || failed["interval"] {
+	switch {
+	case strings.TrimSpace(s.Schedule) == "":
+		return []string{"schedule is empty: leave it out for an interval session"}
+	case seen["interval"] && s.Interval == 0 && !failed["interval"]:
+		return []string{"interval is 0: leave it out for a scheduled session"}
+	case seen["interval"] || failed["interval"]:
 		return []string{"schedule and interval are both set: a session has exactly one of interval and schedule"}
 	}
 	if err := s.validateTiming(); err != nil {

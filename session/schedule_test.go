@@ -125,6 +125,10 @@ func TestScheduleFile(t *testing.T) {
 	tests := []struct{ name, give, want string }{
 		{"both", "sessions:\n  - {id: a, url: 'http://x/', interval: 1s, schedule: '@hourly'}\n",
 			"entry 1 (line 2, id a): schedule and interval are both set: a session has exactly one of interval and schedule"},
+		{"empty schedule beside an interval", "sessions:\n  - {id: a, url: 'http://x/', interval: 1s, schedule: ''}\n",
+			"entry 1 (line 2, id a): schedule is empty: leave it out for an interval session"},
+		{"zero interval beside a schedule", "sessions:\n  - {id: a, url: 'http://x/', interval: 0s, schedule: '@hourly'}\n",
+			"entry 1 (line 2, id a): interval is 0: leave it out for a scheduled session"},
 		{"neither", "sessions:\n  - {id: a, url: 'http://x/'}\n",
 			`entry 1 (line 2, id a): missing field "interval" (or "schedule": a session has exactly one of interval and schedule)`},
 		{"bad expression", "sessions:\n  - {id: a, url: 'http://x/', schedule: '* *'}\n",
