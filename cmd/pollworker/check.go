@@ -33,6 +33,7 @@ const (
 	checkNoLease        = fleet.CheckNoLease
 	checkNotPlanned     = fleet.CheckNotPlanned
 	checkEviction       = "eviction-policy"
+	checkRedisMemory    = "redis-memory"
 	checkIndexSizes     = "index-sizes"
 	checkUnplaceable    = fleet.CheckUnplaceable
 	checkBadKey         = fleet.CheckBadKey
@@ -40,7 +41,7 @@ const (
 
 // allChecks lists them in the order they are reported.
 var allChecks = []string{checkHolderNotLive, checkPrevious, checkDuplicateID, checkUnknownSession,
-	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkIndexSizes, checkBadKey, checkCorruptState, checkJunkMember}
+	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkRedisMemory, checkIndexSizes, checkBadKey, checkCorruptState, checkJunkMember}
 
 // Flags of check.
 const (
@@ -90,6 +91,8 @@ func checkCommand() *cli.Command {
 			"  not-planned-owner                   more than --max-not-planned leases held, at both reads, by a live\n" +
 			"                                      worker that the plan does not place them on\n" +
 			"  eviction-policy                     maxmemory-policy is not noeviction: leases can be evicted\n" +
+			"  redis-memory                        Redis is at its maxmemory under noeviction: it refuses writes, so\n" +
+			"                                      the workers take no session and session writes fail (INFO memory)\n" +
 			"  unplaceable                         active sessions whose selector no live worker's labels match\n" +
 			"                                      (polled by nobody; not also reported as session-without-lease)\n" +
 			"  index-sizes                         the index's bucket sizes hash disagrees with SCARD of a bucket\n" +
@@ -242,6 +245,17 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 		}
 	}
 
+	full, err := fullMasters(ctx, a.client)
+	switch {
+	case err != nil:
+		r.Notes = append(r.Notes, checkRedisMemory+": skipped: cannot read INFO memory ("+firstLine(err.Error())+")")
+	default:
+		r.Checks = append(r.Checks, checkRedisMemory)
+		for _, p := range full {
+			r.Problems = append(r.Problems, checkProblem{Check: checkRedisMemory, Detail: p, Count: 1})
+		}
+	}
+
 	sizeProblems, err := checkIndex(ctx, a.client, a.keys)
 	if err != nil {
 		return checkReport{}, err
@@ -281,17 +295,64 @@ func evictionPolicies(ctx context.Context, client redis.UniversalClient) ([]stri
 		}
 		return nil
 	}
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		var mu sync.Mutex // ForEachMaster calls concurrently
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return one(ctx, c, c.Options().Addr+": ")
-		})
-		slices.Sort(out)
-		return out, err
+	err := eachMaster(ctx, client, one)
+	slices.Sort(out)
+	return out, err
+}
+
+// eachMaster calls one for every master of client, one at a time, with
+// where naming the master under Cluster ("host:port: "), "" otherwise.
+func eachMaster(ctx context.Context, client redis.UniversalClient, one func(ctx context.Context, c redis.Cmdable, where string) error) error {
+	cc, ok := client.(*redis.ClusterClient)
+	if !ok {
+		return one(ctx, client, "")
 	}
-	return out, one(ctx, client, "")
+	var mu sync.Mutex // ForEachMaster calls concurrently
+	return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return one(ctx, c, c.Options().Addr+": ")
+	})
+}
+
+// fullMasters reads INFO memory on every master and describes those at
+// their maxmemory under noeviction: they refuse writes ("OOM command not
+// allowed"), so no worker takes a session and session writes fail.
+func fullMasters(ctx context.Context, client redis.UniversalClient) ([]string, error) {
+	var out []string
+	one := func(ctx context.Context, c redis.Cmdable, where string) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		if p := memoryProblem(info); p != "" {
+			out = append(out, where+p)
+		}
+		return nil
+	}
+	err := eachMaster(ctx, client, one)
+	slices.Sort(out)
+	return out, err
+}
+
+// memoryProblem says, from an INFO memory reply, whether Redis is at its
+// maxmemory under noeviction ("" when not, or when it has no maxmemory).
+func memoryProblem(info string) string {
+	field := func(name string) string {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	used, err1 := strconv.ParseInt(field("used_memory"), 10, 64)
+	limit, err2 := strconv.ParseInt(field("maxmemory"), 10, 64)
+	if err1 != nil || err2 != nil || limit <= 0 || used < limit || field("maxmemory_policy") != "noeviction" {
+		return ""
+	}
+	return fmt.Sprintf("Redis uses %d of its maxmemory %d bytes (noeviction): it refuses writes, so the workers take no session "+
+		"and session writes fail; raise maxmemory or free memory", used, limit)
 }
 
 // checkIndex compares the index's bucket sizes hash with SCARD of every

@@ -74,7 +74,7 @@ func TestCheckHealthyFleet(t *testing.T) {
 	res := runApp(t, "check", "--redis-url", f.url, "--grace", "0")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	require.Contains(t, res.stdout, "note: duplicate-id: skipped with --grace 0")
-	require.Contains(t, res.stdout, "ok: 11 checks")
+	require.Contains(t, res.stdout, "ok: 12 checks")
 	require.Empty(t, res.stderr)
 }
 
@@ -112,6 +112,10 @@ func TestCheckBrokenInvariants(t *testing.T) {
 		}},
 		{name: "eviction policy", want: checkEviction, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.ConfigSet(ctxT(t), "maxmemory-policy", "volatile-lru").Err())
+		}},
+		{name: "redis at its maxmemory", want: checkRedisMemory, breakIt: func(t *testing.T, f *explainFixture) {
+			require.NoError(t, f.client.ConfigSet(ctxT(t), "maxmemory", "1").Err())
+			t.Cleanup(func() { _ = f.client.ConfigSet(context.Background(), "maxmemory", "0").Err() })
 		}},
 		{name: "lease key of the wrong type", want: checkBadKey, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.Del(ctxT(t), keyspace.Space{}.Lease("s3")).Err())
@@ -232,4 +236,30 @@ func TestCheckAnnouncesGrace(t *testing.T) {
 	cancel()
 	<-done
 	require.Empty(t, stdout.String())
+}
+
+func TestMemoryProblem(t *testing.T) {
+	info := func(used, limit int, policy string) string {
+		return fmt.Sprintf("# Memory\r\nused_memory:%d\r\nused_memory_human:1M\r\nmaxmemory:%d\r\nmaxmemory_policy:%s\r\n", used, limit, policy)
+	}
+	for _, tt := range []struct {
+		name string
+		info string
+		want string
+	}{
+		{"no maxmemory", info(5000, 0, "noeviction"), ""},
+		{"below", info(5000, 6000, "noeviction"), ""},
+		{"at it", info(6000, 6000, "noeviction"), "Redis uses 6000 of its maxmemory 6000 bytes (noeviction): it refuses writes"},
+		{"above, evicting", info(7000, 6000, "allkeys-lru"), ""},
+		{"unreadable", "# Memory\r\n", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := memoryProblem(tt.info)
+			if tt.want == "" {
+				require.Empty(t, got)
+				return
+			}
+			require.Contains(t, got, tt.want)
+		})
+	}
 }
