@@ -111,11 +111,29 @@ func (s *Schedule) parseFields(id, text string) (*Schedule, error) {
 		}
 		fields[i] = r
 	}
+	fields[len(fields)-1] = sundaySeven(fields[len(fields)-1])
 	parsed, err := parser.Parse(strings.Join(fields, " "))
 	if err != nil {
 		return nil, s.invalid(err)
 	}
 	return s.withSpec(parsed.(*cron.SpecSchedule))
+}
+
+// sundaySeven rewrites the Sundays written 7 in a day-of-week field, as
+// Vixie cron and crontab(5) take them, into the 0 robfig/cron takes: an
+// item "7" becomes "0", and a range "N-7" becomes "N-6,0". Other items
+// with a 7 (a step over it) are left for the parser to refuse.
+func sundaySeven(field string) string {
+	items := strings.Split(field, ",")
+	for i, it := range items {
+		switch lo, ok := strings.CutSuffix(it, "-7"); {
+		case it == "7":
+			items[i] = "0"
+		case ok && len(lo) == 1 && lo[0] >= '0' && lo[0] <= '6':
+			items[i] = lo + "-6,0"
+		}
+	}
+	return strings.Join(items, ",")
 }
 
 // Validate reports whether expr, tz and jitter would parse, for any id.

@@ -286,3 +286,27 @@ func TestPerDay(t *testing.T) {
 		})
 	}
 }
+
+// TestSundaySeven: a day of week 7 is Sunday, as in Vixie cron and
+// crontab(5) (robfig/cron alone refuses it).
+func TestSundaySeven(t *testing.T) {
+	from := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC) // a Friday
+	for _, tt := range []struct{ give, same string }{
+		{"0 0 * * 7", "0 0 * * 0"},
+		{"0 0 * * 5-7", "0 0 * * 5,6,0"},
+		{"0 0 * * 1,7", "0 0 * * 1,0"},
+		{"0 0 0 * * 7", "0 0 0 * * 0"},
+	} {
+		t.Run(tt.give, func(t *testing.T) {
+			got, err := Parse("s", tt.give, "", 0)
+			require.NoError(t, err)
+			want, err := Parse("s", tt.same, "", 0)
+			require.NoError(t, err)
+			require.Equal(t, want.Slots(from, from.AddDate(0, 0, 30), 20), got.Slots(from, from.AddDate(0, 0, 30), 20))
+		})
+	}
+	_, err := Parse("s", "0 0 * * */7", "", 0)
+	require.NoError(t, err, "a step of 7 is no Sunday")
+	_, err = Parse("s", "0 0 * * 8", "", 0)
+	require.ErrorIs(t, err, ErrInvalid)
+}
