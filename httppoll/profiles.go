@@ -159,6 +159,26 @@ func validateProfile(name string, p Profile) error {
 	if err := session.ValidProfileName(name); err != nil {
 		return fmt.Errorf("profile name %w", err)
 	}
+	if err := validateProfileHeaders(name, p); err != nil {
+		return err
+	}
+	if p.BasicAuth != nil && (p.BasicAuth.Username == "" || p.BasicAuth.PasswordFile == "") {
+		return fmt.Errorf("profile %s: basic_auth needs username and password_file", name)
+	}
+	if p.BasicAuth != nil && p.BearerTokenFile != "" {
+		return fmt.Errorf("profile %s: give bearer_token_file or basic_auth, not both", name)
+	}
+	if t := p.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
+		return fmt.Errorf("profile %s: tls cert_file and key_file go together", name)
+	}
+	return nil
+}
+
+// validateProfileHeaders checks the names and plain values of profile
+// name's headers: valid names, not the transport's or the fencing ones,
+// no control characters, and no Authorization beside
+// bearer_token_file/basic_auth.
+func validateProfileHeaders(name string, p Profile) error {
 	for _, h := range slices.Sorted(maps.Keys(p.Headers)) { // sorted: the same first error every time
 		credential := strings.EqualFold(h, "Authorization") || strings.EqualFold(h, "Proxy-Authorization")
 		switch r := session.ReservedHeader(h); {
@@ -171,15 +191,6 @@ func validateProfile(name string, p Profile) error {
 		case strings.EqualFold(h, "Authorization") && (p.BearerTokenFile != "" || p.BasicAuth != nil):
 			return fmt.Errorf("profile %s: give header Authorization or bearer_token_file/basic_auth, not both", name)
 		}
-	}
-	if p.BasicAuth != nil && (p.BasicAuth.Username == "" || p.BasicAuth.PasswordFile == "") {
-		return fmt.Errorf("profile %s: basic_auth needs username and password_file", name)
-	}
-	if p.BasicAuth != nil && p.BearerTokenFile != "" {
-		return fmt.Errorf("profile %s: give bearer_token_file or basic_auth, not both", name)
-	}
-	if t := p.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
-		return fmt.Errorf("profile %s: tls cert_file and key_file go together", name)
 	}
 	return nil
 }

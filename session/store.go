@@ -187,24 +187,31 @@ func (s *Store) PutMany(ctx context.Context, sessions []Session) error {
 		for i := lo; i < hi; i++ {
 			// A failed pipeline may have written some of its sessions:
 			// mark their buckets changed all the same.
-			id := sessions[i].ID
-			old, present, err := s.replaced(ctx, set[i-lo], id, values[i])
-			written := err == nil
-			if written && cutsSlots(old, present, sessions[i]) {
-				cut = append(cut, id)
-			}
-			if err == nil {
-				err = sadd[i-lo].Err()
-			}
+			err := s.putReply(ctx, cs, &cut, sessions[i], values[i], set[i-lo], sadd[i-lo])
 			if err != nil && werr == nil {
 				werr = err
 			}
-			// Not written: neither value weighs (no change).
-			cs.replaced(id, old, present, values[i], written, sadd[i-lo].Val())
 		}
 	}
 	s.cutSlots(ctx, cut)
 	return s.recordBulk(ctx, "put many", werr, cs)
+}
+
+// putReply reads the replies of the SET … GET and SADD that wrote sess
+// (encoded as value): its change goes into cs (a value not written weighs
+// nothing: no change), and its id into cut when the write cuts its
+// recorded slots (cutsSlots).
+func (s *Store) putReply(ctx context.Context, cs changeSet, cut *[]string, sess Session, value []byte, set *redis.StatusCmd, sadd *redis.IntCmd) error {
+	old, present, err := s.replaced(ctx, set, sess.ID, value)
+	written := err == nil
+	if written && cutsSlots(old, present, sess) {
+		*cut = append(*cut, sess.ID)
+	}
+	if err == nil {
+		err = sadd.Err()
+	}
+	cs.replaced(sess.ID, old, present, value, written, sadd.Val())
+	return err
 }
 
 // dropHandoff queues the deletion of a session's handoff mark, and the cut
