@@ -37,11 +37,12 @@ const (
 	checkIndexSizes     = "index-sizes"
 	checkUnplaceable    = fleet.CheckUnplaceable
 	checkBadKey         = fleet.CheckBadKey
+	checkMalformed      = "malformed-session"
 )
 
 // allChecks lists them in the order they are reported.
 var allChecks = []string{checkHolderNotLive, checkPrevious, checkDuplicateID, checkUnknownSession,
-	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkRedisMemory, checkIndexSizes, checkBadKey, checkCorruptState, checkJunkMember}
+	checkNoLease, checkNotPlanned, checkUnplaceable, checkEviction, checkRedisMemory, checkIndexSizes, checkBadKey, checkMalformed, checkCorruptState, checkJunkMember}
 
 // Flags of check.
 const (
@@ -99,6 +100,8 @@ func checkCommand() *cli.Command {
 			"  bad-key                             an active session's lease key, fencing counter or handoff mark is\n" +
 			"                                      of the wrong type (or a counter not a decimal below 2^53-1): nobody\n" +
 			"                                      acquires it until it is repaired by hand (not also session-without-lease)\n" +
+			"  malformed-session                   a session's definition in the store cannot be decoded or breaks a rule:\n" +
+			"                                      no worker that reads it polls it (sessions list shows why)\n" +
 			"  corrupt-state                       a session's saved state is unreadable (not a hash, a field not a decimal):\n" +
 			"                                      polled as never saved; its next save overwrites it\n" +
 			"  junk-member                         an entry of the node index is not a live worker (an invalid id, or no\n" +
@@ -266,7 +269,15 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 	if err != nil {
 		return checkReport{}, err
 	}
-	r.Checks = append(r.Checks, checkCorruptState, checkJunkMember)
+	r.Checks = append(r.Checks, checkMalformed, checkCorruptState, checkJunkMember)
+	for i, m := range last.Malformed {
+		if i == maxProblemLines {
+			r.Problems = append(r.Problems, checkProblem{Check: checkMalformed, Detail: fmt.Sprintf("and %d more malformed sessions", len(last.Malformed)-i), Count: len(last.Malformed) - i})
+			break
+		}
+		r.Problems = append(r.Problems, checkProblem{Check: checkMalformed, Count: 1,
+			Detail: fmt.Sprintf("session %s: %s: no worker that reads it polls it; write it again (sessions add --replace) or remove it", m.ID, firstLine(m.Err.Error()))})
+	}
 	r.Problems = append(r.Problems, stateProblems...)
 	r.Problems = append(r.Problems, junkMembers(first.Members, last.Members)...)
 

@@ -74,7 +74,7 @@ func TestCheckHealthyFleet(t *testing.T) {
 	res := runApp(t, "check", "--redis-url", f.url, "--grace", "0")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	require.Contains(t, res.stdout, "note: duplicate-id: skipped with --grace 0")
-	require.Contains(t, res.stdout, "ok: 12 checks")
+	require.Contains(t, res.stdout, "ok: 13 checks")
 	require.Empty(t, res.stderr)
 }
 
@@ -129,6 +129,9 @@ func TestCheckBrokenInvariants(t *testing.T) {
 		}},
 		{name: "state with a garbage token", want: checkCorruptState, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.HSet(ctxT(t), keyspace.Space{}.State("s2"), "data", "{}", "token", "garbage").Err())
+		}},
+		{name: "malformed session", want: checkMalformed, breakIt: func(t *testing.T, f *explainFixture) {
+			require.NoError(t, f.client.Set(ctxT(t), keyspace.Space{}.Session("s6"), `{"url":"","interval":"1s"}`, 0).Err())
 		}},
 		{name: "junk member", want: checkJunkMember, breakIt: func(t *testing.T, f *explainFixture) {
 			require.NoError(t, f.client.ZAdd(ctxT(t), keyspace.Space{}.NodeIndex(), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "bad id"}).Err())
