@@ -20,7 +20,8 @@
 //
 // Run blocks until its context is done, then drains (stops the polls,
 // releases the leases, leaves the membership) and returns only after every
-// goroutine it started has exited.
+// goroutine it started has exited, but for a poll stuck in a Poll that
+// ignores its cancelled ctx past DrainTimeout (Coordinator.Run).
 //
 // # Guarantees
 //

@@ -33,7 +33,35 @@ type health struct {
 
 	readsMu sync.Mutex
 	reads   map[string]string // by what: the error of the failing read last logged at warn level
+
+	// stopped is set when Run returns (markStopped): the worker is not
+	// ready, and calls to the Observer from polls still running (a Poll
+	// that ignored its cancellation past DrainTimeout) are dropped.
+	stoppedMu sync.RWMutex // held (read) by whileRunning's callbacks
+	stopped   atomic.Bool  // written under stoppedMu, read without it
 }
+
+// markStopped marks Run returned, after the callbacks under way
+// (whileRunning) have ended.
+func (h *health) markStopped() {
+	h.stoppedMu.Lock()
+	h.stopped.Store(true)
+	h.stoppedMu.Unlock()
+}
+
+// whileRunning calls f unless Run has returned; Run does not return while
+// f runs.
+func (h *health) whileRunning(f func()) {
+	h.stoppedMu.RLock()
+	defer h.stoppedMu.RUnlock()
+	if !h.stopped.Load() {
+		f()
+	}
+}
+
+// isStopped reports whether Run has returned. It takes no lock, so that
+// a callback under whileRunning may call Ready.
+func (h *health) isStopped() bool { return h.stopped.Load() }
 
 // newHealth returns the health of a worker whose heartbeats count for
 // fresh on clk, reporting Redis failures to obs and log.
@@ -49,12 +77,14 @@ func (h *health) isLive() bool { return h.notLive() == "" }
 // notLive says why the worker is not live (isLive), "" when it is.
 func (h *health) notLive() string {
 	switch at := h.heartbeatAt.Load(); {
+	case h.isStopped():
+		return "stopped: Run returned"
+	case at == 0:
+		return "no heartbeat written yet"
 	case !h.redisOK.Load():
 		return "its last request to Redis failed"
 	case h.redisFull.Load():
 		return "Redis is over maxmemory: it takes no session until Redis has room (it keeps polling those it holds)"
-	case at == 0:
-		return "no heartbeat written yet"
 	case h.clock.Since(time.Unix(0, at)) >= h.fresh:
 		return "its last heartbeat is " + h.clock.Since(time.Unix(0, at)).Round(time.Millisecond).String() + " old"
 	}

@@ -18,14 +18,16 @@ import "time"
 type Observer interface {
 	// LeaseEvent reports one change of one of this worker's leases, in
 	// the goroutine that changed it: the main loop (acquired, released at
-	// a handoff or a pause), Run's drain (released), the renewal loop
-	// (uncertain, lost, recovered) or the timer of a lease's deadline
-	// (lost).
+	// a handoff or a pause), Run's drain (released; lost with reason
+	// "abandoned" for a lease whose poll outlived DrainTimeout), the
+	// renewal loop (uncertain, lost, recovered) or the timer of a lease's
+	// deadline (lost).
 	LeaseEvent(e Event)
 	// RenewCycle reports one renewal cycle, from the renewal loop.
 	RenewCycle(r RenewReport)
 	// PollDone reports one poll once Poll returned (or panicked), from the
-	// goroutine that ran it (a poll runner).
+	// goroutine that ran it (a poll runner); not for a poll that returns
+	// after Run did (one abandoned at the drain).
 	PollDone(p PollReport)
 	// Round reports the view after a round, from the main loop.
 	Round(r RoundReport)

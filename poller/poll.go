@@ -13,8 +13,12 @@ import (
 // schedule's slots), only while this worker holds the session's lease,
 // with the Turn of that poll; ctx is cancelled the moment the lease
 // becomes uncertain or lost, or the poll is aborted (the session paused,
-// removed or handed off while the worker stops). A panic in Poll is
-// recovered and counted; it does not stop other sessions. Polls of
+// removed or handed off while the worker stops). Poll must return
+// promptly once ctx is done: a poll that outlives its lease may overlap
+// with the next holder's (the fencing token is the target's guard), and
+// at Run's drain it is abandoned after DrainTimeout. A panic in Poll is
+// recovered, counted and backed off like an error; it does not stop
+// other sessions. Polls of
 // different sessions run concurrently on the scheduler's goroutines; two
 // polls of one session never overlap in one Coordinator.
 type Poller interface {

@@ -97,8 +97,11 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 // Run works until ctx is done, then drains: stops every poll (waiting up to
 // DrainTimeout for those in flight), releases every lease whose poll has
 // returned, announces it to peers and deletes its heartbeat. It returns
-// after every goroutine it started has exited; the error is nil after a
-// clean drain. It also stops, and returns an error matching
+// after every goroutine it started has exited, but for a poll still in a
+// Poll that ignored its cancelled ctx past DrainTimeout: that poll is
+// abandoned with its lease (left to expire; the error says how many), and
+// the Observer hears nothing more of it. The error is nil after a clean
+// drain. Once Run has returned, Ready is false. It also stops, and returns an error matching
 // nodes.ErrDuplicateID, when another live process claims this worker's id.
 func (c *Coordinator) Run(ctx context.Context) error {
 	if !c.run.started.CompareAndSwap(false, true) {
@@ -130,6 +133,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	if cause := context.Cause(ctx); errors.Is(cause, nodes.ErrDuplicateID) {
 		err = errors.Join(cause, err)
 	}
+	c.health.markStopped()
 	return err
 }
 

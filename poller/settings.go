@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -305,12 +306,26 @@ func (c *Config) validateTimes() error {
 	return nil
 }
 
+// isNil reports whether v is nil or holds a nil pointer (a typed nil
+// Client would pass v == nil and crash a background goroutine later).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
 // withDefaults fills zero fields and validates; errors name the rule.
 func (c Config) withDefaults() (Config, error) {
-	if c.Client == nil {
+	if isNil(c.Client) {
 		return c, fmt.Errorf("%w: Client is required", ErrConfig)
 	}
-	if c.Poller == nil {
+	if f, ok := c.Poller.(PollFunc); isNil(c.Poller) || ok && f == nil {
 		return c, fmt.Errorf("%w: Poller is required", ErrConfig)
 	}
 	if err := c.Validate(); err != nil {

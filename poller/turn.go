@@ -203,7 +203,9 @@ func (t *turns) pollOnce(ctx context.Context, tn *Turn) (out outcome, retry time
 				zap.ByteString("stack", debug.Stack()))
 			out = pollFailed
 		}
-		t.obs.PollDone(PollReport{Session: s.ID, Token: tn.Token(), Duration: t.clock.Since(started), Outcome: outcome})
+		t.health.whileRunning(func() {
+			t.obs.PollDone(PollReport{Session: s.ID, Token: tn.Token(), Duration: t.clock.Since(started), Outcome: outcome})
+		})
 	}()
 	err = t.poller.Poll(ctx, tn)
 	switch {
