@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -98,6 +99,20 @@ func TestCLIOnRedisCluster(t *testing.T) {
 	}
 	require.NotEqual(t, -1, node)
 	code, errOut, _ := runUntilExit(t, "--redis-url", "redis://"+cluster.Addrs()[node]+"/0", "--id", "plain")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, lastLine(errOut), "names a node of a Redis Cluster: add --redis-cluster")
+
+	// So is the node that owns the node index's slot, where no MOVED
+	// comes (INFO cluster says it): it used to join the fleet, be planned
+	// sessions and poll only those of its own slots.
+	owner := cluster.SlotOwner(t, keyspace.Slot("poll:nodes"))
+	id := ""
+	for i := 0; id == ""; i++ { // a worker whose heartbeat key is there too
+		if c := fmt.Sprintf("plain%d", i); cluster.SlotOwner(t, keyspace.Slot("poll:node:"+c)) == owner {
+			id = c
+		}
+	}
+	code, errOut, _ = runUntilExit(t, "--redis-url", "redis://"+cluster.Addrs()[owner]+"/0", "--id", id)
 	require.Equal(t, exitUsage, code, errOut)
 	require.Contains(t, lastLine(errOut), "names a node of a Redis Cluster: add --redis-cluster")
 }

@@ -450,7 +450,8 @@ func checkRedis(ctx context.Context, client redis.UniversalClient, cfg connConfi
 
 // checkWritable refuses (exit 2) a --redis-url that names a replica: a
 // worker there can neither heartbeat nor take a lease, and would idle,
-// logging READONLY, for as long as it runs. Under Sentinel or Cluster the
+// logging READONLY, for as long as it runs; and one that names a Cluster
+// node without --redis-cluster (INFO cluster). Under Sentinel or Cluster the
 // client finds the masters itself; where INFO is refused the check is
 // skipped.
 func checkWritable(ctx context.Context, client redis.UniversalClient, cfg connConfig) error {
@@ -458,10 +459,16 @@ func checkWritable(ctx context.Context, client redis.UniversalClient, cfg connCo
 		return nil
 	}
 	ictx, cancel := context.WithTimeout(ctx, pingTimeout)
-	info, err := client.Info(ictx, "replication").Result()
+	info, err := client.Info(ictx, "replication", "cluster").Result()
 	cancel()
 	if err != nil {
 		return nil // not this check's business: an ACL without +info, or the next PING says
+	}
+	if strings.Contains(info, "cluster_enabled:1") {
+		// Its keys here may answer (those of its slots) and the others
+		// MOVED: a worker would join, be planned sessions and poll few.
+		return configError(fmt.Errorf("--%s %s names a node of a Redis Cluster: add --%s (and, to be safe, list several nodes)",
+			flagRedisURL, cfg.RedisURL, flagCluster))
 	}
 	if master, ok := replicaOf(info); ok {
 		return configError(fmt.Errorf("--%s %s names a replica (of %s): workers write to the master: give its address, or list the sentinels in --%s with --%s",
