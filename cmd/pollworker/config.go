@@ -442,6 +442,10 @@ func topologyProblem(err error, c connConfig) string {
 	switch {
 	case c.Cluster && strings.Contains(msg, "cluster support disabled"):
 		return fmt.Sprintf("--%s is set, but the server is not a Redis Cluster node (cluster support disabled): drop --%s for a standalone server", flagCluster, flagCluster)
+	case c.Sentinel != "" && strings.Contains(msg, "sentinels") && strings.Contains(msg, "redis: nil") && !strings.Contains(msg, "dial"):
+		// Every sentinel answered GET-MASTER-ADDR-BY-NAME with nil:
+		// reachable, but none monitors a master of that name.
+		return fmt.Sprintf("no sentinel monitors a master named %q (--%s): check the name (redis-cli -p 26379 SENTINEL MASTERS lists them)", c.Sentinel, flagSentinel)
 	case c.Sentinel != "" && strings.Contains(strings.ToLower(msg), "unknown command 'sentinel'"):
 		return fmt.Sprintf("--%s is set, so --%s must name the sentinels, and this server is not one (it does not know SENTINEL): give the sentinels' addresses (port 26379 by default), or drop --%s for a standalone server",
 			flagSentinel, flagRedisURL, flagSentinel)

@@ -37,6 +37,17 @@ func TestSentinelFailover(t *testing.T) {
 	require.Equal(t, exitUsage, r.code, r.stderr)
 	require.Contains(t, r.stderr, wantPlain)
 
+	// A master name no sentinel monitors is refused (exit 2) naming the
+	// flag: run waited for ever, sessions said the sentinels were
+	// unreachable.
+	const wantName = `no sentinel monitors a master named "nope" (--redis-sentinel-master)`
+	code, errOut, _ = runUntilExit(t, "--redis-url", url, "--redis-sentinel-master", "nope", "--id", "badname")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, lastLine(errOut), wantName)
+	r = runApp(t, "status", "--redis-url", url, "--redis-sentinel-master", "nope")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, wantName)
+
 	r = runApp(t, append(append([]string{"sessions"}, flags...), "add", "--id", "f1", "--url", "http://127.0.0.1:1/", "--interval", "100ms")...)
 	require.Equal(t, exitOK, r.code, r.stderr)
 
