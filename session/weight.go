@@ -257,9 +257,10 @@ const maxRebuildTries = 5
 var ErrBusy = errors.New("session: the index kept changing")
 
 // RebuildLoads counts the load of every session from its definition and
-// replaces the loads hash with the counts, marked complete: the repair of
-// an index written before loads were kept (or by a writer that did not
-// keep them). It reads every session (Load) and writes only if no write
+// replaces the loads hash with the counts, marked complete, and the sizes
+// hash with the sizes of the index sets (SCARD): the repair of an index
+// written before loads were kept (or by a writer that did not keep them),
+// or whose sizes a Cluster master that lost its data left wrong. It reads every session (Load) and writes only if no write
 // was recorded meanwhile, retrying a few times; ErrBusy otherwise. A write
 // whose data landed before the read and whose change record after it
 // counts twice in its unit: run it while writers are quiet, or again. It
@@ -275,6 +276,18 @@ func (s *Store) RebuildLoads(ctx context.Context) (int64, error) {
 		for _, sess := range snap.Sessions {
 			u, l := valueLoadOf(sess)
 			cs.add(u, selectorCount(u, !sess.Paused), int64(l))
+		}
+		// A bucket's size is its index set's (ids of every kind): counted
+		// after the revision was read, so a write meanwhile moves the
+		// revision and this round is retried.
+		sizes, err := s.bucketSizes(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("rebuild loads: %w", err)
+		}
+		for b, n := range sizes {
+			if n > 0 {
+				cs.add(Unit(b), n, 0)
+			}
 		}
 		args := []any{snap.Rev}
 		var total int64
@@ -296,6 +309,29 @@ func (s *Store) RebuildLoads(ctx context.Context) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("rebuild loads: %w", ErrBusy)
+}
+
+// bucketSizes reads SCARD of every index bucket, in pipelines of
+// PipelineLen.
+func (s *Store) bucketSizes(ctx context.Context) ([]int64, error) {
+	out := make([]int64, keyspace.SessionBuckets)
+	for lo := 0; lo < keyspace.SessionBuckets; lo += PipelineLen {
+		hi := min(lo+PipelineLen, keyspace.SessionBuckets)
+		cmds := make([]*redis.IntCmd, hi-lo)
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for b := lo; b < hi; b++ {
+				cmds[b-lo] = p.SCard(ctx, s.keys.SessionBucket(b))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read bucket sizes: %w", err)
+		}
+		for b := lo; b < hi; b++ {
+			out[b] = cmds[b-lo].Val()
+		}
+	}
+	return out, nil
 }
 
 // valueLoadOf is the unit and load of a decoded session.

@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -278,4 +279,36 @@ func TestSelectorUnits(t *testing.T) {
 	bad := every("y", time.Second)
 	bad.Selector = "zone"
 	require.ErrorIs(t, s.Put(ctx, bad), ErrMalformed)
+}
+
+// TestRebuildLoadsRepairsTheSizes: sizes left wrong (a Cluster master that
+// lost its data: an index set gone, its size still counted; or a size lost
+// while its set stayed) are rewritten from the index sets by RebuildLoads
+// (sessions reweigh), so check's index-sizes passes again.
+func TestRebuildLoadsRepairsTheSizes(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s := newStore(t, c)
+	ctx := ctxT(t)
+	require.NoError(t, s.PutMany(ctx, []Session{every("x", time.Second), every("y", time.Hour), every("z", time.Minute)}))
+	want, err := s.Weights(ctx)
+	require.NoError(t, err)
+
+	bx, by := keyspace.BucketOf("x"), keyspace.BucketOf("y")
+	require.NoError(t, c.HIncrBy(ctx, keys.SessionSizes(), strconv.Itoa(bx), 5).Err())
+	require.NoError(t, c.HDel(ctx, keys.SessionSizes(), strconv.Itoa(by)).Err())
+	require.NoError(t, c.HSet(ctx, keys.SessionSizes(), "77", "3").Err()) // a bucket with no set
+	broken, err := s.Weights(ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, want.Sizes, broken.Sizes)
+
+	_, err = s.RebuildLoads(ctx)
+	require.NoError(t, err)
+	got, err := s.Weights(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want.Sizes, got.Sizes)
+	for b := range keyspace.SessionBuckets {
+		n, err := c.SCard(ctx, keys.SessionBucket(b)).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, n, got.Sizes[b], "bucket %d", b)
+	}
 }

@@ -411,7 +411,7 @@ func checkIndex(ctx context.Context, client redis.UniversalClient, keys keyspace
 			continue
 		}
 		if n++; n <= maxProblemLines {
-			probs = append(probs, checkProblem{Check: checkIndexSizes, Detail: fmt.Sprintf("bucket %d: the sizes hash (%s) says %d sessions, the set %s has %d",
+			probs = append(probs, checkProblem{Check: checkIndexSizes, Detail: fmt.Sprintf("bucket %d: the sizes hash (%s) says %d sessions, the set %s has %d (pollworker sessions reweigh rewrites the sizes)",
 				b, keys.SessionSizes(), sizes[b], keys.SessionBucket(b), again[i]), Count: 1})
 		}
 	}
