@@ -113,9 +113,11 @@ func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
 			URL: "http://127.0.0.1:1/" + id, Interval: session.Duration(intervals[id])}))
 	}
 	log := &pollLog{polls: map[string][]pollAt{}}
+	shaken := newShakenLeases()
 	cfg := func(id string) Config {
 		c := fastConfig(client, id, log.poller(id))
 		c.BalanceSlack = -1
+		c.Observer = shaken.observer()
 		return c
 	}
 	a := start(t, cfg("a"))
@@ -153,8 +155,37 @@ func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
 	steady := log.steadyLateness(intervals)
 	t.Logf("worst lateness of polls without a handoff: %v", steady)
 	for id, h := range log.handoffPolls() {
-		requireScheduleHandedOver(t, id, intervals[id], h[0], h[1], steady, cfg("x").LeaseTTL)
+		requireScheduleHandedOver(t, id, intervals[id], h[0], h[1], steady, cfg("x").LeaseTTL, shaken.of(id))
 	}
+}
+
+// shakenLeases records the sessions whose lease went uncertain or was
+// lost at any worker: on a loaded machine (-race, a shared CI runner) a
+// renewal can outlast RequestTimeout. A lease that went uncertain has its
+// poll cancelled (that turn does not poll: the next is an interval later),
+// and a lost one is not released (no handoff mark): its session's handoff
+// is not the graceful one the timing checks describe.
+type shakenLeases struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+func newShakenLeases() *shakenLeases { return &shakenLeases{ids: map[string]bool{}} }
+
+func (s *shakenLeases) observer() Observer {
+	return LeaseEvents(func(e Event) {
+		if e.Type == EventUncertain || e.Type == EventLost {
+			s.mu.Lock()
+			s.ids[e.Session] = true
+			s.mu.Unlock()
+		}
+	})
+}
+
+func (s *shakenLeases) of(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ids[id]
 }
 
 // requireScheduleHandedOver checks that a graceful handoff of session id
@@ -166,24 +197,37 @@ func TestGracefulHandoffKeepsTheSchedule(t *testing.T) {
 // (steady), four times over (a handoff is a release, a round and an
 // acquisition, each as slow as the machine), plus the 250 ms a handoff may
 // add on an idle machine.
+//   - The successor never polls before the due time it was handed (the
+//     bug of issue 10 item 4: it polled as soon as it acquired the lease).
+//     This holds however loaded the machine is.
+//   - A session whose lease went uncertain or was lost (shaken: the
+//     machine was too slow for a renewal) may rightly have skipped a
+//     poll, or been taken over without a mark; the rest is logged, not
+//     checked, for it.
 //   - The predecessor hands over its schedule: the due time it says is at
 //     least half an interval after its last poll (a due time of "at
 //     release" fails it for half of the sessions) and at most an interval,
 //     the spread step (SpreadStep: at most a tenth of it) and late after
 //     it (the release's one-way latency adds to it).
-//   - The successor polls at that due time, not before (the bug of issue
-//     10 item 4: it polled as soon as it acquired the lease), and not
-//     later than late after it, or after its acquisition when that came
-//     later (a join on a loaded machine is slow): one that lost the
-//     schedule and waited a lease TTL or another interval fails it.
+//   - The successor polls at that due time, and not later than late after
+//     it, or after its acquisition when that came later (a join on a
+//     loaded machine is slow): one that lost the schedule and waited a
+//     lease TTL or another interval fails it.
 //   - The successor was handed the schedule, unless it acquired the lease
 //     after the mark's life (one lease TTL, ttl, past the due time it
 //     carries: release.lua) could have ended: then it rightly finds none
-//     and polls at once (logged). A fresh-clone make test once saw a
-//     successor without the schedule; this says which it was next time.
-func requireScheduleHandedOver(t *testing.T, id string, iv time.Duration, last, first pollAt, steady, ttl time.Duration) {
+//     and polls at once (logged).
+func requireScheduleHandedOver(t *testing.T, id string, iv time.Duration, last, first pollAt, steady, ttl time.Duration, shaken bool) {
 	t.Helper()
 	late := 250*time.Millisecond + 4*steady
+	if first.handed {
+		require.GreaterOrEqual(t, first.at.Sub(first.due), -50*time.Millisecond, "%s (interval %v) polled early after its handoff", id, iv)
+	}
+	if shaken {
+		t.Logf("%s (interval %v): its lease went uncertain or was lost (a slow machine); handed %v, due %v and polled %v after the last poll",
+			id, iv, first.handed, first.due.Sub(last.at), first.at.Sub(last.at))
+		return
+	}
 	if !first.handed {
 		waited := first.acquired.Sub(last.at)
 		require.Greater(t, waited, iv+maxSpreadStep(iv)+ttl,
@@ -193,7 +237,6 @@ func requireScheduleHandedOver(t *testing.T, id string, iv time.Duration, last, 
 	}
 	require.GreaterOrEqual(t, first.due.Sub(last.at), iv/2, "%s (interval %v): due time handed over", id, iv)
 	require.LessOrEqual(t, first.due.Sub(last.at), iv+maxSpreadStep(iv)+late, "%s (interval %v): due time handed over", id, iv)
-	require.GreaterOrEqual(t, first.at.Sub(first.due), -50*time.Millisecond, "%s (interval %v) polled early after its handoff", id, iv)
 	require.LessOrEqual(t, first.at.Sub(maxTime(first.due, first.acquired)), late, "%s (interval %v) polled late after its handoff", id, iv)
 }
 

@@ -192,9 +192,11 @@ func TestStatefulGracefulHandoff(t *testing.T) {
 	}
 	putSessions(t, client, intervals)
 	log := newCursorLog()
+	shaken := newShakenLeases()
 	cfg := func(id string) Config {
 		c := stateful(fastConfig(client, id, log.poller(id)))
 		c.BalanceSlack = -1
+		c.Observer = shaken.observer()
 		return c
 	}
 	a := start(t, cfg("a"))
@@ -229,7 +231,7 @@ func TestStatefulGracefulHandoff(t *testing.T) {
 		require.Equal(t, "b", firsts[0].worker)
 		ps := log.of(id)
 		i := slices.IndexFunc(ps, func(p cursorPoll) bool { return p.worker == "b" })
-		requireScheduleHandedOver(t, id, iv, ps[i-1].pollAt, ps[i].pollAt, steady, fastConfig(nil, "x", nil).LeaseTTL)
+		requireScheduleHandedOver(t, id, iv, ps[i-1].pollAt, ps[i].pollAt, steady, fastConfig(nil, "x", nil).LeaseTTL, shaken.of(id))
 	}
 	log.check(t)
 }
