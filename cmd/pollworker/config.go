@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -262,6 +263,27 @@ func authError(err error, c connConfig) error {
 		said = rerr
 	}
 	return configError(fmt.Errorf("--%s %s: %s (Redis said: %v)", flagRedisURL, c.RedisURL, problem, said))
+}
+
+// sentinelNotServer returns the exit-2 error of a plain --redis-url that
+// names a sentinel, when err is a command a sentinel does not know (a
+// script, GETRANGE: its words name the command, not the mistake) and the
+// server says it is one (INFO server: redis_mode:sentinel); nil
+// otherwise, or when the server does not answer within pingTimeout.
+func sentinelNotServer(ctx context.Context, client redis.UniversalClient, c connConfig, err error) error {
+	if c.Cluster || c.Sentinel != "" || !redis.HasErrorPrefix(err, "unknown command") {
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
+	info, ierr := client.Info(ictx, "server").Result()
+	cancel()
+	if ierr != nil || !strings.Contains(info, "redis_mode:sentinel") {
+		return nil
+	}
+	var said redis.Error
+	errors.As(err, &said)
+	return configError(fmt.Errorf("--%s %s: --%s names a sentinel, not a Redis server: add --%s NAME (the master the sentinels monitor) (Redis said: %v)",
+		flagRedisURL, c.RedisURL, flagRedisURL, flagSentinel, said))
 }
 
 // parseKeys validates the two prefixes: each a valid id, and the two

@@ -33,9 +33,20 @@ func TestSentinelFailover(t *testing.T) {
 	code, errOut, _ := runUntilExit(t, "--redis-url", url, "--id", "plain")
 	require.Equal(t, exitUsage, code, errOut)
 	require.Contains(t, lastLine(errOut), wantPlain)
-	r := runApp(t, "sessions", "--redis-url", url, "list")
-	require.Equal(t, exitUsage, r.code, r.stderr)
-	require.Contains(t, r.stderr, wantPlain)
+	// Every command says so, whichever command the sentinel refused
+	// first (GET, GETRANGE, a script: status said "this Redis does not
+	// know a command pollworker needs").
+	for _, args := range [][]string{
+		{"sessions", "--redis-url", url, "list"},
+		{"sessions", "--redis-url", url, "add", "--id", "p1", "--url", "http://127.0.0.1:1/", "--interval", "1s"},
+		{"status", "--redis-url", url},
+		{"check", "--redis-url", url},
+		{"explain", "--redis-url", url, "p1"},
+	} {
+		r := runApp(t, args...)
+		require.Equal(t, exitUsage, r.code, "%v: %s", args, r.stderr)
+		require.Contains(t, r.stderr, wantPlain, args)
+	}
 
 	// A master name no sentinel monitors is refused (exit 2) naming the
 	// flag: run waited for ever, sessions said the sentinels were
@@ -44,11 +55,15 @@ func TestSentinelFailover(t *testing.T) {
 	code, errOut, _ = runUntilExit(t, "--redis-url", url, "--redis-sentinel-master", "nope", "--id", "badname")
 	require.Equal(t, exitUsage, code, errOut)
 	require.Contains(t, lastLine(errOut), wantName)
-	r = runApp(t, "status", "--redis-url", url, "--redis-sentinel-master", "nope")
-	require.Equal(t, exitUsage, r.code, r.stderr)
-	require.Contains(t, r.stderr, wantName)
+	// sessions list, which reads its buckets in parallel until its
+	// deadline, said "context deadline exceeded" (exit 1).
+	for _, cmd := range [][]string{{"status"}, {"sessions", "list"}, {"sessions", "export"}} {
+		r := runApp(t, append(cmd, "--redis-url", url, "--redis-sentinel-master", "nope", "--timeout", "2s")...)
+		require.Equal(t, exitUsage, r.code, "%v: %s", cmd, r.stderr)
+		require.Contains(t, r.stderr, wantName, cmd)
+	}
 
-	r = runApp(t, append(append([]string{"sessions"}, flags...), "add", "--id", "f1", "--url", "http://127.0.0.1:1/", "--interval", "100ms")...)
+	r := runApp(t, append(append([]string{"sessions"}, flags...), "add", "--id", "f1", "--url", "http://127.0.0.1:1/", "--interval", "100ms")...)
 	require.Equal(t, exitOK, r.code, r.stderr)
 
 	ctx, cancel := context.WithCancel(ctxT(t))

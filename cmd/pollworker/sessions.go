@@ -70,6 +70,20 @@ func withAdminSteps(ctx context.Context, cmd *cli.Command, fn func(ctx context.C
 		return configError(err)
 	}
 	err = fn(ctx, admin{client: client, keys: conn.Keys, store: store, timeout: timeout})
+	if serr := sentinelNotServer(ctx, client, conn, err); serr != nil {
+		return serr
+	}
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// A command that retried until its deadline (sessions list reads
+		// its buckets in parallel) may hide a mistake no retry fixes,
+		// such as a master no sentinel monitors: a PING says.
+		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		perr := client.Ping(pctx).Err()
+		cancel()
+		if aerr := authError(perr, conn); aerr != nil {
+			return aerr
+		}
+	}
 	var partly causedBy
 	if aerr := authError(err, conn); aerr != nil && !errors.As(err, &partly) {
 		return aerr // (a partial failure keeps its own message: what was changed)

@@ -445,9 +445,12 @@ func sessionsExportCommand() *cli.Command {
 			"\"pollworker sessions export | pollworker sessions apply -f -\" changes nothing.\n" +
 			"URLs are printed whole, passwords included: keep the output as you keep the\n" +
 			"Redis credentials. \"paused: true\" is printed for paused sessions only.\n" +
-			"Malformed entries are skipped and counted on stderr (see sessions list).",
+			"Malformed entries are skipped and named on stderr (see sessions list); the\n" +
+			"export then exits 1 after printing the rest, so that a backup script notices\n" +
+			"it is incomplete, unless --allow-malformed.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "format", Usage: "yaml or json", Value: string(session.FormatYAML)},
+			&cli.BoolFlag{Name: "allow-malformed", Usage: "exit 0 when malformed entries were skipped"},
 		},
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			format := session.FileFormat(cmd.String("format"))
@@ -470,8 +473,11 @@ func sessionsExportCommand() *cli.Command {
 					if n > 10 {
 						ids = append(ids, "...")
 					}
-					fmt.Fprintf(cmd.Root().ErrWriter, "pollworker: sessions export: skipped %s (see sessions list): %s\n",
-						plural(n, "malformed entry"), strings.Join(ids, ", "))
+					skipped := fmt.Sprintf("skipped %s (see sessions list): %s", plural(n, "malformed entry"), strings.Join(ids, ", "))
+					if !cmd.Bool("allow-malformed") {
+						return fmt.Errorf("sessions export: incomplete: %s; the rest was printed (--allow-malformed exits 0)", skipped)
+					}
+					fmt.Fprintf(cmd.Root().ErrWriter, "pollworker: sessions export: %s\n", skipped)
 				}
 				return nil
 			})

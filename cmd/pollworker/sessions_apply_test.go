@@ -121,10 +121,11 @@ func TestSessionsApplyExport(t *testing.T) {
 		return runApp(t, append([]string{"sessions", "--redis-url", srv.URL()}, args...)...)
 	}
 	// pipe runs export | apply -f - with the built binary.
+	var exportArgs []string // of the export in pipe
 	pipe := func(applyArgs ...string) (string, string) {
 		t.Helper()
 		bin := binary(t)
-		export := exec.CommandContext(ctxT(t), bin, "sessions", "--redis-url", srv.URL(), "export")
+		export := exec.CommandContext(ctxT(t), bin, append([]string{"sessions", "--redis-url", srv.URL(), "export"}, exportArgs...)...)
 		apply := exec.CommandContext(ctxT(t), bin, append([]string{"sessions", "--redis-url", srv.URL(), "apply", "-f", "-"}, applyArgs...)...)
 		var exportErr, out, errOut bytes.Buffer
 		r, err := export.StdoutPipe()
@@ -292,6 +293,13 @@ pollworker: sessions apply: `+bad+`: 4 problems; nothing written
 		require.Contains(t, r.stdout, "web-1  https://example.com/one   2m0s      yes")
 		require.Contains(t, r.stdout, "2 sessions: 1 active, 1 paused; 1 malformed")
 
+		// An export that skipped a malformed entry prints the rest and
+		// exits 1 (a backup script notices), unless --allow-malformed.
+		r = cli("export")
+		require.Equal(t, exitFailure, r.code, r.stderr)
+		require.Contains(t, r.stdout, "id: web-1")
+		require.Contains(t, r.stderr, "sessions export: incomplete: skipped 1 malformed entry (see sessions list): odd; the rest was printed")
+		exportArgs = []string{"--allow-malformed"}
 		out, exportErr := pipe()
 		require.Equal(t, "created 0, updated 0, unchanged 2, pruned 0; "+
 			"1 malformed entry not in the file kept (never pruned; see sessions list)\n", out)
