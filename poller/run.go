@@ -94,6 +94,10 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 	return c, nil
 }
 
+// ErrRunTwice is Run's error when the Coordinator has run before (or runs):
+// a Coordinator runs once; make a new one with New to run again.
+var ErrRunTwice = errors.New("poller: Run called twice")
+
 // Run works until ctx is done, then drains: stops every poll (waiting up to
 // DrainTimeout for those in flight), releases every lease whose poll has
 // returned, announces it to peers and deletes its heartbeat. It returns
@@ -101,11 +105,13 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 // Poll that ignored its cancelled ctx past DrainTimeout: that poll is
 // abandoned with its lease (left to expire; the error says how many), and
 // the Observer hears nothing more of it. The error is nil after a clean
-// drain. Once Run has returned, Ready is false. It also stops, and returns an error matching
-// nodes.ErrDuplicateID, when another live process claims this worker's id.
+// drain. Once Run has returned, Ready is false. It also stops, and returns
+// an error matching nodes.ErrDuplicateID, when another live process claims
+// this worker's id. A Coordinator runs once: a second call returns
+// ErrRunTwice at once.
 func (c *Coordinator) Run(ctx context.Context) error {
 	if !c.run.started.CompareAndSwap(false, true) {
-		return errors.New("poller: Run called twice")
+		return ErrRunTwice
 	}
 	ctx, c.run.stop = context.WithCancelCause(ctx)
 	defer c.run.stop(nil)

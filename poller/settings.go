@@ -266,6 +266,11 @@ const (
 // validateTimes checks the durations (after defaultTimes) and the rules
 // between them.
 func (c *Config) validateTimes() error {
+	if c.LeaseTTL > 0 && c.LeaseTTL < minLeaseTTL {
+		// Before the intervals it sets by default (a third of it), so
+		// that the error names the setting to change.
+		return configErr("{LeaseTTL} (%v) must be at least %v, the lease minimum (and at least 3 × {RenewInterval} (%v))", c.LeaseTTL, minLeaseTTL, c.RenewInterval)
+	}
 	for _, d := range []struct {
 		field string
 		v     time.Duration

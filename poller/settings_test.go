@@ -30,6 +30,8 @@ func TestValidateRules(t *testing.T) {
 			"LeaseTTL (20s) must be at least 3 × RenewInterval (10s) = 30s", "--lease-ttl (20s) must be at least 3 × --renew-interval (10s) = 30s"},
 		{"ttl below the lease minimum", func(c *Config) { c.LeaseTTL, c.RenewInterval = 9*time.Millisecond, time.Millisecond },
 			"LeaseTTL (9ms) must be at least 10ms, the lease minimum (and at least 3 × RenewInterval (1ms))", ""},
+		{"ttl alone below the lease minimum", func(c *Config) { c.LeaseTTL, c.RenewInterval = time.Millisecond, 0 },
+			"LeaseTTL (1ms) must be at least 10ms, the lease minimum (and at least 3 × RenewInterval (333.333µs))", "--lease-ttl (1ms) must be at least 10ms, the lease minimum (and at least 3 × --renew-interval (333.333µs))"},
 		{"negative", func(c *Config) { c.DiscoveryInterval = -time.Second }, "DiscoveryInterval (-1s) must be positive", "--discovery-interval (-1s) must be positive"},
 		{"sub-millisecond", func(c *Config) { c.HeartbeatInterval = time.Microsecond }, "HeartbeatInterval (1µs) must be at least 1ms", ""},
 		{"over a day", func(c *Config) { c.DrainTimeout = 25 * time.Hour }, "DrainTimeout (25h0m0s) must be at most 24h0m0s", "--drain-timeout (25h0m0s) must be at most 24h0m0s"},

@@ -71,6 +71,7 @@ func TestRunReturnsPastAStuckPoll(t *testing.T) {
 	require.ErrorContains(t, err, "drain timed out waiting for 1 polls")
 	require.False(t, c.Ready())
 	require.Equal(t, "stopped: Run returned", c.NotReady())
+	require.ErrorIs(t, c.Run(context.Background()), ErrRunTwice, "a Coordinator runs once")
 	close(release)
 	<-finished
 	// The poll's own bookkeeping after it returned runs on; wait for the
