@@ -119,8 +119,8 @@ func printConfig(w io.Writer, cfg workerConfig, rc recording) {
 // state record per held session), and Go's default of 100 lets the heap
 // grow to twice that before each collection; 75 lowers that peak by about
 // an eighth for a little more collector CPU, as Prometheus (whose heap is
-// also mostly long-lived) does by default. GOGC in the environment wins,
-// and GOMEMLIMIT works as for any Go program.
+// also mostly long-lived) does by default. GOGC in the environment wins.
+// The memory limit: setDefaultMemoryLimit.
 const defaultGCPercent = 75
 
 // setDefaultGCPercent sets the collector's GOGC to defaultGCPercent unless
@@ -159,6 +159,7 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 		defer func() { _ = ln.Close() }() // when the server never took it
 	}
 	gcPercent := setDefaultGCPercent(os.Getenv)
+	memLimit, memLimitFrom := setDefaultMemoryLimit(os.Getenv, cgroupMemoryFiles())
 	tracerProvider, stopTracing, err := tracingFromEnv(ctx, os.Getenv, currentBuild().Version, cfg.Poller.ID)
 	if err != nil {
 		return configError(err)
@@ -267,6 +268,9 @@ func runWorker(ctx context.Context, cfg workerConfig, rc recording, logw io.Writ
 	start := []zap.Field{zap.String("version", built.Version)}
 	for _, kv := range append(cfg.settings(), rc.settings()...) {
 		start = append(start, zap.String(strings.ReplaceAll(kv.Name, "-", "_"), kv.Value))
+	}
+	if memLimitFrom != "" {
+		start = append(start, zap.Int64("gomemlimit_bytes", memLimit), zap.String("gomemlimit_from", memLimitFrom))
 	}
 	log.Info("worker starting", append(start, zap.Int("gogc", gcPercent))...)
 	// The timeline the status pages chart (internal/timeline): best
