@@ -88,3 +88,41 @@ func TestFailedAcquireLogsOneLinePerRequest(t *testing.T) {
 	require.Len(t, warn, 1)
 	require.EqualValues(t, 3, warn[0].ContextMap()["sessions"])
 }
+
+// TestLeaseSummariesGatheredPerWindow: the leases of one outage expire in
+// one group per renewal batch; the lines of one message after the first
+// within its window are one line when the window ends, and a window
+// that gathered nothing logs nothing.
+func TestLeaseSummariesGatheredPerWindow(t *testing.T) {
+	f := newFixture(t)
+	logs, withLogs := observed()
+	m := f.manager(t, "a", withLogs)
+	m.summaries.window = time.Hour // ended by the test (end)
+	sum := func(n int, sessions ...string) summary {
+		return summary{level: zapcore.WarnLevel, msg: "leases lost: test", event: "lost", leases: n, sessions: sessions}
+	}
+	m.summaries.add(m, sum(500, "s1", "s2", "s3", "s4", "s5"))
+	m.summaries.add(m, sum(500, "s6", "s7"))
+	m.summaries.add(m, sum(300, "s8", "s9", "s10", "s11", "s12", "s13"))
+	m.summaries.add(m, summary{level: zapcore.InfoLevel, msg: "leases held again", event: "recovered", leases: 2, sessions: []string{"s1"}})
+	lines := func() []observer.LoggedEntry { return logs.FilterMessage("leases lost: test").All() }
+	require.Len(t, lines(), 1, "the first at once; the next two wait for the window's end")
+	require.EqualValues(t, 500, lines()[0].ContextMap()["leases"])
+	require.Equal(t, 1, logs.FilterMessage("leases held again").Len(), "another message: a window of its own")
+
+	m.summaries.end(m, "leases lost: test")
+	require.Len(t, lines(), 2)
+	gathered := lines()[1].ContextMap()
+	require.EqualValues(t, 800, gathered["leases"])
+	require.Equal(t, []any{"s6", "s7", "s8", "s9", "s10"}, gathered["sessions"])
+	require.Equal(t, true, gathered["gathered"])
+
+	m.summaries.add(m, sum(7, "s14"))
+	require.Len(t, lines(), 2, "the window the end opened gathers it")
+	m.summaries.end(m, "leases lost: test")
+	m.summaries.end(m, "leases lost: test") // nothing gathered since: closed, nothing logged
+	require.Len(t, lines(), 3)
+	require.EqualValues(t, 7, lines()[2].ContextMap()["leases"])
+	m.summaries.add(m, sum(1, "s15"))
+	require.Len(t, lines(), 4, "no window open: at once")
+}

@@ -125,6 +125,8 @@ type Manager struct {
 	quarantinedUntil time.Time          // end of the last quarantine logged (noteQuarantine)
 	bad              map[string]*BadKey // sessions skipped for a bad key, each logged once
 	markerRepairs    int                // loss markers of the wrong type overwritten
+
+	summaries summaries // summary lines of lease changes, a window per message (logSummary)
 }
 
 // New validates cfg and returns a Manager.

@@ -323,7 +323,10 @@ func (m *Manager) transition(l *Lease, st State, reason string) (change, bool) {
 // logSummary logs one line for the leases that changes moved to st (from
 // any state but none): their number and a few of their sessions. Each
 // lease's own line is at debug: a Redis outage moves every lease of a
-// worker at once, thousands of lines otherwise.
+// worker at once, thousands of lines otherwise. Lines of one message
+// within summaryWindow of the first are one line (summaries.add): the
+// leases of one outage expire in one group per renewal batch, each a
+// step of its own.
 func (m *Manager) logSummary(changes []change, st State, level zapcore.Level, msg, event string) {
 	var sessions []string
 	n := 0
@@ -337,7 +340,7 @@ func (m *Manager) logSummary(changes []change, st State, level zapcore.Level, ms
 		}
 	}
 	if n > 0 {
-		m.log.Log(level, msg, zap.Int("leases", n), zap.String("event", event), zap.Strings("sessions", sessions))
+		m.summaries.add(m, summary{level: level, msg: msg, event: event, leases: n, sessions: sessions})
 	}
 }
 
