@@ -67,7 +67,11 @@ func TestStatefulCorruptStateIsPolledAsNeverSaved(t *testing.T) {
 	require.Equal(t, 2, obs.count(BadDataState))
 	corrupt := logs.FilterField(zap.String("event", "corrupt_state"))
 	require.Equal(t, 2, corrupt.Len(), "logged once per session")
-	require.Zero(t, logs.FilterMessage("state load failed; the poll waits for it").Len())
+	// A load may time out on a loaded machine (RequestTimeout is 100ms
+	// here) and is tried again; it never fails for the corrupt records.
+	for _, e := range logs.FilterMessage("state load failed; the poll waits for it").All() {
+		require.Regexp(t, "deadline exceeded|timeout", e.ContextMap()["error"], "a state load failed for the corrupt records")
+	}
 	for _, id := range []string{"str", "tok"} {
 		typ, err := client.Type(ctx, keys.State(id)).Result()
 		require.NoError(t, err)

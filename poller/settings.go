@@ -256,6 +256,18 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// validateLeaseTTL checks both lower bounds of the lease TTL, in one
+// message with the value that passes them.
+func (c *Config) validateLeaseTTL() error {
+	if need := max(minLeaseTTL, 3*c.RenewInterval); c.LeaseTTL < need {
+		if need == minLeaseTTL {
+			return configErr("{LeaseTTL} (%v) must be at least %v, the lease minimum (and at least 3 × {RenewInterval} (%v))", c.LeaseTTL, need, c.RenewInterval)
+		}
+		return configErr("{LeaseTTL} (%v) must be at least 3 × {RenewInterval} (%v) = %v", c.LeaseTTL, c.RenewInterval, need)
+	}
+	return nil
+}
+
 // Kinds of durations for validateTimes.
 const (
 	timing  = iota // an interval or timeout an operator sets: at least MinDuration
@@ -266,10 +278,12 @@ const (
 // validateTimes checks the durations (after defaultTimes) and the rules
 // between them.
 func (c *Config) validateTimes() error {
-	if c.LeaseTTL > 0 && c.LeaseTTL < minLeaseTTL {
+	if c.LeaseTTL > 0 && c.RenewInterval > 0 {
 		// Before the intervals it sets by default (a third of it), so
 		// that the error names the setting to change.
-		return configErr("{LeaseTTL} (%v) must be at least %v, the lease minimum (and at least 3 × {RenewInterval} (%v))", c.LeaseTTL, minLeaseTTL, c.RenewInterval)
+		if err := c.validateLeaseTTL(); err != nil {
+			return err
+		}
 	}
 	for _, d := range []struct {
 		field string
@@ -292,13 +306,8 @@ func (c *Config) validateTimes() error {
 			return configErr("{%s} (%v) must be at most %v", d.field, d.v, MaxDuration)
 		}
 	}
-	// Both lower bounds of the lease TTL in one message, with the value
-	// that passes them.
-	if need := max(minLeaseTTL, 3*c.RenewInterval); c.LeaseTTL < need {
-		if need == minLeaseTTL {
-			return configErr("{LeaseTTL} (%v) must be at least %v, the lease minimum (and at least 3 × {RenewInterval} (%v))", c.LeaseTTL, need, c.RenewInterval)
-		}
-		return configErr("{LeaseTTL} (%v) must be at least 3 × {RenewInterval} (%v) = %v", c.LeaseTTL, c.RenewInterval, need)
+	if err := c.validateLeaseTTL(); err != nil {
+		return err
 	}
 	switch {
 	case c.HeartbeatTTL < 2*c.HeartbeatInterval:
