@@ -65,7 +65,7 @@ func TestRealJunkMembersAreNotLive(t *testing.T) {
 	hook := &roundTrips{}
 	c.AddHook(hook)
 	m := members(t, a)
-	require.EqualValues(t, 2, hook.n.Load(), "one script call with SMEMBERS, one pipeline of EXISTS")
+	require.EqualValues(t, 2, hook.n.Load(), "one script call with SMEMBERS, one pipeline of GETs")
 	require.Equal(t, []string{"a", "b"}, m.Nodes)
 	require.Len(t, m.ExpiryMs, 2)
 	require.Len(t, m.Junk, len(junk)+50)
@@ -105,4 +105,33 @@ func TestRealLeftWorkerIsNotLive(t *testing.T) {
 	m := members(t, a)
 	require.Equal(t, []string{"a"}, m.Nodes)
 	require.Equal(t, []Junk{{Member: "b", Problem: "no heartbeat key poll:node:b"}}, m.Junk)
+}
+
+// TestRealHeartbeatKeyOfNoWorkerIsJunk: an entry whose heartbeat key
+// exists but holds no info of its own (garbage, the wrong type, "{}",
+// another worker's info) took a quarter of the sessions of a fleet of
+// three and never polled them (their polls came only from the orphan
+// watch); it is junk like an entry without a key.
+func TestRealHeartbeatKeyOfNoWorkerIsJunk(t *testing.T) {
+	ctx := context.Background()
+	c, a := liveAB(t)
+	until := float64(time.Now().Add(time.Hour).UnixMilli())
+	for _, g := range []string{"garbage", "hash", "empty", "other"} {
+		require.NoError(t, c.ZAdd(ctx, testKeys.NodeIndex(), redis.Z{Score: until, Member: g}).Err())
+	}
+	require.NoError(t, c.Set(ctx, testKeys.Node("garbage"), "{not json", 0).Err())
+	require.NoError(t, c.HSet(ctx, testKeys.Node("hash"), "a", "b").Err())
+	require.NoError(t, c.Set(ctx, testKeys.Node("empty"), "{}", 0).Err())
+	info, err := c.Get(ctx, testKeys.Node("a")).Result()
+	require.NoError(t, err)
+	require.NoError(t, c.Set(ctx, testKeys.Node("other"), info, 0).Err())
+
+	m := members(t, a)
+	require.Equal(t, []string{"a", "b"}, m.Nodes)
+	require.Equal(t, []Junk{
+		{Member: "empty", Problem: `heartbeat key poll:node:empty holds the info of "", not of this worker`},
+		{Member: "garbage", Problem: "heartbeat key poll:node:garbage holds no worker info (malformed JSON)"},
+		{Member: "hash", Problem: "heartbeat key poll:node:hash is not a string"},
+		{Member: "other", Problem: `heartbeat key poll:node:other holds the info of "a", not of this worker`},
+	}, m.Junk)
 }

@@ -26,8 +26,8 @@ type Membership struct {
 	// Junk are the unexpired entries of the node index that are not live
 	// workers, sorted by Member: an entry counts as a live worker only if
 	// it is a valid worker id (keyspace.ValidateID) and its heartbeat key
-	// (keyspace.Space.Node) exists. Junk takes no session; pollworker
-	// forget removes it.
+	// (keyspace.Space.Node) holds its Info. Junk takes no session;
+	// pollworker forget removes it.
 	Junk []Junk
 }
 

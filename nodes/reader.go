@@ -99,9 +99,9 @@ func (r *Reader) Members(ctx context.Context) (Membership, error) {
 const keylessGrace = 2 * time.Second
 
 // dropJunk moves the entries of m that are not live workers to m.Junk:
-// those whose id is invalid, and those without a heartbeat key (read with
-// one pipeline of EXISTS). A failed read fails it: no entry is guessed
-// live or dead.
+// those whose id is invalid, and those whose heartbeat key holds no info
+// of theirs (heartbeatProblem; read with one pipeline of GETs). A failed
+// read fails it: no entry is guessed live or dead.
 func (r *Reader) dropJunk(ctx context.Context, m Membership) (Membership, error) {
 	valid := make([]int, 0, len(m.Nodes))
 	for i, id := range m.Nodes {
@@ -115,23 +115,26 @@ func (r *Reader) dropJunk(ctx context.Context, m Membership) (Membership, error)
 		}
 		valid = append(valid, i)
 	}
-	exists := make([]*redis.IntCmd, len(valid))
+	infos := make([]*redis.StringCmd, len(valid))
 	if len(valid) > 0 {
-		_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		// Errors are read per command: a key of the wrong type is one
+		// entry's problem, not the read's.
+		_, _ = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for k, i := range valid {
-				exists[k] = p.Exists(ctx, r.keys.Node(m.Nodes[i]))
+				infos[k] = p.Get(ctx, r.keys.Node(m.Nodes[i]))
 			}
 			return nil
 		})
-		if err != nil {
-			return Membership{}, fmt.Errorf("heartbeat keys: %w", err)
-		}
 	}
 	nodes, expiry := make([]string, 0, len(valid)), make([]int64, 0, len(valid))
 	for k, i := range valid {
 		id := m.Nodes[i]
-		if exists[k].Val() == 0 && m.ExpiryMs[i]-m.ServerTimeMs > keylessGrace.Milliseconds() {
-			m.Junk = append(m.Junk, Junk{Member: id, Problem: "no heartbeat key " + r.keys.Node(id)})
+		problem, err := r.heartbeatProblem(id, infos[k], m.ExpiryMs[i]-m.ServerTimeMs)
+		if err != nil {
+			return Membership{}, fmt.Errorf("heartbeat keys: %w", err)
+		}
+		if problem != "" {
+			m.Junk = append(m.Junk, Junk{Member: id, Problem: problem})
 			continue
 		}
 		nodes, expiry = append(nodes, id), append(expiry, m.ExpiryMs[i])
@@ -139,6 +142,36 @@ func (r *Reader) dropJunk(ctx context.Context, m Membership) (Membership, error)
 	m.Nodes, m.ExpiryMs = nodes, expiry
 	slices.SortFunc(m.Junk, func(a, b Junk) int { return strings.Compare(a.Member, b.Member) })
 	return m, nil
+}
+
+// heartbeatProblem says why the entry of worker id, which expires in
+// expiresIn ms, is not a live worker, from the GET of its heartbeat key:
+// no key (past keylessGrace), a key of the wrong type, or a value that is
+// not the Info of id (every worker writes its own: an entry written by
+// hand with a key of garbage, or "{}", took sessions it never polled);
+// "" for a live worker. err is a read that failed.
+func (r *Reader) heartbeatProblem(id string, get *redis.StringCmd, expiresIn int64) (problem string, err error) {
+	key := r.keys.Node(id)
+	value, err := get.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		if expiresIn > keylessGrace.Milliseconds() {
+			return "no heartbeat key " + key, nil
+		}
+		return "", nil
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		return "heartbeat key " + key + " is not a string", nil
+	case err != nil:
+		return "", err
+	}
+	var info Info
+	if err := json.Unmarshal([]byte(value), &info); err != nil {
+		return "heartbeat key " + key + " holds no worker info (malformed JSON)", nil
+	}
+	if info.ID != id {
+		return fmt.Sprintf("heartbeat key %s holds the info of %.64q, not of this worker", key, info.ID), nil
+	}
+	return "", nil
 }
 
 // Get reads the Info of the given nodes with pipelined GETs, in the order

@@ -64,6 +64,9 @@ func (v *view) refresh(ctx context.Context, full bool) bool {
 		v.replan = !v.assignBuckets()
 		v.sweepAll = true
 	}
+	if full && v.synced {
+		v.auditShare()
+	}
 	if !v.loadBuckets(ctx) || !v.recheckHeld(ctx) {
 		return false
 	}

@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,7 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 		touched:   make(map[string]struct{}),
 		staleHeld: make(map[int]struct{}),
 		weighing:  weighing{planner: fleet.NewPlanner(cfg.BalanceSlack), ownSlack: cfg.BalanceSlack},
+		audit:     newAudit(cmp.Or(cfg.auditPeriod, auditPeriod), cfg.DiscoveryInterval),
 	}
 	tn := &turns{poller: cfg.Poller, stateful: cfg.Stateful, states: cfg.StateStore, clock: cfg.Clock, timeout: cfg.RequestTimeout,
 		tracing: cfg.tracing, obs: cfg.Observer, log: log, health: hl, bad: bad}

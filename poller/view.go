@@ -63,6 +63,7 @@ type view struct {
 	// lossReread: the view was set to be read afresh for the loss
 	// quarantine under way (dataLost), until a lease is taken again.
 	lossReread bool
+	audit      audit // the buckets read again though unchanged (auditShare)
 }
 
 // dataLost makes the next round read every bucket afresh, once per loss
