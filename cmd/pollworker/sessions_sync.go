@@ -43,8 +43,10 @@ PATH or --http-sd URL (the same JSON over HTTP). Each target becomes the session
 --expect and --profile, and the group's labels (those not starting with __) plus the label
 pollworker.sync=NAME. Only the sessions with that label are changed or pruned: sessions
 added by hand, or by another sync, are never touched (a target whose id is taken by one is
-skipped and reported). A source that cannot be read, or that has no targets, changes nothing
-and says so (--allow-empty lets an empty source prune every session of the sync).
+skipped and reported). A target whose URL is invalid is skipped and reported, its session
+kept as it was, and the sync exits 1 after writing the rest. A source that cannot be read,
+that has no targets, or whose every target is skipped, changes nothing and says so
+(--allow-empty lets an empty source prune every session of the sync).
 --dry-run prints the plan. --watch keeps running: it re-syncs within a second of a change of
 the file's content, every --refresh for --http-sd, and every --refresh anyway. See
 docs/discovery.md.`
@@ -113,6 +115,11 @@ func newSyncer(cmd *cli.Command) (*syncer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--url-template: %w", err)
 	}
+	// A field that does not exist ({{.Label.x}}) fails every target: an
+	// error in the flag, found on an example before anything is read.
+	if err := tmpl.Execute(io.Discard, urlTemplateData{"127.0.0.1:80", map[string]string{}}); err != nil {
+		return nil, fmt.Errorf("--url-template: %w (it may use {{.Target}} and {{.Labels.NAME}})", err)
+	}
 	sy.tmpl = tmpl
 	sy.template = session.Session{Interval: session.Duration(cmd.Duration("interval")), Method: strings.ToUpper(cmd.String("method")),
 		Expect: cmd.String("expect"), Profile: cmd.String("profile")}
@@ -163,10 +170,10 @@ func syncID(name, target string) string {
 }
 
 // sessionsOf are the sessions of groups, in order, the first of a
-// duplicated target kept; problems are one line per target skipped: one
-// whose session is invalid, or whose URL checkURL (the keyspace's URL
-// rule, nil for none) refuses.
-func (sy *syncer) sessionsOf(groups []targetGroup, checkURL func(string) error) (out []session.Entry, problems []string) {
+// duplicated target kept; skipped are the session ids of the targets
+// skipped, and problems one line for each: one whose session is invalid,
+// or whose URL checkURL (the keyspace's URL rule, nil for none) refuses.
+func (sy *syncer) sessionsOf(groups []targetGroup, checkURL func(string) error) (out []session.Entry, skipped, problems []string) {
 	seen := map[string]bool{}
 	for _, g := range groups {
 		for _, target := range g.Targets {
@@ -184,10 +191,8 @@ func (sy *syncer) sessionsOf(groups []targetGroup, checkURL func(string) error) 
 			}
 			s.Labels[SyncLabel] = sy.name
 			var url bytes.Buffer
-			if err := sy.tmpl.Execute(&url, struct {
-				Target string
-				Labels map[string]string
-			}{target, g.Labels}); err != nil {
+			if err := sy.tmpl.Execute(&url, urlTemplateData{target, g.Labels}); err != nil {
+				skipped = append(skipped, s.ID)
 				problems = append(problems, fmt.Sprintf("target %q skipped: --url-template: %v", target, err))
 				continue
 			}
@@ -197,13 +202,20 @@ func (sy *syncer) sessionsOf(groups []targetGroup, checkURL func(string) error) 
 				err = checkURL(s.URL)
 			}
 			if err != nil {
+				skipped = append(skipped, s.ID)
 				problems = append(problems, fmt.Sprintf("target %q skipped: %v", target, err))
 				continue
 			}
 			out = append(out, session.Entry{Session: s})
 		}
 	}
-	return out, problems
+	return out, skipped, problems
+}
+
+// urlTemplateData is what --url-template sees of a target.
+type urlTemplateData struct {
+	Target string
+	Labels map[string]string
 }
 
 // read reads the source.
@@ -257,9 +269,12 @@ func (sy *syncer) sync(ctx context.Context, a admin, data []byte, readErr error)
 	if err != nil {
 		return fmt.Errorf("sessions sync %s: nothing written: %w", sy.name, err)
 	}
-	entries, problems := sy.sessionsOf(groups, rule.Check())
+	entries, skipped, problems := sy.sessionsOf(groups, rule.Check())
 	for _, p := range problems {
 		fmt.Fprintf(sy.errOut, "pollworker: sessions sync %s: %s\n", sy.name, p)
+	}
+	if len(entries) == 0 && len(skipped) > 0 {
+		return fmt.Errorf("sessions sync %s: every target of %s was skipped (%d): %w", sy.name, sy.source(), len(skipped), errNothingChanged)
 	}
 	if len(entries) == 0 && !sy.empty {
 		return fmt.Errorf("sessions sync %s: %s has no targets (--allow-empty to prune every session of the sync): %w", sy.name, sy.source(), errNothingChanged)
@@ -270,7 +285,14 @@ func (sy *syncer) sync(ctx context.Context, a admin, data []byte, readErr error)
 	}
 	var ours []session.Session
 	taken := map[string]string{} // id -> why it is not ours
+	kept := make(map[string]bool, len(skipped))
+	for _, id := range skipped {
+		kept[id] = true
+	}
 	for _, s := range snap.Sessions {
+		if kept[s.ID] {
+			continue // its target is in the source, but skipped: neither changed nor pruned
+		}
 		if s.Labels[SyncLabel] == sy.name {
 			ours = append(ours, s)
 		} else {
@@ -299,6 +321,9 @@ func (sy *syncer) sync(ctx context.Context, a admin, data []byte, readErr error)
 		return err
 	}
 	fmt.Fprintf(sy.out, "sessions sync %s: %s\n", sy.name, p.summary(false))
+	if len(skipped) > 0 {
+		return fmt.Errorf("sessions sync %s: %s skipped; their sessions, if any, were kept as they were", sy.name, plural(len(skipped), "target"))
+	}
 	return nil
 }
 

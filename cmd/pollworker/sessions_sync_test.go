@@ -178,7 +178,8 @@ func TestSessionsSyncSkipsTargetsTheURLRuleRefuses(t *testing.T) {
 			"--url-template", "http://{{.Target}}/health", "--interval", "1s")
 	}
 	r := sync()
-	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, exitFailure, r.code, "a target skipped: exit 1, the rest written\n%s", r.stderr)
+	require.Contains(t, r.stderr, "sessions sync web: 2 targets skipped; their sessions, if any, were kept as they were")
 	require.Contains(t, r.stderr, `target "127.0.0.1:18410@127.0.0.1:18411" skipped: session: malformed: url holds credentials`)
 	require.Contains(t, r.stderr, `target "127.0.0.1:99999" skipped: session: malformed: url must be an absolute http or https URL with a host; its port "99999" is not 1-65535`)
 	require.Contains(t, r.stdout, "created 1,")
@@ -191,4 +192,30 @@ func TestSessionsSyncSkipsTargetsTheURLRuleRefuses(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.NotContains(t, r.stderr, "skipped")
 	require.Contains(t, r.stdout, "created 2,")
+
+	// A target skipped now whose session exists keeps it: the target is
+	// still in the source (the sync pruned it: a label renamed, or a
+	// rule changed, deleted the sessions of targets still listed).
+	r = runApp(t, "sessions", "config", "--redis-url", srv.URL(), "--url-rule", "http")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = sync()
+	require.Equal(t, exitFailure, r.code, r.stderr)
+	require.Contains(t, r.stdout, "pruned 0")
+	list = runApp(t, "sessions", "list", "--redis-url", srv.URL())
+	require.Contains(t, list.stdout, "3 sessions")
+
+	// Every target skipped: nothing changed, and said so.
+	require.NoError(t, os.WriteFile(file, []byte(`[{"targets": ["127.0.0.1:18410@127.0.0.1:18411"]}]`), 0o600))
+	r = sync()
+	require.Equal(t, exitFailure, r.code, r.stderr)
+	require.Contains(t, r.stderr, "every target of "+file+" was skipped (1): nothing changed")
+	list = runApp(t, "sessions", "list", "--redis-url", srv.URL())
+	require.Contains(t, list.stdout, "3 sessions")
+
+	// A template that fails on every target is the flag's error: exit 2
+	// before anything is read.
+	r = runApp(t, "sessions", "sync", "--redis-url", srv.URL(), "--file-sd", file, "--name", "web",
+		"--url-template", "http://{{.Label.host}}/health", "--interval", "1s")
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "--url-template: ")
 }
