@@ -42,9 +42,11 @@ type Junk struct {
 }
 
 // Placeable returns the live nodes that are not cordoned: those the
-// planner places sessions on, sorted.
+// planner places sessions on, sorted. When every live node is cordoned
+// (CordonsSuspended), every one is placeable: a cordon moves sessions to
+// other workers, and with none left it would leave them unpolled.
 func (m Membership) Placeable() []string {
-	if len(m.Cordoned) == 0 {
+	if len(m.Cordoned) == 0 || m.CordonsSuspended() {
 		return m.Nodes
 	}
 	out := make([]string, 0, len(m.Nodes))
@@ -56,8 +58,19 @@ func (m Membership) Placeable() []string {
 	return out
 }
 
-// IsCordoned reports whether id is a cordoned live node.
+// CordonsSuspended reports whether every live node is cordoned: the
+// cordons then count for nothing (Placeable, IsCordoned) until one is
+// lifted, so that the sessions stay polled.
+func (m Membership) CordonsSuspended() bool {
+	return len(m.Nodes) > 0 && len(m.Cordoned) == len(m.Nodes)
+}
+
+// IsCordoned reports whether id is a cordoned live node whose cordon
+// counts (not CordonsSuspended).
 func (m Membership) IsCordoned(id string) bool {
+	if m.CordonsSuspended() {
+		return false
+	}
 	_, ok := slices.BinarySearch(m.Cordoned, id)
 	return ok
 }

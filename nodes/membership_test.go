@@ -44,3 +44,29 @@ func TestMembershipNextExpiry(t *testing.T) {
 		})
 	}
 }
+
+// TestCordonsSuspendedWhenEveryNodeIsCordoned: cordoning every live
+// worker left the sessions the last ones released unpolled until an
+// uncordon; with every live node cordoned, the cordons count for nothing.
+func TestCordonsSuspendedWhenEveryNodeIsCordoned(t *testing.T) {
+	tests := []struct {
+		name           string
+		nodes, cordon  []string
+		placeable      []string
+		suspended, isA bool
+	}{
+		{"none cordoned", []string{"a", "b"}, nil, []string{"a", "b"}, false, false},
+		{"one of two", []string{"a", "b"}, []string{"a"}, []string{"b"}, false, true},
+		{"every one", []string{"a", "b"}, []string{"a", "b"}, []string{"a", "b"}, true, false},
+		{"the only one", []string{"a"}, []string{"a"}, []string{"a"}, true, false},
+		{"no live node", nil, nil, nil, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := Membership{Nodes: tt.nodes, Cordoned: tt.cordon}
+			require.Equal(t, tt.placeable, m.Placeable())
+			require.Equal(t, tt.suspended, m.CordonsSuspended())
+			require.Equal(t, tt.isA, m.IsCordoned("a"))
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v3"
+	"go.uber.org/zap"
 
 	"github.com/pollworker/pollworker/keyspace"
 	"github.com/pollworker/pollworker/nodes"
@@ -62,6 +63,19 @@ func drainCommand() *cli.Command {
 					return err
 				}
 				w := cmd.Root().Writer
+				var m nodes.Membership
+				r, err := nodes.NewReader(a.client, a.keys, zap.NewNop())
+				if err == nil {
+					m, err = r.Members(ctx)
+				}
+				if err == nil && m.CordonsSuspended() {
+					// Nobody left to hand off to: the sessions stay where they are.
+					fmt.Fprintf(w, "cordoned %s: every live worker is cordoned now, so the cordons count for nothing and the workers keep polling every session until one is uncordoned (pollworker uncordon ID)\n", id)
+					if cmd.Bool("wait") {
+						return fmt.Errorf("drain --wait %s: every live worker is cordoned: %s keeps its sessions", id, id)
+					}
+					return nil
+				}
 				fmt.Fprintf(w, "cordoned %s: it hands off its sessions and takes none (pollworker uncordon %s to undo)\n", id, id)
 				if !cmd.Bool("wait") {
 					return nil

@@ -29,6 +29,9 @@ type clusterStatus struct {
 	// JunkMembers are the entries of the node index that are not live
 	// workers (invalid ids, or no heartbeat key): ignored by the workers.
 	JunkMembers []nodes.Junk `json:"junk_members,omitempty"`
+	// CordonsSuspended: every live worker is cordoned, so the cordons
+	// count for nothing until one is lifted (nodes.Membership.CordonsSuspended).
+	CordonsSuspended bool `json:"cordons_suspended,omitempty"`
 	// Sessions counts the sessions.
 	Sessions sessionCounts `json:"sessions"`
 	// Malformed are the malformed session entries.
@@ -243,13 +246,14 @@ func findUnknownLeases(ctx context.Context, r *fleet.Reader, snap *fleet.Snapsho
 func buildStatus(snap *fleet.Snapshot) clusterStatus {
 	m := snap.Members
 	st := clusterStatus{
-		ServerTime:      time.UnixMilli(m.ServerTimeMs).UTC(),
-		Malformed:       malformedEntries(snap.Malformed),
-		JunkMembers:     m.Junk,
-		UnownedSample:   []string{},
-		NotPolledSample: []string{},
-		OtherHolders:    []holderCount{},
-		UnknownLeases:   unknownLeases{Lease: []leaseHolder{}},
+		ServerTime:       time.UnixMilli(m.ServerTimeMs).UTC(),
+		Malformed:        malformedEntries(snap.Malformed),
+		JunkMembers:      m.Junk,
+		CordonsSuspended: m.CordonsSuspended(),
+		UnownedSample:    []string{},
+		NotPolledSample:  []string{},
+		OtherHolders:     []holderCount{},
+		UnknownLeases:    unknownLeases{Lease: []leaseHolder{}},
 	}
 	st.Nodes = nodeTable(snap)
 	byID := make(map[string]*nodeStatus, len(st.Nodes))
@@ -350,7 +354,7 @@ func nodeTable(snap *fleet.Snapshot) []nodeStatus {
 	m := snap.Members
 	ns := make([]nodeStatus, len(m.Nodes))
 	for i, id := range m.Nodes {
-		n := nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1, Cordoned: m.IsCordoned(id), Weight: 1,
+		n := nodeStatus{ID: id, ExpiresInMs: m.ExpiryMs[i] - m.ServerTimeMs, HeartbeatAgeMs: -1, Cordoned: slices.Contains(m.Cordoned, id), Weight: 1,
 			Planned: snap.PlannedLoad(id)}
 		if info, ok := snap.Infos[id]; ok {
 			n.Host, n.PID, n.Version, n.Started, n.Incarnation = info.Host, info.PID, info.Version, info.Started, info.Incarnation

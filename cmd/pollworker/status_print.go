@@ -129,7 +129,10 @@ func printStatus(w io.Writer, st clusterStatus) {
 			cordoned = append(cordoned, n.ID)
 		}
 	}
-	if len(cordoned) > 0 {
+	switch {
+	case st.CordonsSuspended:
+		fmt.Fprintf(w, "CORDONS SUSPENDED: every live worker is cordoned (%s), so the cordons count for nothing and the workers keep polling every session until one is uncordoned (pollworker uncordon ID)\n", strings.Join(cordoned, ", "))
+	case len(cordoned) > 0:
 		fmt.Fprintf(w, "cordoned (take no sessions; pollworker uncordon ID): %s\n", strings.Join(cordoned, ", "))
 	}
 	var others []string
