@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"slices"
 	"sync"
 
 	"go.uber.org/zap"
@@ -21,6 +22,34 @@ type badData struct {
 	states map[string]string // session -> problem of its corrupt state, as reported
 
 	members map[string]struct{} // junk members of the node index reported and still seen; the main loop's only
+	buckets map[int]struct{}    // index buckets of the wrong type reported and not read well since; the main loop's only
+}
+
+// noteBuckets reports, once each until read well again, the index buckets
+// among read whose key has the wrong type (bad: read as empty, so that
+// the sessions of that bucket alone go unpolled). Called from the main
+// loop.
+func (b *badData) noteBuckets(read, bad []int) {
+	if len(bad) == 0 && len(b.buckets) == 0 {
+		return
+	}
+	for _, bk := range read {
+		if !slices.Contains(bad, bk) {
+			delete(b.buckets, bk)
+		}
+	}
+	for _, bk := range bad {
+		if _, reported := b.buckets[bk]; reported {
+			continue
+		}
+		if b.buckets == nil {
+			b.buckets = make(map[int]struct{})
+		}
+		b.buckets[bk] = struct{}{}
+		b.obs.BadData(BadDataBucket)
+		b.log.Error("session index bucket of the wrong type: read as empty, its sessions are not polled; pollworker never deletes it: delete or rename the key, then pollworker sessions apply the sessions again",
+			zap.String("event", "bad_bucket"), zap.String("key", b.keys.SessionBucket(bk)))
+	}
 }
 
 // noteState reports, once per session and problem, that session's saved

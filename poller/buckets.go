@@ -429,10 +429,11 @@ const loadChunkSessions = 2000
 func (v *view) loadChunk(ctx context.Context, bs []int, defs *int) error {
 	rctx, cancel := context.WithTimeout(ctx, max(v.timeout, 2*time.Second))
 	defer cancel()
-	perBucket, err := v.store.BucketIDs(rctx, bs)
+	perBucket, badBuckets, err := v.store.BucketIDs(rctx, bs)
 	if err != nil {
 		return err
 	}
+	v.bad.noteBuckets(bs, badBuckets)
 	var fetch []string
 	for i, b := range bs {
 		for _, id := range perBucket[i] {

@@ -46,9 +46,10 @@ type Observer interface {
 	HandoffGap(d time.Duration)
 	// BadData counts one bad record the worker found and worked around,
 	// once per record (when it logs it): kind is BadDataState (a corrupt
-	// session state, read as never saved; from a poll runner) or
+	// session state, read as never saved; from a poll runner),
 	// BadDataMember (an entry of the node index that is not a live
-	// worker, ignored; from the main loop).
+	// worker, ignored; from the main loop) or BadDataBucket (a session
+	// index bucket of the wrong type, read as empty; from the main loop).
 	BadData(kind string)
 	// SlotStarted reports how late a scheduled session's slot poll starts
 	// after the slot's start (its time plus the session's jitter offset),
@@ -104,6 +105,7 @@ type RoundReport struct {
 const (
 	BadDataState  = "state"
 	BadDataMember = "member"
+	BadDataBucket = "bucket"
 )
 
 // NopObserver is an Observer that does nothing: the default, and the

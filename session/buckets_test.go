@@ -102,8 +102,9 @@ func TestBucketIDsAndFetch(t *testing.T) {
 	for b := range buckets {
 		list = append(list, b)
 	}
-	got, err := s.BucketIDs(ctx, list)
+	got, bad, err := s.BucketIDs(ctx, list)
 	require.NoError(t, err)
+	require.Empty(t, bad)
 	require.Len(t, got, len(list))
 	var all []string
 	for i, in := range got {

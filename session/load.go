@@ -28,6 +28,10 @@ type Snapshot struct {
 	Sessions []Session
 	// Malformed are the entries that were skipped, sorted by ID.
 	Malformed []Problem
+	// BadBuckets are the keys of the index buckets of the wrong type
+	// (not a set), read as empty: their sessions are not in Sessions.
+	// Each is in Malformed too, with its key as ID.
+	BadBuckets []string
 }
 
 // Problem is a malformed entry: an id in the index that is invalid, or whose
@@ -74,7 +78,7 @@ func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 	for b := range all {
 		all[b] = b
 	}
-	perBucket, err := s.BucketIDs(ctx, all)
+	perBucket, bad, err := s.BucketIDs(ctx, all)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("load sessions: %w", err)
 	}
@@ -87,7 +91,16 @@ func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("load sessions: %w", err)
 	}
-	return Snapshot{Rev: rev, Sessions: sessions, Malformed: problems}, nil
+	var badKeys []string
+	for _, b := range bad {
+		key := s.keys.SessionBucket(b)
+		badKeys = append(badKeys, key)
+		// An entry of Malformed too, so that whatever lists or counts the
+		// malformed entries names it.
+		problems = append(problems, Problem{ID: key, Err: fmt.Errorf("%w: index bucket key %s is not a set: the sessions indexed in it are not read (pollworker never deletes it: delete or rename the key, then apply the sessions again)", ErrMalformed, key)})
+	}
+	slices.SortFunc(problems, func(a, b Problem) int { return strings.Compare(a.ID, b.ID) })
+	return Snapshot{Rev: rev, Sessions: sessions, Malformed: problems, BadBuckets: badKeys}, nil
 }
 
 // BucketSize is what changed in an index bucket: its number of ids and its
@@ -196,9 +209,12 @@ func sizeOf(v any) int {
 }
 
 // BucketIDs returns the ids in each of the given index buckets (out[i] for
-// buckets[i]), sorted, with SMEMBERS in pipelines of 1000 buckets.
-func (s *Store) BucketIDs(ctx context.Context, buckets []int) ([][]string, error) {
-	out := make([][]string, 0, len(buckets))
+// buckets[i]), sorted, with SMEMBERS in pipelines of 1000 buckets. A
+// bucket key of the wrong type (written around the store) is one bucket's
+// problem: it reads as empty and is listed in bad; pollworker never
+// deletes it.
+func (s *Store) BucketIDs(ctx context.Context, buckets []int) (out [][]string, bad []int, err error) {
+	out = make([][]string, 0, len(buckets))
 	for chunk := range slices.Chunk(buckets, PipelineLen) {
 		cmds := make([]*redis.StringSliceCmd, len(chunk))
 		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -209,14 +225,19 @@ func (s *Store) BucketIDs(ctx context.Context, buckets []int) ([][]string, error
 		})
 		for i, c := range cmds {
 			ids, err := c.Result()
+			if redis.HasErrorPrefix(err, "WRONGTYPE") {
+				bad = append(bad, chunk[i])
+				out = append(out, nil)
+				continue
+			}
 			if err != nil {
-				return nil, fmt.Errorf("read session index bucket %d: %w", chunk[i], err)
+				return nil, nil, fmt.Errorf("read session index bucket %d: %w", chunk[i], err)
 			}
 			slices.Sort(ids)
 			out = append(out, ids)
 		}
 	}
-	return out, nil
+	return out, bad, nil
 }
 
 // Fetch reads and decodes the sessions ids (as found in the index, valid or

@@ -294,9 +294,15 @@ func TestLoadErrors(t *testing.T) {
 	require.ErrorContains(t, err, "read session revision")
 
 	require.NoError(t, c.Set(ctx, keys.SessionRev(), "1", 0).Err())
+	require.NoError(t, s.Put(ctx, sess("s1")))
 	require.NoError(t, c.Set(ctx, keys.SessionBucket(7), "x", 0).Err())
-	_, err = s.Load(ctx)
-	require.ErrorContains(t, err, "read session index bucket 7")
+	snap, err := s.Load(ctx)
+	require.NoError(t, err, "a bucket of the wrong type is its own problem")
+	require.Equal(t, []string{keys.SessionBucket(7)}, snap.BadBuckets)
+	require.Len(t, snap.Malformed, 1)
+	require.Equal(t, keys.SessionBucket(7), snap.Malformed[0].ID, "listed with the malformed entries")
+	require.ErrorIs(t, snap.Malformed[0].Err, ErrMalformed)
+	require.Len(t, snap.Sessions, 1, "the other buckets are read")
 
 	m.Close()
 	_, err = s.Load(ctx)

@@ -318,17 +318,18 @@ func (s *Store) bucketSizes(ctx context.Context) ([]int64, error) {
 	for lo := 0; lo < keyspace.SessionBuckets; lo += PipelineLen {
 		hi := min(lo+PipelineLen, keyspace.SessionBuckets)
 		cmds := make([]*redis.IntCmd, hi-lo)
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for b := lo; b < hi; b++ {
 				cmds[b-lo] = p.SCard(ctx, s.keys.SessionBucket(b))
 			}
 			return nil
 		})
-		if err != nil {
-			return nil, fmt.Errorf("read bucket sizes: %w", err)
-		}
 		for b := lo; b < hi; b++ {
-			out[b] = cmds[b-lo].Val()
+			n, err := cmds[b-lo].Result()
+			if err != nil && !redis.HasErrorPrefix(err, "WRONGTYPE") { // a bucket of the wrong type reads as empty (BucketIDs)
+				return nil, fmt.Errorf("read bucket sizes: %w", err)
+			}
+			out[b] = n
 		}
 	}
 	return out, nil

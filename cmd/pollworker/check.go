@@ -389,7 +389,7 @@ func checkIndex(ctx context.Context, client redis.UniversalClient, keys keyspace
 	}
 	var differ []int
 	for b, n := range cards {
-		if int(n) != sizes[b] {
+		if n >= 0 && int(n) != sizes[b] {
 			differ = append(differ, b)
 		}
 	}
@@ -421,21 +421,26 @@ func checkIndex(ctx context.Context, client redis.UniversalClient, keys keyspace
 	return probs, nil
 }
 
-// scards returns SCARD of the given index buckets, pipelined.
+// scards returns SCARD of the given index buckets, pipelined; -1 for a
+// bucket key of the wrong type (reported as a malformed entry).
 func scards(ctx context.Context, client redis.UniversalClient, keys keyspace.Space, buckets []int) ([]int64, error) {
 	cmds := make([]*redis.IntCmd, len(buckets))
-	_, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, b := range buckets {
 			cmds[i] = p.SCard(ctx, keys.SessionBucket(b))
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("count the index buckets: %w", err)
-	}
 	out := make([]int64, len(buckets))
 	for i, c := range cmds {
-		out[i] = c.Val()
+		n, err := c.Result()
+		switch {
+		case redis.HasErrorPrefix(err, "WRONGTYPE"):
+			n = -1
+		case err != nil:
+			return nil, fmt.Errorf("count the index buckets: %w", err)
+		}
+		out[i] = n
 	}
 	return out, nil
 }
