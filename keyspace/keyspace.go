@@ -44,6 +44,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/pollworker/pollworker/hrw"
 )
@@ -366,7 +367,14 @@ func ValidateID(id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if !idByte(id[i]) {
-			return &IDError{ID: id, Reason: fmt.Sprintf("%q has byte %q at %d (allowed: letters, digits, . _ - : @ /)", id, id[i], i)}
+			what := fmt.Sprintf("byte %q", id[i])
+			if id[i] >= utf8.RuneSelf { // not ASCII: the character, or the byte in hex
+				what = fmt.Sprintf("byte 0x%02x", id[i])
+				if r, _ := utf8.DecodeRuneInString(id[i:]); r != utf8.RuneError {
+					what = fmt.Sprintf("%q (not ASCII)", r)
+				}
+			}
+			return &IDError{ID: id, Reason: fmt.Sprintf("%q has %s at %d (allowed: letters, digits, . _ - : @ /)", id, what, i)}
 		}
 	}
 	return nil

@@ -132,6 +132,9 @@ func TestIDError(t *testing.T) {
 	require.Equal(t, "a b", ie.ID)
 	require.Equal(t, `"a b" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)`, ie.Reason)
 	require.EqualError(t, err, `keyspace: invalid id: "a b" has byte ' ' at 1 (allowed: letters, digits, . _ - : @ /)`)
+	// Not ASCII: the character, not its first byte read as Latin-1 ('Ã').
+	require.ErrorContains(t, ValidateID("café"), `"café" has 'é' (not ASCII) at 3`)
+	require.ErrorContains(t, ValidateID("a\xffb"), `"a\xffb" has byte 0xff at 1`)
 }
 
 func TestSlot(t *testing.T) {

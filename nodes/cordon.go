@@ -14,6 +14,10 @@ import (
 // ErrNotLive is returned by Cordon for an id that no live worker has.
 var ErrNotLive = errors.New("nodes: no live worker has this id")
 
+// ErrUnknown is returned by Forget for an id of which nothing is stored:
+// no index entry, heartbeat key or cordon (a typo).
+var ErrUnknown = errors.New("nodes: no worker of this id is known")
+
 // ErrLive is returned by Forget for a worker that still heartbeats.
 var ErrLive = errors.New("nodes: the worker still heartbeats")
 
@@ -89,16 +93,18 @@ func Forget(ctx context.Context, c redis.Cmdable, keys keyspace.Space, id string
 			return fmt.Errorf("%w: %q heartbeat %v ago (every %v)", ErrLive, id, age.Round(time.Millisecond), ttl/3)
 		}
 	}
+	var zrem, del, srem *redis.IntCmd
 	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, keys.NodeIndex(), id)
-		p.Del(ctx, keys.Node(id))
+		zrem = p.ZRem(ctx, keys.NodeIndex(), id)
+		del = p.Del(ctx, keys.Node(id))
+		srem = p.SRem(ctx, keys.Cordoned(), id)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("forget %s: %w", id, err)
 	}
-	if err := c.SRem(ctx, keys.Cordoned(), id).Err(); err != nil {
-		return fmt.Errorf("forget %s: %w", id, err)
+	if zrem.Val()+del.Val()+srem.Val() == 0 {
+		return fmt.Errorf("%w: %q", ErrUnknown, id)
 	}
 	return Publish(ctx, c, keys, Event{Type: EventLeave, Node: id})
 }

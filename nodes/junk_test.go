@@ -87,6 +87,7 @@ func TestRealJunkMembersAreNotLive(t *testing.T) {
 		require.NoError(t, ForgetJunk(ctx, c, testKeys, j), "%.20q", j)
 	}
 	require.NoError(t, Forget(ctx, c, testKeys, "ghost"))
+	require.ErrorIs(t, Forget(ctx, c, testKeys, "ghost"), ErrUnknown, "nothing left of it: a typo says so")
 	m = members(t, a)
 	require.Equal(t, []string{"a", "b"}, m.Nodes)
 	require.Len(t, m.Junk, 50)

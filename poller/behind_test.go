@@ -318,10 +318,10 @@ func TestOverloadText(t *testing.T) {
 		want string
 	}{
 		{s: PollStats{DueRate: 10, AchievedRate: 10}, want: ""},
-		{s: PollStats{Behind: true, BehindReason: BehindHostLimit, BehindHost: "t:80", DueRate: 6000, AchievedRate: 2950},
-			want: "host-limit (host t:80): runs 2950 of 6000 polls/s due; each session polled about every 2.0 × its interval"},
-		{s: PollStats{Behind: true, BehindReason: BehindCPU, DueRate: 15000, AchievedRate: 10000},
-			want: "cpu: runs 10000 of 15000 polls/s due; each session polled about every 1.5 × its interval"},
+		{s: PollStats{Behind: true, BehindReason: BehindHostLimit, BehindHost: "t:80", DueRate: 6000, AchievedRate: 2950, Waiting: 3540},
+			want: "host-limit (host t:80): runs 2950 of 6000 polls/s due; a due poll waits about 1.2s for its turn"},
+		{s: PollStats{Behind: true, BehindReason: BehindCPU, DueRate: 15000, AchievedRate: 10000, Waiting: 2345},
+			want: "cpu: runs 10000 of 15000 polls/s due; a due poll waits about 230ms for its turn"},
 		{s: PollStats{Behind: true, BehindReason: BehindMaxPolls},
 			want: "max-polls: polls wait for a slot longer than their interval"},
 	} {

@@ -3,6 +3,7 @@ package poller
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -41,8 +42,9 @@ type PollStats struct {
 	// the last 4 s it ran fewer than 90 % of the polls its sessions were
 	// due (DueRate, AchievedRate; it clears at 95 %), or a poll has waited
 	// for a slot longer than max(1s, its interval). Polls wait for slots
-	// in order of due time, so every session slows alike, to about
-	// interval × DueRate/AchievedRate. A worker behind needs more room
+	// in order of due time, so every session's polls wait about as long
+	// past their due time (Overload says how long): none is starved, and
+	// one with a short interval slows the most. A worker behind needs more room
 	// (BehindReason says which) or fewer sessions; it sheds load to its
 	// peers (Config.KeepWeightWhenBehind). Ready does not include it (see
 	// Ready).
@@ -66,10 +68,12 @@ type PollStats struct {
 }
 
 // Overload describes in one line why the worker is behind ("" when it
-// keeps up): the reason, with the host for BehindHostLimit, and the polls
-// it runs of those due, e.g. "host-limit (host 127.0.0.1:8080): runs
-// 2950 of 6000 polls/s due; each session polled about every 2.0 ×
-// its interval".
+// keeps up): the reason, with the host for BehindHostLimit, the polls it
+// runs of those due, and how long a due poll waits for its turn (the
+// polls waiting over the rate they run at), e.g. "host-limit (host
+// 127.0.0.1:8080): runs 2950 of 6000 polls/s due; a due poll waits about
+// 1.2s for its turn". Polls run in order of due time, so every session
+// waits about as long: a session with a short interval slows the most.
 func (s PollStats) Overload() string {
 	if !s.Behind {
 		return ""
@@ -81,8 +85,9 @@ func (s PollStats) Overload() string {
 	if s.AchievedRate <= 0 {
 		return why + ": polls wait for a slot longer than their interval"
 	}
-	return fmt.Sprintf("%s: runs %.0f of %.0f polls/s due; each session polled about every %.1f × its interval",
-		why, s.AchievedRate, s.DueRate, max(1, s.DueRate/s.AchievedRate))
+	wait := time.Duration(float64(s.Waiting) / s.AchievedRate * float64(time.Second))
+	return fmt.Sprintf("%s: runs %.0f of %.0f polls/s due; a due poll waits about %v for its turn",
+		why, s.AchievedRate, s.DueRate, wait.Round(10*time.Millisecond))
 }
 
 // logBehind logs a change of ps.Behind or of its reason.

@@ -163,7 +163,7 @@ func forgetCommand() *cli.Command {
 				}
 				fmt.Fprintf(cmd.Root().Writer, "forgot %s\n", id)
 				return nil
-			}, nodes.ErrLive)
+			}, nodes.ErrLive, nodes.ErrUnknown)
 		}),
 	}
 }

@@ -66,7 +66,8 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 			"\"pollworker results\"). Redis may be down at start:\n" +
 			"the worker reports not ready (/readyz 503) and polls nothing until Redis is reachable.\n" +
 			"SIGTERM, SIGINT or SIGHUP (a closed terminal) drains (stops polls, releases leases, leaves)\n" +
-			"and exits 0; a second signal kills the process. Nothing is reloaded on SIGHUP: the --profiles\n" +
+			"and exits 0 (1 if the drain was incomplete: a poll outlived --drain-timeout, or Redis did\n" +
+			"not answer); a second signal kills the process. Nothing is reloaded on SIGHUP: the --profiles\n" +
 			"file is read at start (restart to change it); the files its profiles name are re-read\n" +
 			"when they change.\n\n" +
 			"One --id, one process: before it starts, the worker checks the id's heartbeat entry.\n" +
@@ -565,6 +566,12 @@ func speaksTLS(ctx context.Context, addr string) bool {
 // duplicateIDError is the exit-2 error of a worker whose --id another
 // worker holds.
 func duplicateIDError(dup *nodes.DuplicateIDError) error {
+	if dup.TakenOver {
+		// Not a mistake in the flags: this worker was paused or cut off
+		// past its heartbeat TTL, and a successor under the same id (a
+		// restarted pod) took over; exit 1, as for any runtime failure.
+		return fmt.Errorf("--id %s: %w: this worker stopped, leaving the id to its successor", dup.ID, dup)
+	}
 	return configError(fmt.Errorf("--id: %w; every worker needs its own --id", dup))
 }
 
@@ -897,7 +904,7 @@ func pollMetrics(c *poller.Coordinator) []prometheus.Collector {
 				}
 				return 0
 			}),
-		gauge("pollworker_polls_due_per_second", "Polls per second the held sessions were due over the last 4 s: with pollworker_polls_achieved_per_second, each session is polled about every interval × due/achieved.",
+		gauge("pollworker_polls_due_per_second", "Polls per second the held sessions were due over the last 4 s (see pollworker_polls_achieved_per_second).",
 			func(s poller.PollStats) float64 { return s.DueRate }),
 		gauge("pollworker_polls_achieved_per_second", "Polls per second run over the last 4 s.",
 			func(s poller.PollStats) float64 { return s.AchievedRate }),

@@ -404,3 +404,21 @@ func TestRunRefusesAReplica(t *testing.T) {
 	require.Equal(t, exitUsage, r.code, r.stderr)
 	require.Contains(t, r.stderr, fmt.Sprintf("names a replica (of 127.0.0.1:%d)", master.Port))
 }
+
+// TestDuplicateIDExitCodes: an id in use by a live worker at start is a
+// mistake in the flags (exit 2); an id taken over while this worker was
+// paused past its TTL is a runtime event: it said "invalid config" and
+// exited 2.
+func TestDuplicateIDExitCodes(t *testing.T) {
+	var ee *exitError
+	err := duplicateIDError(&nodes.DuplicateIDError{ID: "w1"})
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, exitUsage, ee.code)
+	require.ErrorContains(t, err, "invalid config")
+
+	err = duplicateIDError(&nodes.DuplicateIDError{ID: "w1", TakenOver: true})
+	require.False(t, errors.As(err, &ee), "not marked: run exits 1")
+	require.NotContains(t, err.Error(), "invalid config")
+	require.ErrorContains(t, err, "this worker stopped, leaving the id to its successor")
+	require.ErrorIs(t, err, nodes.ErrDuplicateID)
+}
