@@ -284,6 +284,13 @@ func parseEntry(i int, n *yaml.Node, checkURL func(string) error) (Entry, []File
 	for _, p := range checkRequired(e.Session, seen, failed, checkURL) {
 		fail(n.Line, p)
 	}
+	if len(problems) == 0 {
+		// Valid field by field: the whole must also fit in a value
+		// (Encode), or the write fails after the entries before it.
+		if _, err := Encode(e.Session); err != nil {
+			fail(n.Line, fieldReason(err))
+		}
+	}
 	return e, withID(problems, e.Session.ID)
 }
 

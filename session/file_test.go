@@ -167,3 +167,14 @@ func TestEncodeFileRoundTrip(t *testing.T) {
 func TestFieldReaders(t *testing.T) {
 	require.ElementsMatch(t, fileFields, slices.Collect(maps.Keys(fieldReaders)))
 }
+
+// TestParseFileRefusesAnEntryTooBigToStore: an entry valid field by field
+// whose encoding is larger than a value may be passed --dry-run, and a
+// real apply wrote the entries before it, then failed on it ("run it
+// again": it never could succeed).
+func TestParseFileRefusesAnEntryTooBigToStore(t *testing.T) {
+	body := strings.Repeat("x", MaxValueBytes)
+	raw := "sessions:\n  - {id: ok, url: 'http://h/', interval: 1s}\n  - {id: big, url: 'http://h/', interval: 1s, method: POST, body: '" + body + "'}\n"
+	_, err := ParseFile([]byte(raw), nil)
+	require.ErrorContains(t, err, "entry 2 (line 3, id big): session: malformed: encoded session has 65608 bytes, more than 65536")
+}

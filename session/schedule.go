@@ -213,13 +213,20 @@ func missingField(field string) string {
 }
 
 // ValidateForWrite is Validate and the rules only writes apply
-// (slotWriteRules): what Store.Put checks before writing, beside the URL
-// rule.
+// (slotWriteRules, and the encoded size: Encode): what Store.Put checks
+// before writing, beside the URL rule.
 func (s Session) ValidateForWrite() error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	return s.slotWriteRules()
+	if err := s.slotWriteRules(); err != nil {
+		return err
+	}
+	// The size the store refuses (Encode), found before anything is
+	// written: a file's entry that big passed --dry-run and failed
+	// the write after the entries before it were written.
+	_, err := Encode(s)
+	return err
 }
 
 // gapSlots is how many slots slotWriteRules looks at for the shortest gap.
