@@ -12,11 +12,11 @@
 // keyspace.Space.Node, with the TTL, only if that key is absent or holds an
 // Info of this Registry's random incarnation (scripts/lua/node_claim.lua; the
 // incarnation is compared, so the Registry may change its weight); then
-// it moves the index entry's expiry to server time + TTL. Members prunes
-// expired entries and returns the live set. The index scripts read Redis
+// it moves the index entry's expiry to server time + TTL, and prunes the
+// expired entries. Members returns the live set and writes nothing. The index scripts read Redis
 // TIME, so expiry is judged by one clock, the server's, never by the
 // workers' clocks. Discovery reads only the index and, in one pipeline of
-// EXISTS, the heartbeat keys of its valid entries: it never uses SCAN or
+// GETs, the heartbeat keys of its valid entries: it never uses SCAN or
 // KEYS, whose cost grows with the whole keyspace.
 //
 // Guarantees:

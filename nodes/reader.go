@@ -39,10 +39,11 @@ func NewReader(client redis.Cmdable, keys keyspace.Space, logger *zap.Logger) (*
 	return &Reader{client: client, keys: keys, log: logger}, nil
 }
 
-// Members prunes expired members and returns the live ones: one script
-// call on the node index, then one pipeline of EXISTS on the heartbeat keys
-// of the entries with a valid id (an entry is a live worker only with
-// both; the others are in Junk). Its Version is 0: only a Registry, which
+// Members returns the live members (it writes nothing: the heartbeats
+// prune the expired ones): one script
+// call on the node index, then one pipeline of GETs of the heartbeat keys
+// of the entries with a valid id (an entry is a live worker only with its
+// own info there; the others are in Junk). Its Version is 0: only a Registry, which
 // reads in one loop, numbers its observations.
 func (r *Reader) Members(ctx context.Context) (Membership, error) {
 	var members *redis.Cmd

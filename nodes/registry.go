@@ -281,8 +281,8 @@ func isOutOfMemory(err error) bool {
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM ")
 }
 
-// Members prunes expired members and returns the live ones, in one script
-// call on the node index (Reader.Members), numbered by Version.
+// Members returns the live members, read with one script call on the
+// node index (Reader.Members), numbered by Version.
 func (r *Registry) Members(ctx context.Context) (Membership, error) {
 	m, err := r.reader.Members(ctx)
 	if err != nil {

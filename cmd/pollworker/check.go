@@ -208,6 +208,12 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 	if grace == 0 {
 		r.Notes = append(r.Notes, checkDuplicateID+": skipped with --grace 0 (it looks for leases renewed between two reads)")
 	}
+	if r.Workers == 0 && len(last.Sessions) == 0 && len(last.Malformed) == 0 {
+		// Nothing to check finds nothing wrong: say what was read, for a
+		// mistyped --key-prefix, --session-prefix or database.
+		r.Notes = append(r.Notes, fmt.Sprintf("nothing here: no live worker in %s and no session under the session prefix %s (check --key-prefix, --session-prefix and the database in --redis-url)",
+			a.keys.NodeIndex(), a.keys.SessionNamespace()))
+	}
 	checked := fleet.Check(first, last, maxNotPlanned)
 	r.Checks = append(r.Checks, checked.Checks...)
 	r.Problems = append(r.Problems, checked.Problems...)
