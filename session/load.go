@@ -32,6 +32,9 @@ type Snapshot struct {
 	// (not a set), read as empty: their sessions are not in Sessions.
 	// Each is in Malformed too, with its key as ID.
 	BadBuckets []string
+	// BadRecord is set (wrapping ErrBadRecord) when the revision key holds
+	// no revision; Rev is then -1 and the rest was read.
+	BadRecord error
 }
 
 // Problem is a malformed entry: an id in the index that is invalid, or whose
@@ -58,11 +61,18 @@ func (s *Store) Rev(ctx context.Context) (int64, error) {
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
+	if redis.HasErrorPrefix(err, "WRONGTYPE") || (err != nil && strings.Contains(err.Error(), "parsing")) {
+		return 0, fmt.Errorf("read session revision: %w: key %s holds no revision (%v): pollworker never deletes it: delete or rename it (the workers then read every bucket again)", ErrBadRecord, s.keys.SessionRev(), err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("read session revision: %w", err)
 	}
 	return n, nil
 }
+
+// ErrBadRecord is the error of a change record key written around the
+// store (of the wrong type, or not a number).
+var ErrBadRecord = errors.New("session: bad change record")
 
 // Load reads the revision, then every index bucket, then every indexed
 // session, in pipelines of 1000. Ids whose key is missing (deleted
@@ -71,7 +81,13 @@ func (s *Store) Rev(ctx context.Context) (int64, error) {
 // for tools; workers read only their buckets (BucketIDs, Fetch).
 func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 	rev, err := s.Rev(ctx)
-	if err != nil {
+	var badRecord error
+	switch {
+	case errors.Is(err, ErrBadRecord):
+		// The definitions are intact: read them (a backup must still
+		// be possible), and say so.
+		badRecord, rev = err, -1
+	case err != nil:
 		return Snapshot{}, fmt.Errorf("load sessions: %w", err)
 	}
 	all := make([]int, keyspace.SessionBuckets)
@@ -100,7 +116,7 @@ func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 		problems = append(problems, Problem{ID: key, Err: fmt.Errorf("%w: index bucket key %s is not a set: the sessions indexed in it are not read (pollworker never deletes it: delete or rename the key, then apply the sessions again)", ErrMalformed, key)})
 	}
 	slices.SortFunc(problems, func(a, b Problem) int { return strings.Compare(a.ID, b.ID) })
-	return Snapshot{Rev: rev, Sessions: sessions, Malformed: problems, BadBuckets: badKeys}, nil
+	return Snapshot{Rev: rev, Sessions: sessions, Malformed: problems, BadBuckets: badKeys, BadRecord: badRecord}, nil
 }
 
 // BucketSize is what changed in an index bucket: its number of ids and its

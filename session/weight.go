@@ -218,6 +218,11 @@ func (s *Store) Weights(ctx context.Context) (Weights, error) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
+		if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			if terr := s.checkRecordTypes(ctx); terr != nil {
+				err = terr // names the key and the fix
+			}
+		}
 		return Weights{}, fmt.Errorf("read session weights: %w", err)
 	}
 	rev, err := cur.Int64()

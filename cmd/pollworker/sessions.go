@@ -498,9 +498,13 @@ func sessionsListCommand() *cli.Command {
 		},
 		Action: action(func(ctx context.Context, cmd *cli.Command) error {
 			return withAdmin(ctx, cmd, func(ctx context.Context, a admin) error {
-				sessions, problems, err := a.store.List(ctx)
+				snap, err := a.store.Load(ctx)
 				if err != nil {
 					return err
+				}
+				sessions, problems := snap.Sessions, snap.Malformed
+				if snap.BadRecord != nil {
+					fmt.Fprintf(cmd.Root().ErrWriter, "pollworker: sessions list: %v\n", snap.BadRecord)
 				}
 				if cmd.Bool("failing") {
 					states, err := loadStates(ctx, a, sessions)

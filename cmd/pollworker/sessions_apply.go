@@ -462,6 +462,9 @@ func sessionsExportCommand() *cli.Command {
 				if err != nil {
 					return fmt.Errorf("sessions export: %w", err)
 				}
+				if snap.BadRecord != nil { // the definitions are read all the same
+					fmt.Fprintf(cmd.Root().ErrWriter, "pollworker: sessions export: %v\n", snap.BadRecord)
+				}
 				if err := session.EncodeFile(cmd.Root().Writer, snap.Sessions, format); err != nil {
 					return fmt.Errorf("sessions export: %w", err)
 				}
