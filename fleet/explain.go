@@ -261,7 +261,7 @@ func whyNobodyMay(e Explanation) (reason, sentence string, ok bool) {
 	switch l := e.Lease; {
 	case l == nil:
 	case l.Live && l.Current:
-		held = fmt.Sprintf("; %s still holds its lease and releases it at its next round (or it expires in %s)", l.Holder, MsDuration(l.ExpiresInMs))
+		held = fmt.Sprintf("; %s still holds its lease and releases it at its next round that reads the session: at once after a change made with pollworker, within 2m after a write around it (redis-cli); its lease runs %s more unless renewed", l.Holder, MsDuration(l.ExpiresInMs))
 	default:
 		held = fmt.Sprintf("; its lease is still held by %s, which is not live, until it expires in %s", l.Holder, MsDuration(l.ExpiresInMs))
 	}
