@@ -83,6 +83,11 @@ func testPausedAfterADataLoss(t *testing.T, quarantine bool) {
 		return inner.Poll(ctx, tn)
 	})
 	cfg := fastConfig(viaProxy, "w", poller)
+	// The worker's registration must outlive the partition however slow
+	// the machine (a fresh-clone make test saw its heartbeat key expire
+	// before the test could keep it): a membership that changed would
+	// make it read its buckets afresh, and hide the bug.
+	cfg.HeartbeatTTL = time.Minute
 	if !quarantine {
 		cfg.LossQuarantine = -1
 	}
