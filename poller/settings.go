@@ -256,6 +256,16 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// validateLeaseTTLFirst is validateLeaseTTL before the intervals the TTL
+// sets by default (a third of it) are checked, so that the error names the
+// setting to change; nil while either is not positive (checked after).
+func (c *Config) validateLeaseTTLFirst() error {
+	if c.LeaseTTL <= 0 || c.RenewInterval <= 0 {
+		return nil
+	}
+	return c.validateLeaseTTL()
+}
+
 // validateLeaseTTL checks both lower bounds of the lease TTL, in one
 // message with the value that passes them.
 func (c *Config) validateLeaseTTL() error {
@@ -278,12 +288,8 @@ const (
 // validateTimes checks the durations (after defaultTimes) and the rules
 // between them.
 func (c *Config) validateTimes() error {
-	if c.LeaseTTL > 0 && c.RenewInterval > 0 {
-		// Before the intervals it sets by default (a third of it), so
-		// that the error names the setting to change.
-		if err := c.validateLeaseTTL(); err != nil {
-			return err
-		}
+	if err := c.validateLeaseTTLFirst(); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		field string

@@ -207,6 +207,17 @@ func (w Weights) Plannable() []int {
 	return w.Sizes
 }
 
+// namedRecordKey is err, or for a WRONGTYPE reply the error that names the
+// key of the change record of the wrong type and the fix.
+func (s *Store) namedRecordKey(ctx context.Context, err error) error {
+	if redis.HasErrorPrefix(err, "WRONGTYPE") {
+		if terr := s.checkRecordTypes(ctx); terr != nil {
+			return terr
+		}
+	}
+	return err
+}
+
 // Weights reads the revision, the sizes and the loads in one round trip.
 func (s *Store) Weights(ctx context.Context) (Weights, error) {
 	var cur *redis.StringCmd
@@ -218,12 +229,7 @@ func (s *Store) Weights(ctx context.Context) (Weights, error) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			if terr := s.checkRecordTypes(ctx); terr != nil {
-				err = terr // names the key and the fix
-			}
-		}
-		return Weights{}, fmt.Errorf("read session weights: %w", err)
+		return Weights{}, fmt.Errorf("read session weights: %w", s.namedRecordKey(ctx, err))
 	}
 	rev, err := cur.Int64()
 	if errors.Is(err, redis.Nil) {
