@@ -29,6 +29,9 @@ type clusterStatus struct {
 	// JunkMembers are the entries of the node index that are not live
 	// workers (invalid ids, or no heartbeat key): ignored by the workers.
 	JunkMembers []nodes.Junk `json:"junk_members,omitempty"`
+	// RedisFull says, per master at its maxmemory under noeviction, that
+	// it refuses writes (check's redis-memory); empty otherwise.
+	RedisFull []string `json:"redis_full,omitempty"`
 	// CordonsSuspended: every live worker is cordoned, so the cordons
 	// count for nothing until one is lifted (nodes.Membership.CordonsSuspended).
 	CordonsSuspended bool `json:"cordons_suspended,omitempty"`
@@ -222,6 +225,11 @@ func computeStatus(ctx context.Context, client redis.UniversalClient, keys keysp
 	st := buildStatus(snap)
 	if scan {
 		st.UnknownLeases = findUnknownLeases(ctx, r, snap)
+	}
+	// Redis over its maxmemory refuses writes: no lease is taken, and
+	// the sessions shown unowned stay so (best effort: INFO may be refused).
+	if full, err := fullMasters(ctx, client); err == nil {
+		st.RedisFull = full
 	}
 	return st, nil
 }

@@ -129,6 +129,9 @@ func printStatus(w io.Writer, st clusterStatus) {
 			cordoned = append(cordoned, n.ID)
 		}
 	}
+	for _, f := range st.RedisFull {
+		fmt.Fprintf(w, "REDIS FULL: %s\n", f)
+	}
 	switch {
 	case st.CordonsSuspended:
 		fmt.Fprintf(w, "CORDONS SUSPENDED: every live worker is cordoned (%s), so the cordons count for nothing and the workers keep polling every session until one is uncordoned (pollworker uncordon ID)\n", strings.Join(cordoned, ", "))
