@@ -465,6 +465,11 @@ func sessionsExportCommand() *cli.Command {
 				if snap.BadRecord != nil { // the definitions are read all the same
 					fmt.Fprintf(cmd.Root().ErrWriter, "pollworker: sessions export: %v\n", snap.BadRecord)
 				}
+				// The URL rule lives in Redis and goes with its data: a file
+				// of non-http targets says how to restore it first.
+				if rule, err := a.store.URLRule(ctx); err == nil && rule != session.URLRuleHTTP && format == session.FormatYAML {
+					fmt.Fprintf(cmd.Root().Writer, "# url-rule: %s (a keyspace that lost its data needs \"pollworker sessions config --%s %s\" before \"sessions apply\" of this file)\n", rule, flagURLRule, rule)
+				}
 				if err := session.EncodeFile(cmd.Root().Writer, snap.Sessions, format); err != nil {
 					return fmt.Errorf("sessions export: %w", err)
 				}

@@ -386,3 +386,23 @@ func TestRunIDsTellARestart(t *testing.T) {
 	require.Len(t, again, 40)
 	require.NotEqual(t, first, again)
 }
+
+// TestSessionsExportSaysTheURLRule: the URL rule lives in Redis and goes
+// with its data; a backup of non-http targets, applied to a keyspace that
+// lost it, was refused with no word of the rule in the file.
+func TestSessionsExportSaysTheURLRule(t *testing.T) {
+	srv := redistest.Start(t)
+	cli := func(args ...string) result {
+		return runApp(t, append([]string{"sessions", "--redis-url", srv.URL()}, args...)...)
+	}
+	r := cli("export")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.NotContains(t, r.stdout, "url-rule", "the default rule: nothing to say")
+	require.Equal(t, exitOK, cli("config", "--url-rule", "any").code)
+	require.Equal(t, exitOK, cli("add", "--id", "ser", "--url", "serial:/dev/ttyUSB0", "--interval", "1s").code)
+	r = cli("export")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.True(t, strings.HasPrefix(r.stdout, `# url-rule: any (a keyspace that lost its data needs "pollworker sessions config --url-rule any"`), r.stdout)
+	r = cli("export", "--format", "json")
+	require.NotContains(t, r.stdout, "url-rule", "JSON has no comments")
+}
