@@ -48,6 +48,7 @@ func (ho *holdings) take(ctx context.Context, ids []string, orphan bool) {
 	}
 	if out.failed {
 		ho.obs.RedisError("acquire")
+		ho.view.confirmAll.Store(true) // its reply may have been a quarantine's notice
 	}
 	switch {
 	case out.quarantined:

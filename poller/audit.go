@@ -18,13 +18,16 @@ const auditPeriod = 2 * time.Minute
 
 // audit is the share of buckets a full round reads again (view.auditShare).
 type audit struct {
-	rounds int // full rounds per auditPeriod: at least 1
+	rounds int // full rounds per auditPeriod: at least 1 (0: no audit)
 	next   int // the bucket number the next share starts from
 }
 
 // newAudit returns the audit that reads every bucket again within period
 // when full rounds come every discovery.
 func newAudit(period, discovery time.Duration) audit {
+	if period < 0 {
+		return audit{} // none (tests)
+	}
 	return audit{rounds: max(1, int(period/max(discovery, time.Millisecond)))}
 }
 
@@ -32,6 +35,9 @@ func newAudit(period, discovery time.Duration) audit {
 // read again this round (assigned ones: loadBuckets; those of sessions
 // held outside them: recheckHeld).
 func (v *view) auditShare() {
+	if v.audit.rounds == 0 {
+		return
+	}
 	var bs []int
 	for b, st := range v.buckets {
 		if st.assigned && st.loaded {

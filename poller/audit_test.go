@@ -2,6 +2,8 @@ package poller
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,4 +59,56 @@ func TestSessionDeletedAroundTheStoreStopsPolling(t *testing.T) {
 	require.Eventually(t, func() bool { return len(w.c.Status().Owned) == 1 }, 20*time.Second, 10*time.Millisecond,
 		"the audit reads its bucket again: deleted, it is no longer polled")
 	require.Equal(t, ids[1], w.c.Status().Owned[0])
+}
+
+// TestLeaseLostRereadsWhatItTakes: a session paused while the worker
+// could not see the change (a loss whose quarantine notice it missed: the
+// acquisition that met it timed out), then its lease lost: the worker took
+// it again on its stale view and polled it. After a lost lease the next
+// acquisitions read again the definition of every session they take
+// (view.confirmAll).
+func TestLeaseLostRereadsWhatItTakes(t *testing.T) {
+	t.Parallel()
+	client := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	ids := addSessions(t, client, 2, 50*time.Millisecond)
+	rec := newRecorder()
+	cfg := fastConfig(client, "w", rec.poller("w"))
+	cfg.auditPeriod = -1 // no audit: it would read the pause too, in its time
+	var mu sync.Mutex
+	var lost bool
+	var retaken int64 // the token of the lease taken again after the loss
+	cfg.Observer = LeaseEvents(func(e Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case e.Session != ids[0]:
+		case e.Type == EventLost:
+			lost = true
+		case e.Type == EventAcquired && lost && retaken == 0:
+			retaken = e.Token
+		}
+	})
+	w := start(t, cfg)
+	require.Eventually(t, func() bool { return rec.polled(ids[0]) >= 2 && rec.polled(ids[1]) >= 2 }, 20*time.Second, 10*time.Millisecond)
+	keys := keyspace.Space{}
+
+	// Paused around the store (no change recorded, as a change lost with
+	// the record), then the lease gone (as Redis losing it).
+	require.NoError(t, client.Set(ctx, keys.Session(ids[0]),
+		`{"id":"`+ids[0]+`","url":"http://127.0.0.1:1/`+ids[0]+`","interval":"50ms","paused":true}`, 0).Err())
+	require.NoError(t, client.Del(ctx, keys.Lease(ids[0])).Err())
+
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return retaken != 0
+	}, 20*time.Second, 10*time.Millisecond, "the worker takes the lease again")
+	require.Eventually(t, func() bool { return !slices.Contains(w.c.Status().Owned, ids[0]) }, 20*time.Second, 10*time.Millisecond,
+		"read again once taken: paused, it is given back")
+	mu.Lock()
+	tok := retaken
+	mu.Unlock()
+	require.Less(t, rec.token(ids[0]), tok, "%s polled under the lease taken after the loss", ids[0])
+	require.Eventually(t, func() bool { return rec.polled(ids[1]) >= 4 }, 20*time.Second, 10*time.Millisecond, "the other polls on")
 }

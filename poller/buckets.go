@@ -617,9 +617,11 @@ func (v *view) malformedCount() int {
 // and the lease can reach this worker before its view, read earlier in the
 // round, has that change. It reads the changes since the view's revision
 // (one round trip, a short reply when nothing changed) and, for the
-// acquired sessions whose bucket changed, their definitions (redefine).
-// When that cannot be read, their definitions are dropped, so that
-// acquired releases their leases, and their buckets read again.
+// acquired sessions whose bucket changed, their definitions (redefine);
+// of every acquired session while confirmAll is set (a lease lost, an
+// acquisition's outcome unknown: a loss may have gone unseen, with its
+// changes). When that cannot be read, their definitions are dropped, so
+// that acquired releases their leases, and their buckets read again.
 func (v *view) confirmDefinitions(ctx context.Context, results []lease.Result) {
 	var got []string
 	for _, r := range results {
@@ -630,12 +632,12 @@ func (v *view) confirmDefinitions(ctx context.Context, results []lease.Result) {
 	if len(got) == 0 || !v.synced {
 		return
 	}
+	all := v.confirmAll.Swap(false)
 	rctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
-	changed, _, reset, err := v.store.Changes(rctx, v.seenRev)
-	recheck := got
-	if err == nil && !reset {
-		recheck = inChangedBuckets(got, changed)
+	recheck, err := got, error(nil)
+	if !all {
+		recheck, err = v.inChangedSince(rctx, got)
 	}
 	if len(recheck) == 0 {
 		return
@@ -646,16 +648,36 @@ func (v *view) confirmDefinitions(ctx context.Context, results []lease.Result) {
 	}
 	if err != nil {
 		v.health.redisFailed("sessions", "session read", err)
-		for _, id := range recheck {
-			delete(v.sessions, id)
-			v.touch(id)
-			if st, ok := v.buckets[keyspace.BucketOf(id)]; ok {
-				st.loaded = false
-			}
+		if all {
+			v.confirmAll.Store(true)
 		}
+		v.dropDefinitions(recheck)
 		return
 	}
 	v.redefine(recheck, sessions)
+}
+
+// inChangedSince returns those of ids whose bucket changed since the
+// view's revision (all of them when the change record was reset, or with
+// the error when it could not be read).
+func (v *view) inChangedSince(ctx context.Context, ids []string) ([]string, error) {
+	changed, _, reset, err := v.store.Changes(ctx, v.seenRev)
+	if err != nil || reset {
+		return ids, err
+	}
+	return inChangedBuckets(ids, changed), nil
+}
+
+// dropDefinitions forgets the definitions of ids (each looked at again this
+// round) and marks their buckets to be read again.
+func (v *view) dropDefinitions(ids []string) {
+	for _, id := range ids {
+		delete(v.sessions, id)
+		v.touch(id)
+		if st, ok := v.buckets[keyspace.BucketOf(id)]; ok {
+			st.loaded = false
+		}
+	}
 }
 
 // inChangedBuckets returns the ids (in order) whose bucket is among the

@@ -182,7 +182,8 @@ type Config struct {
 	// tracing starts the spans; New makes it from TracerProvider (nil
 	// when that is nil).
 	tracing *tracing
-	// auditPeriod replaces the constant auditPeriod when set (tests).
+	// auditPeriod replaces the constant auditPeriod when set (tests;
+	// negative: no audit).
 	auditPeriod time.Duration
 }
 

@@ -173,6 +173,7 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 		t = EventUncertain
 	case to == lease.Lost:
 		t = EventLost
+		c.view.confirmAll.Store(true)
 		c.news.trigger()
 	case to == lease.Released:
 		t = EventReleased

@@ -64,6 +64,13 @@ type view struct {
 	// quarantine under way (dataLost), until a lease is taken again.
 	lossReread bool
 	audit      audit // the buckets read again though unchanged (auditShare)
+	// confirmAll: the next acquisitions read again the definition of every
+	// session they take, not only of those in changed buckets
+	// (confirmDefinitions): a lease was lost, or an acquisition's outcome
+	// was unknown, so the notice of a loss quarantine (dataLost) may have
+	// been missed, and the change record may not show what changed during
+	// the loss. Set by the renewal goroutine too.
+	confirmAll atomic.Bool
 }
 
 // dataLost makes the next round read every bucket afresh, once per loss
