@@ -23,6 +23,8 @@ func (ho *holdings) take(ctx context.Context, ids []string, orphan bool) {
 	ids = ho.view.onlyMatching(ids)
 	var out acquireOutcome
 	out.retry = -1
+	// Read once for the whole take: every chunk reads again what it took.
+	all := ho.view.confirmAll.Swap(false)
 	for start := 0; start < len(ids); start += acquireChunk {
 		chunk := ids[start:min(start+acquireChunk, len(ids))]
 		if ctx.Err() != nil {
@@ -40,15 +42,29 @@ func (ho *holdings) take(ctx context.Context, ids []string, orphan bool) {
 		rctx, cancel := context.WithTimeout(ctx, ho.timeout)
 		results := ho.leases.Acquire(rctx, chunk)
 		cancel()
-		ho.view.confirmDefinitions(ctx, results)
+		ho.view.confirmDefinitions(ctx, results, all)
 		now := ho.clock.Now()
 		for _, r := range results {
 			ho.applyResult(r, orphan, now, &out)
 		}
+		out.taken += len(chunk)
+	}
+	ho.settle(ctx, &out, all && out.taken < len(ids))
+}
+
+// settle follows a take's outcome: the loss it revealed, the leases to
+// give back, the retry of the contended ones. stoppedShort: the take had
+// to read again what it took (view.confirmAll) and did not ask for every
+// session.
+func (ho *holdings) settle(ctx context.Context, out *acquireOutcome, stoppedShort bool) {
+	if out.failed || stoppedShort {
+		// An unknown outcome's reply may have been a quarantine's notice;
+		// and a take that stopped short leaves sessions taken later to
+		// be read again too.
+		ho.view.confirmAll.Store(true)
 	}
 	if out.failed {
 		ho.obs.RedisError("acquire")
-		ho.view.confirmAll.Store(true) // its reply may have been a quarantine's notice
 	}
 	switch {
 	case out.quarantined:
@@ -77,6 +93,7 @@ type acquireOutcome struct {
 	// quarantined: some lease was refused for the loss quarantine (Redis
 	// lost data); took: some lease was taken.
 	quarantined, took bool
+	taken             int // sessions asked for so far (a take may stop short)
 }
 
 // applyResult applies one acquire result, received at now (decideAcquired):

@@ -618,11 +618,11 @@ func (v *view) malformedCount() int {
 // round, has that change. It reads the changes since the view's revision
 // (one round trip, a short reply when nothing changed) and, for the
 // acquired sessions whose bucket changed, their definitions (redefine);
-// of every acquired session while confirmAll is set (a lease lost, an
+// of every acquired session with all (view.confirmAll: a lease lost, an
 // acquisition's outcome unknown: a loss may have gone unseen, with its
 // changes). When that cannot be read, their definitions are dropped, so
 // that acquired releases their leases, and their buckets read again.
-func (v *view) confirmDefinitions(ctx context.Context, results []lease.Result) {
+func (v *view) confirmDefinitions(ctx context.Context, results []lease.Result, all bool) {
 	var got []string
 	for _, r := range results {
 		if _, running := v.held[r.Session]; r.Lease != nil && !running && r.Lease.State() == lease.Held {
@@ -632,7 +632,6 @@ func (v *view) confirmDefinitions(ctx context.Context, results []lease.Result) {
 	if len(got) == 0 || !v.synced {
 		return
 	}
-	all := v.confirmAll.Swap(false)
 	rctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	recheck, err := got, error(nil)
@@ -648,10 +647,7 @@ func (v *view) confirmDefinitions(ctx context.Context, results []lease.Result) {
 	}
 	if err != nil {
 		v.health.redisFailed("sessions", "session read", err)
-		if all {
-			v.confirmAll.Store(true)
-		}
-		v.dropDefinitions(recheck)
+		v.dropDefinitions(recheck) // dropped: acquired gives them back, and their buckets are read again
 		return
 	}
 	v.redefine(recheck, sessions)
