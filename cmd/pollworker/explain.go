@@ -74,6 +74,13 @@ func explainCommand() *cli.Command {
 					if e.Found {
 						printLastPoll(ctx, a, w, id)
 					}
+					// Redis over its maxmemory takes no lease: whatever the
+					// reason above says, an unowned session stays so.
+					if full, err := fullMasters(ctx, a.client); err == nil {
+						for _, f := range full {
+							fmt.Fprintf(w, "REDIS FULL: %s\n", f)
+						}
+					}
 				}
 				if !e.Found {
 					// Explained (a lease may be left), but exit 1 as sessions get does.

@@ -236,3 +236,20 @@ func TestExplainBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainSaysRedisIsFull: over its maxmemory Redis takes no lease, and
+// explain gave an unowned session's planned owner as taking it "at its
+// next round" with no word of memory.
+func TestExplainSaysRedisIsFull(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	r := runApp(t, "sessions", "--redis-url", srv.URL(), "add", "--id", "a1", "--url", "http://127.0.0.1:1/", "--interval", "1s")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = runApp(t, "explain", "--redis-url", srv.URL(), "a1")
+	require.NotContains(t, r.stdout, "REDIS FULL")
+	require.NoError(t, client.ConfigSet(ctxT(t), "maxmemory", "1").Err())
+	t.Cleanup(func() { _ = client.ConfigSet(ctxT(t), "maxmemory", "0").Err() })
+	r = runApp(t, "explain", "--redis-url", srv.URL(), "a1")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "REDIS FULL: Redis uses ")
+}
