@@ -23,7 +23,7 @@
 //   - At most Config.MaxPerHost requests (64 by default) are in flight to
 //     one host (host and port of the URL) from one Poller. Under a
 //     poller.Coordinator the bound is kept by its scheduler (PollGroup): a
-//     due poll of a full host waits there, earliest due first, and the wait
+//     due poll of a full host waits there for its fair turn, and the wait
 //     is no failure. Called directly, a poll waits for a slot at most half
 //     its timeout, so that the request it sends has at least the other
 //     half, then returns poller.ErrNoCapacity without sending anything; a

@@ -143,7 +143,7 @@ type Config struct {
 	// MaxPerHost bounds the requests this Poller has in flight to one host
 	// (host and port of the URL as written). Under a poller.Coordinator the
 	// bound is kept in front of the Poller (PollGroup, poller.GroupLimiter):
-	// a due poll of a full host waits in the scheduler, earliest due first,
+	// a due poll of a full host waits in the scheduler for its fair turn,
 	// and a worker falling behind for it reports the host. Called directly,
 	// a poll waits for a slot under its context for at most half its
 	// timeout, so that the request it then sends has at least the other

@@ -1497,7 +1497,7 @@ func (w *genWorld) load(st *genStep, host *recorder, count int, ivl time.Duratio
 // (dueOf: each session's polls due over the window; polls: the polls in
 // it) and the highest due/achieved of one worker, each session counted
 // with the worker that polled it last. Each worker slows its own sessions
-// evenly (earliest due first); how a host's sessions split between the
+// evenly (in proportion to their rates); how a host's sessions split between the
 // workers is the placement's (rendezvous hashing: with 120 sessions on
 // two workers, one may hold 55 % and more), so the bound of a load
 // session's gap is that of the busiest worker when it is above the

@@ -14,9 +14,10 @@ import (
 // target (a poll overrunning its interval) and a lease in doubt (the poll
 // waits for the lease, not for the worker) make nobody behind.
 //
-// Polls wait for a slot in order of due time (scheduler.admitLocked), so
-// that an overloaded worker slows every session alike: each session's gap
-// is about interval × due/achieved, the figures reported (behindReport).
+// Polls waiting for a slot share the slots in proportion to the
+// sessions' rates (fairKey), so that an overloaded worker slows every
+// session alike: each session's gap is about interval × due/achieved, the
+// figures reported (behindReport).
 
 // Reasons a worker is behind (PollStats.BehindReason).
 const (

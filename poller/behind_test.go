@@ -319,9 +319,9 @@ func TestOverloadText(t *testing.T) {
 	}{
 		{s: PollStats{DueRate: 10, AchievedRate: 10}, want: ""},
 		{s: PollStats{Behind: true, BehindReason: BehindHostLimit, BehindHost: "t:80", DueRate: 6000, AchievedRate: 2950, Waiting: 3540},
-			want: "host-limit (host t:80): runs 2950 of 6000 polls/s due; a due poll waits about 1.2s for its turn"},
+			want: "host-limit (host t:80): runs 2950 of 6000 polls/s due; each session is polled about every 2.03 intervals"},
 		{s: PollStats{Behind: true, BehindReason: BehindCPU, DueRate: 15000, AchievedRate: 10000, Waiting: 2345},
-			want: "cpu: runs 10000 of 15000 polls/s due; a due poll waits about 230ms for its turn"},
+			want: "cpu: runs 10000 of 15000 polls/s due; each session is polled about every 1.50 intervals"},
 		{s: PollStats{Behind: true, BehindReason: BehindMaxPolls},
 			want: "max-polls: polls wait for a slot longer than their interval"},
 	} {

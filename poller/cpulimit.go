@@ -21,7 +21,7 @@ import (
 // has more runnable goroutines than processors and they wait to run
 // (cpuSample.busy), and raises it back, step by step, once polls wait
 // for it and the CPU has room: due polls beyond it wait in the
-// scheduler's heap, earliest due first, so that an overloaded worker
+// scheduler's heap for their fair turn, so that an overloaded worker
 // slows every session alike and says why (BehindCPU). It never goes
 // above Config.MaxPolls nor below cpuLimitFloor; it is off when MaxPolls
 // is off. It is the same idea as TCP's AIMD and Netflix's

@@ -39,6 +39,8 @@ type pollLoop struct {
 	rankFrom      time.Time // set by record for the settle that follows: the rank of a poll due at once; zero: next
 	lastBegan     time.Time // when its last poll began (record); zero before the first: ties of rank go to the one polled longest ago
 	stopRequested bool
+	fairIn        waitHeap           // the heaps its last poll waited in (a set), whose keys fair has; none when its last poll did not wait
+	fair          [2]int64           // by heap (groupHeap, admitHeap): its key there if its next poll waits there too: the key its last poll left with, plus that poll's step (fairKey)
 	failures      int                // consecutive failed polls (backoff)
 	group         *pollGroup         // the group of its polls (GroupLimiter); nil when none
 	expect        int64              // Unix ns when the next poll would begin if the worker kept up; 0 unknown (the meter's lateness)
@@ -86,7 +88,7 @@ type turnEnd struct {
 // Admission: when a loop's poll is due (fire), whether it may run now
 // (settleLocked: the lease Held, the deadline not passed; takeSlotsLocked:
 // a slot of its group and of the limit free), and the heaps it waits in
-// by due time until it may (earliest deadline first), all under
+// by fair turn until it may (fairKey), all under
 // scheduler.mu.
 
 // pollGroup is a group of sessions whose polls share a bound of their own
@@ -99,7 +101,7 @@ type pollGroup struct {
 	// slot while they wait for one of the limit's. A group full only of
 	// them waits for the limit, not for its own bound (groupWaitKind).
 	admitting int
-	waiting   dueQueue // due polls waiting for a slot of the group, earliest due first
+	waiting   dueQueue // due polls waiting for a slot of the group, by fair turn (fairKey)
 	members   int      // loops of the group not exited
 }
 
@@ -107,6 +109,18 @@ type pollGroup struct {
 type runner struct {
 	work chan *pollLoop // the next poll; buffered 1, sent only by the launch that took the runner off idle
 }
+
+// waitHeap names a heap a due poll waits in for a slot, as a set
+// (pollLoop.fairIn).
+type waitHeap uint8
+
+const (
+	groupHeap waitHeap = 1 << iota // its group's (pollGroup.waiting)
+	admitHeap                      // the limit's (scheduler.admit)
+)
+
+// fairOf is the index of in's key in pollLoop.fair.
+func fairOf(in waitHeap) int { return int(in >> 1) }
 
 // dueQueue is a min-heap of loops by rank, ties going to the loop whose
 // last poll began first. Each entry carries its loop's rank and lastBegan,
@@ -119,6 +133,11 @@ type runner struct {
 type dueQueue struct {
 	epoch   time.Time // the first push's now: keys count from it
 	entries []dueEntry
+	// In a heap of polls waiting for a slot: served is the key of the
+	// poll last taken out (popFair; no key is pushed below it), and offset
+	// moves the rank of a poll that starts waiting (fairKey) to the polls
+	// served now: served less the time it was taken out.
+	served, offset int64
 }
 
 // dueArity is the number of children of a dueQueue node.
@@ -147,19 +166,77 @@ func (q *dueQueue) key(t, now time.Time) int64 {
 
 func (q *dueQueue) Len() int { return len(q.entries) }
 
-// head is the first loop; the queue must not be empty.
-func (q *dueQueue) head() *pollLoop { return q.entries[0].l }
+// The heaps of polls waiting for a slot share the slots in proportion to
+// the sessions' rates, as start-time fair queuing shares a link: a poll
+// waiting there takes the key its previous poll was served with plus its
+// step (one interval, or more when backing off), if its previous poll
+// waited in the same heap, and else the key of the polls served now less
+// how late it is (its rank before now). Under overload every session
+// then waits in the heap in turn, each one interval's worth of keys after
+// its last poll, and the keys served advance at the rate the slots allow:
+// each session's gap between polls is its interval × due/achieved, alike
+// for every interval (earliest due first instead gave every session the
+// same wait, so that the shortest intervals slowed the most and the
+// longest not at all). A poll that did not wait keeps no key (its
+// session was served on time), and a session starting to wait ranks by
+// its lateness among the polls served now, but never before the poll
+// last served (ties go to the loop polled longest ago): none is starved
+// behind another's past turns or by later arrivals, none gains a turn
+// for having been idle.
 
-// leads reports whether the queue's first loop ranks before l, or with
-// it, were l pushed at now (false for an empty queue).
-func (q *dueQueue) leads(l *pollLoop, now time.Time) bool {
+// fairKey is l's key in q, a heap of polls waiting for a slot (in),
+// were it pushed at now: the greatest of its fair key there, its rank
+// moved by the heap's offset, and the key last served; the zero rank (a
+// loop never polled) comes first.
+func (q *dueQueue) fairKey(l *pollLoop, in waitHeap, now time.Time) int64 {
+	if q.epoch.IsZero() {
+		q.epoch, q.served = now, math.MinInt64
+	}
+	k := q.key(l.rank, now)
+	if k == math.MinInt64 {
+		return k
+	}
+	k = max(k+q.offset, q.served)
+	if l.fairIn&in != 0 && l.fair[fairOf(in)] > k {
+		k = l.fair[fairOf(in)]
+	}
+	return k
+}
+
+// pushFair adds l to q, a heap of polls waiting for a slot (in), at its
+// fairKey.
+func (q *dueQueue) pushFair(l *pollLoop, in waitHeap, now time.Time) {
+	q.pushKey(l, q.fairKey(l, in, now), now)
+}
+
+// leadsFair reports whether q's first loop ranks before l, or with it,
+// were l pushed at now with pushFair (false for an empty queue).
+func (q *dueQueue) leadsFair(l *pollLoop, in waitHeap, now time.Time) bool {
 	if len(q.entries) == 0 {
 		return false
 	}
 	h := &q.entries[0]
-	rank, began := q.key(l.rank, now), q.key(l.lastBegan, now)
+	rank, began := q.fairKey(l, in, now), q.key(l.lastBegan, now)
 	return h.rank < rank || h.rank == rank && h.began <= began
 }
+
+// popFair removes and returns the first loop of q, a heap of polls
+// waiting for a slot (in): the loop keeps its key (fair), and q's offset
+// moves to it. q must not be empty.
+func (q *dueQueue) popFair(in waitHeap, now time.Time) *pollLoop {
+	k := q.entries[0].rank
+	l := q.remove(0)
+	l.fairIn &^= in
+	if k != math.MinInt64 {
+		q.served, q.offset = k, k-q.key(now, now)
+		l.fair[fairOf(in)] = k
+		l.fairIn |= in
+	}
+	return l
+}
+
+// head is the first loop; the queue must not be empty.
+func (q *dueQueue) head() *pollLoop { return q.entries[0].l }
 
 func (q *dueQueue) less(i, j int) bool {
 	a, b := &q.entries[i], &q.entries[j]
@@ -180,8 +257,13 @@ func (q *dueQueue) push(l *pollLoop, now time.Time) {
 	if q.epoch.IsZero() {
 		q.epoch = now
 	}
+	q.pushKey(l, q.key(l.rank, now), now)
+}
+
+// pushKey adds l with the key rank, and its lastBegan's at now.
+func (q *dueQueue) pushKey(l *pollLoop, rank int64, now time.Time) {
 	l.index = len(q.entries)
-	q.entries = append(q.entries, dueEntry{rank: q.key(l.rank, now), began: q.key(l.lastBegan, now), l: l})
+	q.entries = append(q.entries, dueEntry{rank: rank, began: q.key(l.lastBegan, now), l: l})
 	q.up(l.index)
 }
 

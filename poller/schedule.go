@@ -36,9 +36,10 @@ import (
 // Each loop is in one phase: queued (in the heap), waiting (its lease is
 // Uncertain; a lease change wakes it), groupWaiting or admitting (due,
 // waiting for a slot of its group or of the limit), polling, or exited.
-// Every poll waiting for a slot waits in a heap by due time: the slot a
-// poll frees goes to the poll due earliest (earliest deadline first), so
-// that under overload every session slows alike. A loop polls
+// Every poll waiting for a slot waits in a heap: the slot a poll frees
+// goes to the poll first in its fair turn (fairKey: the sessions share the
+// slots in proportion to their rates), so that under overload every
+// session slows alike, by the same factor. A loop polls
 // only when its lease is Held, its term not ended and its deadline not
 // passed; the poll's context is cancelled by the lease term's end
 // (pollContext, Lease.AfterTerm), the moment the lease stops being Held.
@@ -56,7 +57,7 @@ type scheduler struct {
 	active   int           // polls running
 	paceAt   time.Time     // when the next paced first poll may start
 	shortest time.Duration // the shortest interval of a loop started; 0 before the first
-	admit    dueQueue      // due polls waiting for one of limit's slots, earliest due first (each holds its group's slot)
+	admit    dueQueue      // due polls waiting for one of limit's slots, by fair turn (each holds its group's slot)
 	waiting  int           // loops in phase admitting or groupWaiting
 	groups   map[string]*pollGroup
 	freed    []*pollGroup            // groups whose slots were freed while polls wait for them (admitLocked)
@@ -93,14 +94,14 @@ type schedConfig struct {
 	// phase (SpreadStep).
 	Align func(id string, interval time.Duration, next time.Time) time.Duration
 	// Limit, if positive, bounds the polls running at once; due polls
-	// beyond it wait in admit, earliest due first.
+	// beyond it wait in admit for their fair turn (fairKey).
 	Limit int
 	// CPU, if set with Limit, samples the process's CPU: while it is the
 	// bound, fewer polls than Limit run at once (cpuLimit).
 	CPU func() cpuSample
 	// GroupOf, if set, returns the group of a session's polls and how many
 	// of them may run at once (GroupLimiter); due polls of a full group
-	// wait in its heap, earliest due first.
+	// wait in its heap for their fair turn (fairKey).
 	GroupOf func(s *session.Session) (name string, max int)
 	// MaxBackoff, if positive, lets a session whose polls fail wait
 	// longer between polls (backoffLocked).
@@ -447,6 +448,11 @@ func (s *scheduler) record(l *pollLoop, end turnEnd, began time.Time) {
 		s.stats.Skipped++
 	}
 	next := s.nextDue(l, end, backoff, now)
+	if end.out != pollStopped {
+		for i := range l.fair { // its next turn in the heaps it waited in (fairKey)
+			l.fair[i] += int64(next.Sub(l.next))
+		}
+	}
 	if end.out == pollOK || end.out == pollFailed {
 		s.meterPolledLocked(l, now, began, next.Sub(l.next))
 	}
@@ -640,30 +646,19 @@ func (s *scheduler) settleLocked(w *pollLoop, now, at time.Time) bool {
 }
 
 // takeSlotsLocked starts w's due poll if a slot of its group (if any) and
-// one of the limit's are free, and reports it; else w waits, in a heap by
-// due time, for a slot of its group, or, holding that, for one of the
-// limit's. from is the phase w comes from: a poll leaving one wait for the
-// next is counted once (Deferred).
+// one of the limit's are free, and reports it; else w waits, in a heap for
+// its fair turn (fairKey), for a slot of its group, or, holding that, for
+// one of the limit's. from is the phase w comes from: a poll leaving one
+// wait for the next is counted once (Deferred).
 func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool {
 	if s.holdLocked(w) {
 		return false
 	}
 	waited := from == admitting || from == groupWaiting
-	if g := w.group; g != nil {
-		if g.active >= g.max {
-			kind := s.groupWaitKindLocked(g)
-			if from != groupWaiting && kind == waitGroup {
-				s.stats.GroupWaits++ // the group's own bound holds it, not the limit
-			}
-			w.phase = groupWaiting
-			g.waiting.push(w, now)
-			s.crowded[g] = struct{}{}
-			s.waitedLocked(now, waited, kind)
-			return false
-		}
-		g.active++
+	if !s.takeGroupSlotLocked(w, now, from, waited) {
+		return false
 	}
-	if limit := s.limit.limit(); limit > 0 && (s.active >= limit || from != admitting && s.admit.leads(w, now)) {
+	if limit := s.limit.limit(); limit > 0 && (s.active >= limit || from != admitting && s.admit.leadsFair(w, admitHeap, now)) {
 		// Every slot is taken: wait for one rather than start a poll the
 		// worker cannot sustain. A slot that is free while polls wait
 		// for one was just freed, and goes to them first, in order
@@ -671,13 +666,16 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 		// overtake the polls that wait holding theirs, which starved
 		// them when the limit is below the group's bound.
 		w.phase = admitting
-		s.admit.push(w, now)
+		s.admit.pushFair(w, admitHeap, now)
 		if g := w.group; g != nil {
 			g.admitting++
 		}
 		s.limit.waited = true
 		s.waitedLocked(now, waited, s.slotKindLocked())
 		return false
+	}
+	if from != admitting {
+		w.fairIn &^= admitHeap // a slot of the limit was free: its next wait for one starts afresh (fairKey)
 	}
 	ctx, cancel, ok := pollContext(w.lease)
 	if !ok {
@@ -696,6 +694,32 @@ func (s *scheduler) takeSlotsLocked(w *pollLoop, now time.Time, from phase) bool
 	return true
 }
 
+// takeGroupSlotLocked takes a slot of w's group (none: nothing to take)
+// and reports it, or, the group full, puts w in the group's heap and
+// reports false. waited says w's poll already waited for a slot.
+func (s *scheduler) takeGroupSlotLocked(w *pollLoop, now time.Time, from phase, waited bool) bool {
+	g := w.group
+	if g == nil {
+		return true
+	}
+	if g.active >= g.max {
+		kind := s.groupWaitKindLocked(g)
+		if from != groupWaiting && kind == waitGroup {
+			s.stats.GroupWaits++ // the group's own bound holds it, not the limit
+		}
+		w.phase = groupWaiting
+		g.waiting.pushFair(w, groupHeap, now)
+		s.crowded[g] = struct{}{}
+		s.waitedLocked(now, waited, kind)
+		return false
+	}
+	g.active++
+	if !waited {
+		w.fairIn &^= groupHeap // its group served it on time: its next wait there starts afresh (fairKey)
+	}
+	return true
+}
+
 // waitedLocked counts a poll that starts waiting for a slot of the given
 // kind (once per poll: not again when it already waited).
 func (s *scheduler) waitedLocked(now time.Time, already bool, kind waitKind) {
@@ -707,7 +731,7 @@ func (s *scheduler) waitedLocked(now time.Time, already bool, kind waitKind) {
 }
 
 // admitLocked gives the free slots to the due polls waiting for them,
-// earliest due first, and returns those to launch: a group's free slot to
+// first in fair turn (fairKey), and returns those to launch: a group's free slot to
 // the group's earliest waiting poll (which then waits for one of the
 // limit's slots if none is free), a free slot of the limit to the
 // earliest poll waiting for one.
@@ -719,7 +743,7 @@ func (s *scheduler) admitLocked(now time.Time) []*pollLoop {
 			s.freed[len(s.freed)-1] = nil
 			s.freed = s.freed[:len(s.freed)-1]
 			for g.active < g.max && g.waiting.Len() > 0 {
-				w := g.waiting.pop()
+				w := g.waiting.popFair(groupHeap, now)
 				s.waiting--
 				if g.waiting.Len() == 0 {
 					delete(s.crowded, g)
@@ -730,7 +754,7 @@ func (s *scheduler) admitLocked(now time.Time) []*pollLoop {
 			}
 		}
 		for s.admit.Len() > 0 && (s.limit.limit() <= 0 || s.active < s.limit.limit()) {
-			w := s.admit.pop()
+			w := s.admit.popFair(admitHeap, now)
 			s.waiting--
 			if s.settleLocked(w, now, w.next) {
 				launch = append(launch, w)

@@ -88,7 +88,7 @@ var settings = []setting{
 		bind: func(c *Config) flag.Value { return intValue(&c.WaitReplicas, "0", false) },
 		show: func(c Config) string { return strconv.Itoa(c.WaitReplicas) }},
 	{name: "max-polls", field: "MaxPolls", usage: "polls run at once at most (fewer while the CPU is the bound, down to max(64, 8 × GOMAXPROCS)); " +
-		"a poll due while all run waits for one to end, earliest due first (counted as deferred, " +
+		"a poll due while all run waits for one to end, in its fair turn (counted as deferred, " +
 		"and late when it starts later than a tenth of its interval); the leases and heartbeats never wait; off = no bound",
 		bind: func(c *Config) flag.Value {
 			return intValue(&c.MaxPolls, strconv.Itoa(DefaultMaxPolls), true)

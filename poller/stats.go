@@ -3,7 +3,6 @@ package poller
 import (
 	"fmt"
 	"math"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -69,11 +68,11 @@ type PollStats struct {
 
 // Overload describes in one line why the worker is behind ("" when it
 // keeps up): the reason, with the host for BehindHostLimit, the polls it
-// runs of those due, and how long a due poll waits for its turn (the
-// polls waiting over the rate they run at), e.g. "host-limit (host
-// 127.0.0.1:8080): runs 2950 of 6000 polls/s due; a due poll waits about
-// 1.2s for its turn". Polls run in order of due time, so every session
-// waits about as long: a session with a short interval slows the most.
+// runs of those due, and how much less often than its interval each
+// session is polled (due/achieved: the heaps of waiting polls share the
+// slots in proportion to the sessions' rates, pollloop.go), e.g.
+// "host-limit (host 127.0.0.1:8080): runs 2950 of 6000 polls/s due; each
+// session is polled about every 2.03 intervals".
 func (s PollStats) Overload() string {
 	if !s.Behind {
 		return ""
@@ -85,9 +84,8 @@ func (s PollStats) Overload() string {
 	if s.AchievedRate <= 0 {
 		return why + ": polls wait for a slot longer than their interval"
 	}
-	wait := time.Duration(float64(s.Waiting) / s.AchievedRate * float64(time.Second))
-	return fmt.Sprintf("%s: runs %.0f of %.0f polls/s due; a due poll waits about %v for its turn",
-		why, s.AchievedRate, s.DueRate, wait.Round(10*time.Millisecond))
+	return fmt.Sprintf("%s: runs %.0f of %.0f polls/s due; each session is polled about every %.2f intervals",
+		why, s.AchievedRate, s.DueRate, max(1, s.DueRate/s.AchievedRate))
 }
 
 // logBehind logs a change of ps.Behind or of its reason.
@@ -108,7 +106,7 @@ func logBehind(log *zap.Logger, ps PollStats, maxPolls int) {
 		fields = append(fields, zap.Int("poll_limit", ps.PollLimit), zap.Int("max_polls", maxPolls))
 	}
 	log.Warn("behind: this worker cannot keep up with its share; every session is polled less often alike, "+
-		"at about interval × due/achieved; if it stays behind and has peers, it hands them load (--shed-when-behind)", fields...)
+		"about every due/achieved intervals; if it stays behind and has peers, it hands them load (--shed-when-behind)", fields...)
 }
 
 // round1 rounds x to one decimal, for logs.

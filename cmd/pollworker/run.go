@@ -656,7 +656,7 @@ const (
 func httpFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "max-per-host", Value: httppoll.DefaultMaxPerHost, Sources: fromEnv("max-per-host"),
-			Usage: "requests in flight to one host (host:port of the URL) at most, per worker; a due poll of a full host waits in the scheduler, earliest due first (no failure, no backoff; a worker behind for it reports the host); 0 = no bound"},
+			Usage: "requests in flight to one host (host:port of the URL) at most, per worker; a due poll of a full host waits in the scheduler for its fair turn (no failure, no backoff; a worker behind for it reports the host); 0 = no bound"},
 		&cli.DurationFlag{Name: "poll-timeout", Value: httppoll.DefaultTimeout, Sources: fromEnv("poll-timeout"),
 			Usage: "bound on one poll (the wait for a slot of its host, the request and reading the body), and never more than the session's interval; from 10ms to 5m"},
 		&cli.DurationFlag{Name: "idle-conn-timeout", Value: httppoll.DefaultIdleConnTimeout, Sources: fromEnv("idle-conn-timeout"),
