@@ -35,7 +35,9 @@ const roleOldFence = "oldfence"
 // the wrong type (an operator's or another program's), or a fencing
 // token that is not a decimal integer below 2^53-1 (tokens are exact in
 // Lua's doubles only up to there: a larger counter could mint one token
-// twice). The session is never acquired while the key stays so; the other
+// twice) or is more than a year ahead of the server clock (no token
+// acquire.lua minted is: a foreign write, which would run the slot's
+// tokens up to 2^53-1). The session is never acquired while the key stays so; the other
 // sessions of its batch are not affected, and the key is never deleted or
 // overwritten (an operator may need it): repair or delete it by hand.
 type BadKey struct {
@@ -46,7 +48,8 @@ type BadKey struct {
 	// Key is the key's name.
 	Key string `json:"key"`
 	// Problem says what is wrong, as the scripts report it: "wrong type
-	// string", "not a decimal integer: ...", "at or above 2^53-1: ...".
+	// string", "not a decimal integer: ...", "at or above 2^53-1: ...",
+	// "more than a year ahead of the server clock ...".
 	Problem string `json:"problem"`
 }
 

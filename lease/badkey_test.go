@@ -79,6 +79,8 @@ func TestRealBadKeyAffectsOnlyItsSession(t *testing.T) {
 		{"token negative", RoleFence, "-5", "not a decimal integer: -5"},
 		{"token at 2^53-1", RoleFence, "9007199254740991", "at or above 2^53-1: 9007199254740991"},
 		{"token above 2^53", RoleFence, "9007199254740993", "at or above 2^53-1: 9007199254740993"},
+		{"token a year ahead of the clock", RoleFence, "8000000000000000",
+			"more than a year ahead of the server clock (not a token pollworker minted): 8000000000000000"},
 		{"old fencing counter not a number", roleOldFence, "12abc", "not a decimal integer: 12abc"},
 		{"old fencing counter above 2^53", roleOldFence, "9007199254740993", "at or above 2^53-1: 9007199254740993"},
 	}
@@ -191,8 +193,10 @@ func TestRealBadLossMarkerIsRepaired(t *testing.T) {
 
 // TestRealHugeFencingCounterNeverSharesToken: a counter at or above 2^53
 // (Lua's doubles are exact only below) is refused and reported, by every
-// owner, so no token is minted twice or below the counter; a counter just
-// below the limit mints the last safe token once and is refused after.
+// owner, so no token is minted twice or below the counter; so is one more
+// than a year ahead of the server clock (a foreign write: it would run
+// the tokens to 2^53-1), while one an hour ahead (a clock stepped back)
+// is minted from.
 func TestRealHugeFencingCounterNeverSharesToken(t *testing.T) {
 	t.Parallel()
 	r := startReal(t)
@@ -212,14 +216,18 @@ func TestRealHugeFencingCounterNeverSharesToken(t *testing.T) {
 
 	const last = 1<<53 - 1
 	require.NoError(t, r.rdb.HSet(ctx, realKeys.Fencing("s"), keyspace.FieldToken, strconv.Itoa(last-1)).Err())
-	l := acquireOne(t, a, "s").Lease
-	require.NotNil(t, l)
-	require.Equal(t, int64(last), l.Token())
-	require.NoError(t, a.ReleaseAll(ctx))
-	res := acquireOne(t, b, "s")
-	require.Nil(t, res.Lease, "the next token would pass 2^53-1")
+	res := acquireOne(t, a, "s")
+	require.Nil(t, res.Lease, "no token from a counter a year ahead of the clock")
 	require.NotNil(t, res.Bad)
-	require.Equal(t, strconv.Itoa(last), r.rdb.HGet(ctx, realKeys.Fencing("s"), keyspace.FieldToken).Val())
+	require.Contains(t, res.Bad.Problem, "more than a year ahead of the server clock")
+	require.Equal(t, strconv.Itoa(last-1), r.rdb.HGet(ctx, realKeys.Fencing("s"), keyspace.FieldToken).Val(), "left as it was")
+
+	ahead := time.Now().Add(time.Hour).UnixMicro()
+	require.NoError(t, r.rdb.HSet(ctx, realKeys.Fencing("s"), keyspace.FieldToken, strconv.FormatInt(ahead, 10)).Err())
+	l := acquireOne(t, b, "s").Lease
+	require.NotNil(t, l)
+	require.Equal(t, ahead+1, l.Token())
+	require.NoError(t, b.ReleaseAll(ctx))
 }
 
 // TestRealBadKeyWithoutTypeInACL: an ACL user without +type (the minimal

@@ -71,7 +71,11 @@
 //     computes them in Lua's doubles, exact up to 2^53 microseconds (the
 //     year 2255): a token at or above 2^53-1, or not a decimal integer,
 //     is refused (Result.Bad), never rounded into a shared or backward
-//     token.
+//     token, and none at or above it is minted. So is a token more than
+//     a year ahead of the server clock, which acquire.lua never mints (a
+//     foreign write): in the slot's high-water mark it would run every
+//     token of the slot up to 2^53-1 within a few acquisitions; the mark
+//     is read as unusable before any token is minted from it.
 //   - A bad key affects its own session only. A lease key or fencing
 //     record of the wrong type (or an unusable token, in the record or in
 //     an old fencing counter) is

@@ -72,6 +72,9 @@ func TestRealTokenHighWaterMark(t *testing.T) {
 		{"at 2^53-1", func(ctx context.Context, c *redis.Client, k string) error {
 			return c.Set(ctx, k, "9007199254740991", 0).Err()
 		}},
+		{"a year ahead of the clock, below 2^53-1", func(ctx context.Context, c *redis.Client, k string) error {
+			return c.Set(ctx, k, "9007199254740988", 0).Err()
+		}},
 	}
 	for _, tt := range tests {
 		t.Run("an unusable mark is reported and overwritten: "+tt.name, func(t *testing.T) {
@@ -160,5 +163,44 @@ func TestRealTokensAcrossVersions(t *testing.T) {
 	}
 	for _, s := range sessions {
 		require.NotZero(t, last[s], "%s was acquired", s)
+	}
+}
+
+// TestRealForeignHighWaterMarkNeverRunsTokensBack: a high-water mark
+// written by something else just below 2^53-1, while sessions without a
+// fencing record are held (their tokens are in their leases and the mark
+// only), is read as unusable before any token is minted from it. Before,
+// the slot minted tokens up to 2^53-1, then read its own mark (2^53-1) as
+// unusable and fell back to the clock: the next tokens of those sessions
+// went back, and sessions whose records had kept 2^53-1 were never
+// acquired again.
+func TestRealForeignHighWaterMarkNeverRunsTokensBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := startReal(t)
+	a, b := r.manager(t, "a", useRealClock), r.manager(t, "b", useRealClock)
+	held := a.Acquire(ctx, []string{"s1", "s2", "s3"})
+	var top int64
+	for _, res := range held {
+		require.NotNil(t, res.Lease)
+		top = max(top, res.Lease.Token())
+	}
+	const foreign = 1<<53 - 4
+	require.NoError(t, r.rdb.Set(ctx, realKeys.EpochTokens(0), int64(foreign), 0).Err())
+	for _, s := range []string{"s4", "s5", "s6"} {
+		l := acquireOne(t, b, s).Lease
+		require.NotNil(t, l, "the slot's sessions are still acquired")
+		require.Greater(t, l.Token(), top, "above every token minted before")
+		require.Less(t, l.Token(), int64(foreign), "not from the foreign mark")
+		top = l.Token()
+	}
+	require.Equal(t, 1, b.MarkerRepairs(), "reported once, as an unusable mark")
+	require.Equal(t, top, r.highWater(t), "overwritten")
+	// The sessions held before, expired or released, keep going up.
+	require.NoError(t, a.ReleaseAll(ctx))
+	for _, res := range held {
+		l := acquireOne(t, b, res.Lease.Session()).Lease
+		require.NotNil(t, l)
+		require.Greater(t, l.Token(), res.Lease.Token())
 	}
 }

@@ -110,7 +110,8 @@ func (r *realEnv) requireAfter(t *testing.T, want map[string]after, ttl int64) {
 func TestRealAcquireScript(t *testing.T) {
 	t.Parallel()
 	r := startReal(t)
-	const ttl = 60000 // larger than scriptTTL: a fresh SET is told from a seeded key
+	const ttl = 60000                                  // larger than scriptTTL: a fresh SET is told from a seeded key
+	hourAhead := time.Now().Add(time.Hour).UnixMicro() // a record ahead of a clock stepped back
 	tests := []struct {
 		name     string
 		seed     seed
@@ -135,12 +136,12 @@ func TestRealAcquireScript(t *testing.T) {
 			after:    map[string]after{"s": {"a#1", minted, live}},
 		},
 		{
-			name:     "free key with a counter ahead of the clock: counter + 1",
-			seed:     seed{fence: map[string]int64{"s": 4_000_000_000_000_000}},
+			name:     "free key with a counter ahead of the clock (stepped back an hour): counter + 1",
+			seed:     seed{fence: map[string]int64{"s": hourAhead}},
 			sessions: []string{"s"},
 			owners:   map[string]string{"s": "a#1"},
-			want:     []int64{4_000_000_000_000_001, 0, -1},
-			after:    map[string]after{"s": {"a#1", 4_000_000_000_000_001, live}},
+			want:     []int64{hourAhead + 1, 0, -1},
+			after:    map[string]after{"s": {"a#1", hourAhead + 1, live}},
 		},
 		{
 			name:     "same owner value again (retried request): same token, no INCR",

@@ -84,8 +84,18 @@
 -- one, a session without a record relies on the clock as after a loss.
 -- Lua numbers are doubles, exact up to 2^53: a token above 2^53-1 could be
 -- minted twice (or below the last), so a token that is not a decimal
--- integer below 2^53-1 is refused (reported as bad, never overwritten).
--- The clock reaches 2^53 us in the year 2255.
+-- integer below 2^53-1 is refused (reported as bad, never overwritten),
+-- and none at or above it is minted. The clock reaches 2^53 us in the
+-- year 2255. A token more than a year ahead of the server clock is not one
+-- this script minted (none is minted above the clock and a record's or
+-- the mark's token + 1; a clock stepped back, or a failover to a server
+-- whose clock is behind, puts them minutes ahead, not a year): a foreign
+-- write. It is refused as well, rather than used: one such value in the
+-- high-water mark would otherwise run the slot's tokens up to 2^53-1 in a
+-- few acquisitions (then none could be minted in the slot), and one in a
+-- record would carry through the mark to every session acquired after it
+-- in the same call (so that, the mark read as unusable later, their next
+-- tokens would fall back below them to the clock).
 --
 -- The layout before the record (upgrade in place): a fencing counter
 -- <prefix>:fence:{s} (a string) and a handoff mark <prefix>:released:{s}
@@ -146,7 +156,8 @@ local function owner()
   left = left - 1
   return ARGV[run]
 end
-local safe = 9007199254740991 -- 2^53 - 1, the largest token minted
+local safe = 9007199254740991 -- 2^53 - 1: every token minted is below it
+local year = 31536000000000   -- a year in us: how far ahead of the clock a token may be
 local now, nowus
 local function clock()
   if now == nil then
@@ -179,6 +190,10 @@ local function parse(v)
     return nil, 'not a decimal integer: ' .. string.sub(v, 1, 40)
   elseif #v > 16 or tonumber(v) >= safe then
     return nil, 'at or above 2^53-1: ' .. string.sub(v, 1, 40)
+  end
+  clock()
+  if tonumber(v) > nowus + year then
+    return nil, 'more than a year ahead of the server clock (not a token pollworker minted): ' .. v
   end
   return tonumber(v)
 end
@@ -354,7 +369,7 @@ for i = 1, n do
   if last ~= nil then
     clock()
     token = math.max(last + 1, top + 1, nowus)
-    if token > safe then
+    if token >= safe then
       last, problem = nil, 'the next token would pass 2^53-1'
     end
   end

@@ -5,8 +5,9 @@
 -- key (PTTL: -2 missing, -1 no expiry); false, or the first problem that
 -- keeps acquire.lua from taking the lease: "ROLE:problem" where ROLE is
 -- lease, fence or oldfence and problem is as acquire.lua reports it
--- ("wrong type string", a token "not a decimal integer: ..." or "at or
--- above 2^53-1: ..."); the token of the session's fencing record, the
+-- ("wrong type string", a token "not a decimal integer: ...", "at or
+-- above 2^53-1: ..." or "more than a year ahead of the server clock ...");
+-- the token of the session's fencing record, the
 -- last one minted where the session has a record (its first release
 -- creates it; 0 if none); and when its
 -- next poll is due by a handoff mark that still counts (Redis time in ms;
@@ -15,7 +16,15 @@
 -- marker does not say "records only": through the fencing counter and the
 -- handoff mark of the layout before the records (see acquire.lua).
 local safe = 9007199254740991 -- 2^53 - 1, as acquire.lua
-local now
+local year = 31536000000000   -- a year in us, as acquire.lua
+local now, nowus
+local function clock()
+  if now == nil then
+    local tm = redis.call('TIME')
+    nowus = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+    now = math.floor(nowus / 1000)
+  end
+end
 -- get reads a key that should be a string, as acquire.lua does: its value
 -- (false when missing), or nil and 'wrong type <type>'. TYPE only runs
 -- for a bad key, and may be refused (an ACL without +type).
@@ -38,6 +47,10 @@ local function token(v)
   elseif #v > 16 or tonumber(v) >= safe then
     return nil, 'at or above 2^53-1: ' .. string.sub(v, 1, 40)
   end
+  clock()
+  if tonumber(v) > nowus + year then
+    return nil, 'more than a year ahead of the server clock (not a token pollworker minted): ' .. v
+  end
   return tonumber(v)
 end
 -- record returns the session's problem (false if none), token and due.
@@ -52,10 +65,7 @@ local function record(key)
       return 'fence:' .. bad, 0, -1
     end
     local mt, _, u, d = string.match(rec[2] or '', '^(%d+):(%d+):(%d+):?(%d*)$')
-    if now == nil then
-      local tm = redis.call('TIME')
-      now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
-    end
+    clock()
     if mt ~= rec[1] or tonumber(u) <= now then
       return false, t, -1
     end
