@@ -43,12 +43,13 @@ type holdings struct {
 // handed over gracefully by a holder whose next poll of s was due later:
 // then it keeps that schedule, so a handoff never polls a session early.
 func (ho *holdings) start(s *session.Session, l *lease.Lease) {
-	ho.startAt(s, l, new(atomic.Bool))
+	ho.startAt(s, l, new(atomic.Bool), time.Time{})
 }
 
 // startAt starts the poll loop of s under l; polled says whether a
-// poll already began under l (a loop restarted for a new definition).
-func (ho *holdings) startAt(s *session.Session, l *lease.Lease, polled *atomic.Bool) {
+// poll already began under l (a loop restarted for a new definition),
+// and keep, if set, when its first poll is due (restartDue).
+func (ho *holdings) startAt(s *session.Session, l *lease.Lease, polled *atomic.Bool, keep time.Time) {
 	pl := &pollLoop{sess: s, lease: l, polled: polled}
 	if ho.turns.stateful {
 		pl.state = &SessionState{store: ho.turns.states, lease: l}
@@ -59,13 +60,31 @@ func (ho *holdings) startAt(s *session.Session, l *lease.Lease, polled *atomic.B
 	}
 	// Zero without a handoff: the first poll is paced (scheduler.paceLocked).
 	due, _ := l.NextPollWithin(bound)
-	if polled.Load() || (due.IsZero() && pl.state != nil) {
+	switch {
+	case !keep.IsZero():
+		due = keep // a restart keeps the schedule (restartDue)
+	case polled.Load() || (due.IsZero() && pl.state != nil):
 		// A restart polls with the new definition at once; a stateful
 		// loop loads its state first and is paced then (scheduler.Pace, from prepareState).
 		due = ho.clock.Now()
 	}
 	ho.held[s.ID] = &hold{loop: pl, sess: s, acquired: l.Acquired(), members: ho.view.members.Version}
 	ho.sched.Start(pl, due)
+}
+
+// restartDue is when the loop of a session redefined from old to s, whose
+// next poll was due at next, polls first under its new definition: at
+// once when what it sends changed (its URL or request) or it runs on a
+// schedule (its slots decide which is due), else on its schedule, moved by
+// the change of its interval (one new interval after the poll before was
+// due), and not before now. So a change of labels, selector or interval
+// adds no poll: a GitOps loop relabelling many sessions does not send
+// each of them an extra request.
+func restartDue(old, s *session.Session, next, now time.Time) time.Time {
+	if next.IsZero() || old.Scheduled() || s.Scheduled() || old.URL != s.URL || !old.SameRequest(*s) {
+		return now
+	}
+	return maxTime(next.Add(s.Interval.D()-old.Interval.D()), now)
 }
 
 // forget forgets the held session id whose loop (h) exited.
@@ -99,37 +118,48 @@ func (ho *holdings) handoffOf(w *pollLoop) lease.Handoff {
 	return lease.Handoff{Lease: w.lease, NextPoll: ho.sched.DueOf(w)}
 }
 
-// stopAll stops every poll loop and waits for them until ctx is done; then
-// it aborts the polls still running and waits for them a little longer. It
-// returns the handoffs of the loops that exited, whose polls have
-// returned, and forgets those workers.
-func (ho *holdings) stopAll(ctx context.Context) []lease.Handoff {
+// stopAll stops every poll loop and hands the loops that have exited to
+// release as they exit: at once those with no poll running (most of
+// them), then each as its poll returns, so that one slow poll holds only
+// its own session back (a drain released nothing until the slowest poll
+// of the worker had returned). Once ctx is done it aborts the polls still
+// running and waits for them abortGrace longer. The loops it handed on are
+// forgotten; those still held after it returns ignored the abort.
+func (ho *holdings) stopAll(ctx context.Context, release func([]lease.Handoff)) {
 	for _, h := range ho.held {
 		ho.stop(h)
 	}
-	var exited []lease.Handoff
-	// wait collects every loop that has exited, waiting for each until ctx
-	// is done; after that it only collects those that are done already, so
-	// one stuck poll never hides the others.
-	wait := func(ctx context.Context) {
+	// pass hands on the loops that have exited by now, and reports
+	// whether any is still held.
+	pass := func() bool {
+		var exited []lease.Handoff
 		for id, h := range ho.held {
-			done := ho.sched.Exited(h.loop)
 			select {
-			case <-done:
+			case <-ho.sched.Exited(h.loop):
+				exited = append(exited, ho.handoffOf(h.loop))
+				ho.forget(id, h)
 			default:
-				select {
-				case <-done:
-				case <-ctx.Done():
-					continue
-				}
 			}
-			exited = append(exited, ho.handoffOf(h.loop))
-			ho.forget(id, h)
 		}
+		if len(exited) > 0 {
+			release(exited)
+		}
+		return len(ho.held) > 0
 	}
-	wait(ctx)
-	if len(ho.held) == 0 {
-		return exited
+	// wait hands on the loops as they exit until none is held or ctx is
+	// done; a loop's exit wakes it (schedConfig.Wake: news.trigger).
+	wait := func(ctx context.Context) bool {
+		for pass() {
+			select {
+			case <-ho.news.kick:
+			case <-ctx.Done():
+				return pass()
+			}
+		}
+		return false
+	}
+	if !wait(ctx) {
+		return
 	}
 	for _, h := range ho.held {
 		ho.sched.Abort(h.loop)
@@ -137,7 +167,6 @@ func (ho *holdings) stopAll(ctx context.Context) []lease.Handoff {
 	grace, cancel := context.WithTimeout(context.Background(), abortGrace)
 	defer cancel()
 	wait(grace)
-	return exited
 }
 
 // abortGrace is how long a drain waits for aborted polls to return.
@@ -225,7 +254,7 @@ func (ho *holdings) reap(ctx context.Context) {
 		case exitForget:
 			ho.claims.watchOrphans() // lost: others' sessions may be adrift too
 		case exitRestart:
-			ho.startAt(h.restartAs, l.lease, l.polled)
+			ho.startAt(h.restartAs, l.lease, l.polled, restartDue(h.sess, h.restartAs, ho.sched.DueOf(l), ho.clock.Now()))
 		case exitRelease:
 			// Paused or removed: the mark keeps no schedule for a successor.
 			release = append(release, lease.Handoff{Lease: l.lease})

@@ -187,10 +187,12 @@ func (c *Coordinator) onLeaseChange(l *lease.Lease, from, to lease.State) {
 }
 
 // drain leaves the membership and tells the peers, stops every poll, and
-// releases the leases whose polls have returned. Stopping the polls is bounded
-// by DrainTimeout; each step after it has its own bounded time, so that a
-// poll that outlives the drain costs only its own lease (left to expire),
-// never the release of the others or the leave.
+// releases each lease as its poll has returned (those with no poll running
+// at once, in waves soonest due first). Stopping the polls is bounded by
+// DrainTimeout, then the polls still running are aborted and get
+// abortGrace; each release has its own bounded time, so that a poll that
+// outlives the drain costs only its own lease (left to expire), never the
+// release of the others or the leave.
 func (c *Coordinator) drain() error {
 	owned := len(c.holdings.held)
 	// Leave first: the peers plan without this worker at once, so that
@@ -199,19 +201,18 @@ func (c *Coordinator) drain() error {
 	// them (its leases are renewed until then).
 	start := c.cfg.Clock.Now()
 	left := c.drainStep(c.beat.leave)
-	stopCtx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
-	stopped := c.holdings.stopAll(stopCtx)
-	cancel()
-	stoppedAt := c.cfg.Clock.Now()
 	var errs []error
 	released := 0
-	if len(stopped) > 0 {
-		var err error
-		released, err = c.holdings.release(context.Background(), stopped, c.drainStepTimeout())
+	stopCtx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
+	c.holdings.stopAll(stopCtx, func(stopped []lease.Handoff) {
+		n, err := c.holdings.release(context.Background(), stopped, c.drainStepTimeout())
+		released += n
 		if err != nil {
 			errs = append(errs, err)
 		}
-	}
+	})
+	cancel()
+	stoppedAt := c.cfg.Clock.Now()
 	if n := len(c.holdings.held); n > 0 {
 		// Their polls ignored the cancellation: the leases are left to
 		// expire in Redis, and given up here at once, so that no deadline

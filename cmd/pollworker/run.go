@@ -65,9 +65,10 @@ func runCommand(setRedisLogger func(*zap.Logger)) *cli.Command {
 			"under --redis-cluster, written in batches on a connection of their own (see\n" +
 			"\"pollworker results\"). Redis may be down at start:\n" +
 			"the worker reports not ready (/readyz 503) and polls nothing until Redis is reachable.\n" +
-			"SIGTERM, SIGINT or SIGHUP (a closed terminal) drains (stops polls, releases leases, leaves)\n" +
-			"and exits 0 (1 if the drain was incomplete: a poll outlived --drain-timeout, or Redis did\n" +
-			"not answer); a second signal kills the process. Nothing is reloaded on SIGHUP: the --profiles\n" +
+			"SIGTERM, SIGINT or SIGHUP (a closed terminal) drains (leaves, stops polls, releases each\n" +
+			"lease as its poll returns; polls past --drain-timeout are cancelled) and exits 0 (1 if the\n" +
+			"drain was incomplete: a poll ignored its cancellation, or Redis did not answer); a second\n" +
+			"signal kills the process. Nothing is reloaded on SIGHUP: the --profiles\n" +
 			"file is read at start (restart to change it); the files its profiles name are re-read\n" +
 			"when they change.\n\n" +
 			"One --id, one process: before it starts, the worker checks the id's heartbeat entry.\n" +
