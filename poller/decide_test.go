@@ -391,3 +391,32 @@ func TestDecideExited(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartDue: a redefined session keeps its schedule unless what it
+// sends changed or it runs on a schedule of slots.
+func TestRestartDue(t *testing.T) {
+	now := time.Unix(1000, 0)
+	base := session.Session{ID: "s", URL: "http://t/a", Interval: session.Duration(10 * time.Second), Labels: map[string]string{"a": "1"}}
+	with := func(f func(*session.Session)) *session.Session { s := base; f(&s); return &s }
+	next := now.Add(4 * time.Second)
+	for _, tt := range []struct {
+		name string
+		s    *session.Session
+		next time.Time
+		want time.Time
+	}{
+		{"labels changed: its schedule", with(func(s *session.Session) { s.Labels = map[string]string{"a": "2"} }), next, next},
+		{"selector changed: its schedule", with(func(s *session.Session) { s.Selector = "zone=b" }), next, next},
+		{"interval longer: one new interval after the poll before", with(func(s *session.Session) { s.Interval = session.Duration(time.Minute) }), next, next.Add(50 * time.Second)},
+		{"interval shorter, past: now", with(func(s *session.Session) { s.Interval = session.Duration(time.Second) }), next, now},
+		{"interval shorter, ahead", with(func(s *session.Session) { s.Interval = session.Duration(8 * time.Second) }), next, next.Add(-2 * time.Second)},
+		{"URL changed: at once", with(func(s *session.Session) { s.URL = "http://t/b" }), next, now},
+		{"request changed: at once", with(func(s *session.Session) { s.Method = "POST" }), next, now},
+		{"scheduled: its slots decide", with(func(s *session.Session) { s.Interval = 0; s.Schedule = "* * * * *" }), next, now},
+		{"no schedule known: now", with(func(s *session.Session) { s.Labels = nil }), time.Time{}, now},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, restartDue(&base, tt.s, tt.next, now))
+		})
+	}
+}

@@ -129,7 +129,7 @@ func sessionsCommand() *cli.Command {
 				apply: (*session.Store).Pause, check: checkWellFormed}),
 			sessionsEachCommand(eachOp{name: "resume", usage: "poll paused sessions again", done: "resumed",
 				apply: (*session.Store).Resume, check: checkWellFormed}),
-			sessionsEachCommand(eachOp{name: "rm", usage: "remove sessions", done: "removed",
+			sessionsEachCommand(eachOp{name: "rm", aliases: []string{"remove"}, usage: "remove sessions", done: "removed",
 				apply: (*session.Store).Delete, check: checkEntry, anyID: true}),
 			sessionsApplyCommand(),
 			sessionsSyncCommand(),
@@ -293,6 +293,7 @@ func parseLabels(pairs []string) (map[string]string, error) {
 // eachOp is a sessions command that changes every session named.
 type eachOp struct {
 	name, usage string
+	aliases     []string // other names of the command (rm: remove)
 	done        string // past tense, printed before each id changed
 	apply       func(*session.Store, context.Context, string) error
 	// check says whether the session id can be changed: nil, or why not
@@ -322,6 +323,7 @@ func sessionsEachCommand(op eachOp) *cli.Command {
 	}
 	return &cli.Command{
 		Name:        op.name,
+		Aliases:     op.aliases,
 		Usage:       op.usage + " (all named, or none if one is invalid or missing)",
 		ArgsUsage:   "ID...",
 		Description: fmt.Sprintf(eachDescription, which, op.done),

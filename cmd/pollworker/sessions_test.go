@@ -158,6 +158,8 @@ func TestSessionsEachAllOrNothing(t *testing.T) {
 			want: "pollworker: sessions pause: nothing changed: invalid session id \"a{b\" has byte '{' at 1 (allowed: letters, digits, . _ - : @ /)\n"},
 		{name: "rm of an invalid id", give: []string{"rm", "a{b"}, code: exitUsage,
 			want: "pollworker: sessions rm: nothing changed: invalid session id \"a{b\" has byte '{' at 1 (allowed: letters, digits, . _ - : @ /)\n"},
+		{name: "remove, rm's other name", give: []string{"remove", "nosuch"}, code: exitFailure,
+			want: "pollworker: sessions rm: nothing changed: session nosuch not found\n"},
 		{name: "rm of an empty id", give: []string{"rm", "api-1", ""}, code: exitUsage,
 			want: "pollworker: sessions rm: nothing changed: invalid session id \"\": empty\n"},
 		{name: "resume of a malformed session", give: []string{"resume", "api-1", "broken"}, code: exitFailure,
