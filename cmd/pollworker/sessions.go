@@ -294,7 +294,7 @@ func parseLabels(pairs []string) (map[string]string, error) {
 type eachOp struct {
 	name, usage string
 	aliases     []string // other names of the command (rm: remove)
-	done        string // past tense, printed before each id changed
+	done        string   // past tense, printed before each id changed
 	apply       func(*session.Store, context.Context, string) error
 	// check says whether the session id can be changed: nil, or why not
 	// (wrapping session.ErrNotFound when there is nothing to change).
