@@ -26,6 +26,8 @@ const (
 	ReasonContended           = "contended"
 	ReasonNoMatchingWorker    = "no_matching_worker"
 	ReasonBadKey              = "bad_key"
+	ReasonBadBucket           = "bad_bucket"
+	ReasonNotIndexed          = "not_indexed"
 )
 
 // Explanation is why one session is where it is: the facts a Snapshot
@@ -43,6 +45,12 @@ type Explanation struct {
 	Found bool `json:"found"`
 	// Malformed says why a stored definition cannot be used, "" if it can.
 	Malformed string `json:"malformed,omitempty"`
+	// BadBucket is the key of the session's index bucket when that is not
+	// a set: the workers read it as empty and take none of its sessions.
+	BadBucket string `json:"bad_bucket,omitempty"`
+	// NotIndexed is set when the definition is stored but its id is not
+	// in its index bucket: the workers never find it.
+	NotIndexed bool `json:"not_indexed,omitempty"`
 	// Ranking are the live workers ranked for the bucket by rendezvous
 	// hashing, best first (assign.Fleet.Rank); for a session with a
 	// selector, the matching ones only.
@@ -168,7 +176,7 @@ func (s *Snapshot) Explain(id string) Explanation {
 	if !ok {
 		f = &Facts{ID: id}
 	}
-	e.Found, e.Malformed = f.Found, f.Malformed
+	e.Found, e.Malformed, e.BadBucket, e.NotIndexed = f.Found, f.Malformed, f.BadBucket, f.NotIndexed
 	if f.Session != nil {
 		e.Definition = &Definition{IntervalMs: f.Session.Interval.D().Milliseconds(), Paused: f.Session.Paused, Selector: f.Session.SelectorKey()}
 	}
@@ -257,11 +265,14 @@ func why(e Explanation) (reason, sentence string) {
 // whyNobodyMay explains a session no worker may poll, ok false for one
 // some worker may.
 func whyNobodyMay(e Explanation) (reason, sentence string, ok bool) {
-	held := ""
+	held, nobody := "", "no worker polls it"
 	switch l := e.Lease; {
 	case l == nil:
 	case l.Live && l.Current:
 		held = fmt.Sprintf("; %s still holds its lease and releases it at its next round that reads the session: at once after a change made with pollworker, within 2m after a write around it (redis-cli); its lease runs %s more unless renewed", l.Holder, MsDuration(l.ExpiresInMs))
+		// Written around pollworker, the change reaches the holder at
+		// its audit: it polls the definition it read until then.
+		nobody = "no other worker takes it, and " + l.Holder + " polls the definition it read before until it releases it"
 	default:
 		held = fmt.Sprintf("; its lease is still held by %s, which is not live, until it expires in %s", l.Holder, MsDuration(l.ExpiresInMs))
 	}
@@ -269,7 +280,13 @@ func whyNobodyMay(e Explanation) (reason, sentence string, ok bool) {
 	case !e.Found:
 		return ReasonNotFound, "session not found: no definition is stored under this id" + held, true
 	case e.Malformed != "":
-		return ReasonMalformed, "no worker polls it: its stored definition is malformed (" + e.Malformed + ")" + held, true
+		return ReasonMalformed, nobody + ": its stored definition is malformed (" + e.Malformed + ")" + held, true
+	case e.BadBucket != "":
+		return ReasonBadBucket, nobody + ": its index bucket " + e.BadBucket + " is not a set (written around pollworker), so the workers read it as empty and take none of its sessions; " +
+			"pollworker never deletes it: delete or rename the key, then apply the sessions again" + held, true
+	case e.NotIndexed:
+		return ReasonNotIndexed, nobody + ": its definition is stored but its id is not in its index bucket (written around pollworker), and the workers find sessions only there; " +
+			"write it again (sessions add --replace, or apply)" + held, true
 	case e.Definition.Paused:
 		return ReasonPaused, "paused: no worker polls it" + held, true
 	case e.BadKey != nil:

@@ -52,6 +52,14 @@ func TestExplainWhy(t *testing.T) {
 		}), wantReason: ReasonNotFound, wantWhy: "w3 still holds its lease and releases it at its next round"},
 		{name: "malformed", give: base(func(e *Explanation) { e.Definition, e.Malformed = nil, "session: malformed: bad json" }),
 			wantReason: ReasonMalformed, wantWhy: "malformed (session: malformed: bad json)"},
+		{name: "malformed, still held", give: base(func(e *Explanation) {
+			e.Definition, e.Malformed = nil, "session: malformed: bad json"
+			held("w2")(e)
+		}), wantReason: ReasonMalformed, wantWhy: "no other worker takes it, and w2 polls the definition it read before until it releases it: its stored definition is malformed"},
+		{name: "bad index bucket", give: base(func(e *Explanation) { e.BadBucket = "poll:sessions:7" }),
+			wantReason: ReasonBadBucket, wantWhy: "no worker polls it: its index bucket poll:sessions:7 is not a set (written around pollworker), so the workers read it as empty"},
+		{name: "not indexed", give: base(func(e *Explanation) { e.NotIndexed = true }),
+			wantReason: ReasonNotIndexed, wantWhy: "its id is not in its index bucket"},
 		{name: "paused", give: base(func(e *Explanation) { e.Definition = &Definition{IntervalMs: 1000, Paused: true} }),
 			wantReason: ReasonPaused, wantWhy: "paused: no worker polls it"},
 		{name: "paused, lease of a crashed holder", give: base(func(e *Explanation) {

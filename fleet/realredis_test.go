@@ -126,6 +126,18 @@ func TestReasonsOnRealRedis(t *testing.T) {
 			require.NotEqual(t, e.Lease.Holder, e.Planned, "planned on the other worker")
 			require.Len(t, e.Ranking, 1, "a cordoned worker is not ranked")
 		}},
+		{name: "index bucket of the wrong type", setup: func(f redisFleet) {
+			f.join("w1", "i1", nil)
+			f.put(session.Session{ID: "s1"})
+			bucket := f.keys.SessionBucket(keyspace.BucketOf("s1"))
+			require.NoError(t, f.client.Del(f.ctx, bucket).Err())
+			require.NoError(t, f.client.Set(f.ctx, bucket, "junk", 0).Err())
+		}, wantReason: ReasonBadBucket, wantWhy: "is not a set (written around pollworker), so the workers read it as empty"},
+		{name: "not in its index bucket", setup: func(f redisFleet) {
+			f.join("w1", "i1", nil)
+			f.put(session.Session{ID: "s1"})
+			require.NoError(t, f.client.SRem(f.ctx, f.keys.SessionBucket(keyspace.BucketOf("s1")), "s1").Err())
+		}, wantReason: ReasonNotIndexed, wantWhy: "its definition is stored but its id is not in its index bucket"},
 		{name: "held by a previous incarnation", setup: func(f redisFleet) {
 			f.put(session.Session{ID: "s1"})
 			require.NotNil(t, f.take("s1", "w1", "old", -1))

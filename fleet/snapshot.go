@@ -129,6 +129,14 @@ type Facts struct {
 	Session *session.Session
 	// Malformed says why a stored definition cannot be used.
 	Malformed string
+	// BadBucket is the key of its index bucket when that is not a set
+	// (written around pollworker): the workers read the bucket as empty,
+	// so none takes the session. Read only by Read.
+	BadBucket string
+	// NotIndexed is set for a stored session whose id is not in its
+	// index bucket: the workers, which find sessions through the index,
+	// never take it. Read only by Read.
+	NotIndexed bool
 	// Lease is its lease (Owner "" when nobody holds it).
 	Lease lease.Holding
 	// Token is the session's fencing record's token, the last one minted
@@ -284,6 +292,9 @@ func (r *Reader) Read(ctx context.Context, ids ...string) (*Snapshot, error) {
 		return nil, fmt.Errorf("fleet: read sessions: %w", err)
 	}
 	s.addSessions(ids, sessions, problems)
+	if err := r.readIndexed(ctx, s, ids); err != nil {
+		return nil, err
+	}
 	if err := r.readLeases(ctx, s, ids); err != nil {
 		return nil, err
 	}
@@ -291,6 +302,33 @@ func (r *Reader) Read(ctx context.Context, ids ...string) (*Snapshot, error) {
 		return nil, err
 	}
 	return s, r.readLoss(ctx, s, ids)
+}
+
+// readIndexed records, for each stored session of ids, whether its index
+// bucket is of the wrong type (Facts.BadBucket) or, if not, whether its id
+// is missing from it (Facts.NotIndexed): the workers find sessions only
+// through the index.
+func (r *Reader) readIndexed(ctx context.Context, s *Snapshot, ids []string) error {
+	buckets := make([]int, len(ids))
+	for i, id := range ids {
+		buckets[i] = keyspace.BucketOf(id)
+	}
+	members, bad, err := r.store.BucketIDs(ctx, buckets)
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	for i, id := range ids {
+		f := s.Sessions[id]
+		switch {
+		case f == nil || !f.Found:
+		case slices.Contains(bad, buckets[i]):
+			f.BadBucket = r.keys.SessionBucket(buckets[i])
+		default:
+			_, indexed := slices.BinarySearch(members[i], id)
+			f.NotIndexed = !indexed
+		}
+	}
+	return nil
 }
 
 // ReadAll reads the fleet, every session of the index and the leases of

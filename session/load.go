@@ -44,6 +44,9 @@ type Problem struct {
 	ID string
 	// Err says what is wrong; it wraps ErrMalformed.
 	Err error
+	// Bucket is set for an index bucket of the wrong type (not a set):
+	// ID is then its key, and the sessions indexed in it are not read.
+	Bucket bool
 
 	// sum fingerprints the offending value, so that Loader reports each
 	// distinct problem once.
@@ -113,7 +116,7 @@ func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 		badKeys = append(badKeys, key)
 		// An entry of Malformed too, so that whatever lists or counts the
 		// malformed entries names it.
-		problems = append(problems, Problem{ID: key, Err: fmt.Errorf("%w: index bucket key %s is not a set: the sessions indexed in it are not read (pollworker never deletes it: delete or rename the key, then apply the sessions again)", ErrMalformed, key)})
+		problems = append(problems, Problem{ID: key, Bucket: true, Err: fmt.Errorf("%w: index bucket key %s is not a set: the sessions indexed in it are not read (pollworker never deletes it: delete or rename the key, then apply the sessions again)", ErrMalformed, key)})
 	}
 	slices.SortFunc(problems, func(a, b Problem) int { return strings.Compare(a.ID, b.ID) })
 	return Snapshot{Rev: rev, Sessions: sessions, Malformed: problems, BadBuckets: badKeys, BadRecord: badRecord}, nil

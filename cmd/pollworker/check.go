@@ -281,8 +281,11 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 			r.Problems = append(r.Problems, checkProblem{Check: checkMalformed, Detail: fmt.Sprintf("and %d more malformed sessions", len(last.Malformed)-i), Count: len(last.Malformed) - i})
 			break
 		}
-		r.Problems = append(r.Problems, checkProblem{Check: checkMalformed, Count: 1,
-			Detail: fmt.Sprintf("session %s: %s: no worker that reads it polls it; write it again (sessions add --replace) or remove it", m.ID, firstLine(m.Err.Error()))})
+		detail := fmt.Sprintf("session %s: %s: no worker that reads it polls it; write it again (sessions add --replace) or remove it", m.ID, firstLine(m.Err.Error()))
+		if m.Bucket { // the error says what to do
+			detail = fmt.Sprintf("%s; pollworker explain ID of a session indexed there says so", firstLine(m.Err.Error()))
+		}
+		r.Problems = append(r.Problems, checkProblem{Check: checkMalformed, Count: 1, Detail: detail})
 	}
 	r.Problems = append(r.Problems, stateProblems...)
 	r.Problems = append(r.Problems, junkMembers(first.Members, last.Members)...)

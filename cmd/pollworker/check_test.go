@@ -266,3 +266,25 @@ func TestMemoryProblem(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckBadBucketAdvice: an index bucket of the wrong type is reported
+// as a bucket, with what to do about a bucket (delete or rename it, apply
+// the sessions again), not a session's advice (it said "write it again
+// (sessions add --replace)", which cannot write into it).
+func TestCheckBadBucketAdvice(t *testing.T) {
+	f := healthyFleet(t)
+	bucket := keyspace.Space{}.SessionBucket(keyspace.BucketOf("s3"))
+	require.NoError(t, f.client.Del(ctxT(t), bucket).Err())
+	require.NoError(t, f.client.Set(ctxT(t), bucket, "junk", 0).Err())
+	code, r, stderr := f.check(t, "--grace", "0")
+	require.Equal(t, exitUnhealthy, code, stderr)
+	var detail string
+	for _, p := range r.Problems {
+		if p.Check == checkMalformed {
+			detail = p.Detail
+		}
+	}
+	require.Contains(t, detail, "index bucket key "+bucket+" is not a set")
+	require.Contains(t, detail, "delete or rename the key, then apply the sessions again")
+	require.NotContains(t, detail, "sessions add --replace")
+}
