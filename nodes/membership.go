@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -40,6 +41,11 @@ type Junk struct {
 	// Problem says why it is not a live worker.
 	Problem string `json:"problem"`
 }
+
+// WrongType reports whether the entry is left out because its heartbeat
+// key is of the wrong type (written around pollworker): the worker, if
+// it runs, cannot heartbeat until the key is deleted.
+func (j Junk) WrongType() bool { return strings.HasSuffix(j.Problem, heartbeatWrongType) }
 
 // Placeable returns the live nodes that are not cordoned: those the
 // planner places sessions on, sorted. When every live node is cordoned

@@ -145,6 +145,10 @@ func (r *Reader) dropJunk(ctx context.Context, m Membership) (Membership, error)
 	return m, nil
 }
 
+// heartbeatWrongType ends the Junk.Problem of a heartbeat key of the
+// wrong type.
+const heartbeatWrongType = " is not a string"
+
 // heartbeatProblem says why the entry of worker id, which expires in
 // expiresIn ms, is not a live worker, from the GET of its heartbeat key:
 // no key (past keylessGrace), a key of the wrong type, or a value that is
@@ -161,7 +165,7 @@ func (r *Reader) heartbeatProblem(id string, get *redis.StringCmd, expiresIn int
 		}
 		return "", nil
 	case redis.HasErrorPrefix(err, "WRONGTYPE"):
-		return "heartbeat key " + key + " is not a string", nil
+		return "heartbeat key " + key + heartbeatWrongType, nil
 	case err != nil:
 		return "", err
 	}
@@ -215,12 +219,25 @@ func (r *Reader) Get(ctx context.Context, ids ...string) ([]Info, error) {
 	return infos, nil
 }
 
+// ErrWrongType is a fleet key (the node index, the cordon set, a
+// heartbeat key) of the wrong type, written around pollworker: errors.Is
+// tells it from Redis being unreachable.
+var ErrWrongType = errors.New("nodes: a key of the wrong type")
+
+// wrongType is an error carrying Redis' WRONGTYPE: it is ErrWrongType.
+type wrongType struct{ err error }
+
+func (w wrongType) Error() string        { return w.err.Error() }
+func (w wrongType) Unwrap() error        { return w.err }
+func (w wrongType) Is(target error) bool { return target == ErrWrongType }
+
 // wrongTypeOf names key in an error that carries Redis' WRONGTYPE (a
 // script's does not say which key; miniredis wraps it in another
-// error), and returns other errors as they are.
+// error), which is then ErrWrongType, and returns other errors as they
+// are.
 func wrongTypeOf(err error, key string) error {
 	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		return err
 	}
-	return fmt.Errorf("key %s has the wrong type (pollworker never deletes it: delete or rename it): %w", key, err)
+	return fmt.Errorf("key %s has the wrong type (pollworker never deletes it: delete or rename it): %w", key, wrongType{err})
 }

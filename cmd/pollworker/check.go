@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/pollworker/pollworker/fleet"
 	"github.com/pollworker/pollworker/keyspace"
+	"github.com/pollworker/pollworker/nodes"
 	"github.com/pollworker/pollworker/poller"
 	"github.com/pollworker/pollworker/session"
 )
@@ -175,6 +177,9 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 		return checkReport{}, err
 	}
 	first, err := readFleet(ctx, a, reader)
+	if errors.Is(err, nodes.ErrWrongType) {
+		return badFleetKey(err), nil
+	}
 	if err != nil {
 		return checkReport{}, err
 	}
@@ -199,7 +204,9 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 			return checkReport{}, ctx.Err()
 		case <-t.C:
 		}
-		if last, err = readFleet(ctx, a, reader); err != nil {
+		if last, err = readFleet(ctx, a, reader); errors.Is(err, nodes.ErrWrongType) {
+			return badFleetKey(err), nil
+		} else if err != nil {
 			return checkReport{}, err
 		}
 	}

@@ -16,7 +16,18 @@ import (
 const (
 	checkCorruptState = "corrupt-state"
 	checkJunkMember   = "junk-member"
+	checkBadFleetKey  = "bad-fleet-key"
 )
+
+// badFleetKey is the report of a fleet whose membership cannot be read
+// for a key of the wrong type (nodes.ErrWrongType: the node index or the
+// cordon set, written around pollworker): one problem, the others
+// unchecked, so that cron tells it from Redis being unreachable (exit 1).
+func badFleetKey(err error) checkReport {
+	return checkReport{Checks: []string{checkBadFleetKey}, Notes: []string{},
+		Problems:     []checkProblem{{Check: checkBadFleetKey, Count: 1, Detail: err.Error() + "; the other checks need the membership and were not run"}},
+		ProblemCount: 1}
+}
 
 // corruptStates reports the sessions whose saved state is corrupt
 // (state.Record.Corrupt): the workers poll them as never saved, and their
@@ -73,8 +84,12 @@ func junkMembers(first, last nodes.Membership) []checkProblem {
 	}
 	var probs []checkProblem
 	for _, j := range junk[:min(len(junk), maxProblemLines)] {
-		probs = append(probs, checkProblem{Check: checkJunkMember, Detail: fmt.Sprintf("node index entry %s is not a live worker (%s): ignored; pollworker forget %s removes it",
-			printableID(j.Member), j.Problem, shellQuote(j.Member)), Count: 1})
+		fix := fmt.Sprintf("pollworker forget %s removes it", shellQuote(j.Member))
+		if j.WrongType() {
+			fix = fmt.Sprintf("delete or rename the key: a worker %s that runs writes it again at its next heartbeat (if none runs, pollworker forget %s)", printableID(j.Member), shellQuote(j.Member))
+		}
+		probs = append(probs, checkProblem{Check: checkJunkMember, Detail: fmt.Sprintf("node index entry %s is not a live worker (%s): ignored; %s",
+			printableID(j.Member), j.Problem, fix), Count: 1})
 	}
 	if more := len(junk) - len(probs); more > 0 {
 		probs = append(probs, checkProblem{Check: checkJunkMember, Detail: fmt.Sprintf("and %d more node index entries that are not live workers", more), Count: more})

@@ -288,3 +288,20 @@ func TestCheckBadBucketAdvice(t *testing.T) {
 	require.Contains(t, detail, "delete or rename the key, then apply the sessions again")
 	require.NotContains(t, detail, "sessions add --replace")
 }
+
+// TestCheckBadFleetKey: a node index or cordon set of the wrong type is a
+// problem (exit 3) naming the key, not a failure to read (exit 1, as for
+// Redis unreachable, which cron could not tell from it).
+func TestCheckBadFleetKey(t *testing.T) {
+	for _, key := range []string{keyspace.Space{}.Cordoned(), keyspace.Space{}.NodeIndex()} {
+		t.Run(key, func(t *testing.T) {
+			f := healthyFleet(t)
+			require.NoError(t, f.client.Del(ctxT(t), key).Err())
+			require.NoError(t, f.client.Set(ctxT(t), key, "junk", 0).Err())
+			code, r, stderr := f.check(t, "--grace", "0")
+			require.Equal(t, exitUnhealthy, code, stderr)
+			require.Equal(t, []string{checkBadFleetKey}, problemChecks(r), "%+v", r.Problems)
+			require.Contains(t, r.Problems[0].Detail, "key "+key+" has the wrong type")
+		})
+	}
+}
