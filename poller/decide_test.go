@@ -398,25 +398,27 @@ func TestRestartDue(t *testing.T) {
 	now := time.Unix(1000, 0)
 	base := session.Session{ID: "s", URL: "http://t/a", Interval: session.Duration(10 * time.Second), Labels: map[string]string{"a": "1"}}
 	with := func(f func(*session.Session)) *session.Session { s := base; f(&s); return &s }
-	next := now.Add(4 * time.Second)
+	began := now.Add(-7 * time.Second)
+	next := began.Add(11 * time.Second) // 10 s and a spread step of 1 s
 	for _, tt := range []struct {
-		name string
-		s    *session.Session
-		next time.Time
-		want time.Time
+		name        string
+		s           *session.Session
+		next, began time.Time
+		want        time.Time
 	}{
-		{"labels changed: its schedule", with(func(s *session.Session) { s.Labels = map[string]string{"a": "2"} }), next, next},
-		{"selector changed: its schedule", with(func(s *session.Session) { s.Selector = "zone=b" }), next, next},
-		{"interval longer: one new interval after the poll before", with(func(s *session.Session) { s.Interval = session.Duration(time.Minute) }), next, next.Add(50 * time.Second)},
-		{"interval shorter, past: now", with(func(s *session.Session) { s.Interval = session.Duration(time.Second) }), next, now},
-		{"interval shorter, ahead", with(func(s *session.Session) { s.Interval = session.Duration(8 * time.Second) }), next, next.Add(-2 * time.Second)},
-		{"URL changed: at once", with(func(s *session.Session) { s.URL = "http://t/b" }), next, now},
-		{"request changed: at once", with(func(s *session.Session) { s.Method = "POST" }), next, now},
-		{"scheduled: its slots decide", with(func(s *session.Session) { s.Interval = 0; s.Schedule = "* * * * *" }), next, now},
-		{"no schedule known: now", with(func(s *session.Session) { s.Labels = nil }), time.Time{}, now},
+		{"labels changed: its schedule", with(func(s *session.Session) { s.Labels = map[string]string{"a": "2"} }), next, began, next},
+		{"selector changed: its schedule", with(func(s *session.Session) { s.Selector = "zone=b" }), next, began, next},
+		{"interval longer: one new interval after the last poll", with(func(s *session.Session) { s.Interval = session.Duration(time.Minute) }), next, began, began.Add(time.Minute)},
+		{"interval shorter, past: now", with(func(s *session.Session) { s.Interval = session.Duration(time.Second) }), next, began, now},
+		{"interval shorter, ahead: not the old spread step", with(func(s *session.Session) { s.Interval = session.Duration(8 * time.Second) }), next, began, began.Add(8 * time.Second)},
+		{"interval changed, never polled: now", with(func(s *session.Session) { s.Interval = session.Duration(8 * time.Second) }), next, time.Time{}, now},
+		{"URL changed: at once", with(func(s *session.Session) { s.URL = "http://t/b" }), next, began, now},
+		{"request changed: at once", with(func(s *session.Session) { s.Method = "POST" }), next, began, now},
+		{"scheduled: its slots decide", with(func(s *session.Session) { s.Interval = 0; s.Schedule = "* * * * *" }), next, began, now},
+		{"no schedule known: now", with(func(s *session.Session) { s.Labels = nil }), time.Time{}, began, now},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, restartDue(&base, tt.s, tt.next, now))
+			require.Equal(t, tt.want, restartDue(&base, tt.s, tt.next, tt.began, now))
 		})
 	}
 }

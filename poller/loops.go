@@ -73,18 +73,25 @@ func (ho *holdings) startAt(s *session.Session, l *lease.Lease, polled *atomic.B
 }
 
 // restartDue is when the loop of a session redefined from old to s, whose
-// next poll was due at next, polls first under its new definition: at
-// once when what it sends changed (its URL or request) or it runs on a
-// schedule (its slots decide which is due), else on its schedule, moved by
-// the change of its interval (one new interval after the poll before was
-// due), and not before now. So a change of labels, selector or interval
-// adds no poll: a GitOps loop relabelling many sessions does not send
-// each of them an extra request.
-func restartDue(old, s *session.Session, next, now time.Time) time.Time {
+// next poll was due at next and whose last poll began at began (zero:
+// none), polls first under its new definition: at once when what it sends
+// changed (its URL or request) or it runs on a schedule (its slots decide
+// which is due); else at next, or, its interval changed, one new interval
+// after its last poll began (next may hold up to a tenth of the old
+// interval of spread step: SpreadStep); never before now. So a change of
+// labels, selector or interval adds no poll: a GitOps loop relabelling
+// many sessions does not send each of them an extra request.
+func restartDue(old, s *session.Session, next, began, now time.Time) time.Time {
 	if next.IsZero() || old.Scheduled() || s.Scheduled() || old.URL != s.URL || !old.SameRequest(*s) {
 		return now
 	}
-	return maxTime(next.Add(s.Interval.D()-old.Interval.D()), now)
+	if iv := s.Interval.D(); iv != old.Interval.D() {
+		if began.IsZero() {
+			return now
+		}
+		next = began.Add(iv)
+	}
+	return maxTime(next, now)
 }
 
 // forget forgets the held session id whose loop (h) exited.
@@ -254,7 +261,8 @@ func (ho *holdings) reap(ctx context.Context) {
 		case exitForget:
 			ho.claims.watchOrphans() // lost: others' sessions may be adrift too
 		case exitRestart:
-			ho.startAt(h.restartAs, l.lease, l.polled, restartDue(h.sess, h.restartAs, ho.sched.DueOf(l), ho.clock.Now()))
+			next, began := ho.sched.Times(l)
+			ho.startAt(h.restartAs, l.lease, l.polled, restartDue(h.sess, h.restartAs, next, began, ho.clock.Now()))
 		case exitRelease:
 			// Paused or removed: the mark keeps no schedule for a successor.
 			release = append(release, lease.Handoff{Lease: l.lease})

@@ -31,6 +31,7 @@ type reporter struct {
 	log        *zap.Logger
 
 	behind      PollStats // PollStats at the last change of Behind or its reason (logged)
+	behindAt    time.Time // when behind was logged
 	memberSince time.Time // first round as a member (readiness bound)
 }
 
@@ -84,13 +85,34 @@ func (r *reporter) snapshot(leases *lease.Manager) Status {
 // checkBehind logs when the worker starts and stops being behind
 // (PollStats.Behind), or its reason changes, once each time (the
 // scheduler wakes the main loop on a change).
-func (r *reporter) checkBehind() {
+func (r *reporter) checkBehind(now time.Time) {
 	ps := r.pollStats(false) // every round: without counting the loops
-	if was := r.behind; ps.Behind == was.Behind && ps.BehindReason == was.BehindReason && ps.BehindHost == was.BehindHost {
+	if !behindNews(r.behind, ps, now.Sub(r.behindAt)) {
 		return
 	}
-	r.behind = ps
+	r.behind, r.behindAt = ps, now
 	logBehind(r.log, ps, r.maxPolls)
+}
+
+// relogBehind is how long after logging that it is behind a worker logs
+// it again when its slowdown (due/achieved) has moved by more than a
+// quarter: the first line, logged as the worker falls behind, gives the
+// rates of a window that is partly before it.
+const relogBehind = 30 * time.Second
+
+// behindNews says whether cur, compared with was, logged since ago, is
+// worth a log line: Behind or its reason changed, or, still behind for the
+// same reason, its slowdown moved by more than a quarter and relogBehind
+// has passed.
+func behindNews(was, cur PollStats, ago time.Duration) bool {
+	if cur.Behind != was.Behind || cur.BehindReason != was.BehindReason || cur.BehindHost != was.BehindHost {
+		return true
+	}
+	if !cur.Behind || ago < relogBehind {
+		return false
+	}
+	a, b := was.Slowdown(), cur.Slowdown()
+	return b > a*1.25 || a > b*1.25
 }
 
 // checkShare makes the worker ready (Ready) once it holds every session

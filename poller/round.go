@@ -30,7 +30,7 @@ func (c *Coordinator) round(ctx context.Context, full bool) {
 	if w.live && w.member {
 		c.holdings.adoptOrphans(ctx)
 	}
-	c.report.checkBehind()
+	c.report.checkBehind(now)
 	c.report.publish(c.view, len(c.holdings.held))
 }
 

@@ -26,7 +26,7 @@ import (
 // It is a unit of its own: a schedConfig fixed at construction, one lock
 // (mu) over its state and every scheduling field of every pollLoop, and
 // an API for its owner: Start, Stop, Abort, LeaseChanged, Ended and
-// Forget, Exited, DueOf, Stopping, Pace, Stats, Close. Its records are in
+// Forget, Exited, DueOf, Times, Stopping, Pace, Stats, Close. Its records are in
 // pollloop.go, its pure timing rules in spread.go, its meter in behind.go.
 // One turn of a loop reads top to bottom: due (the timer, fire) →
 // admitted (settleLocked, takeSlotsLocked: the lease Held, a slot free) →
@@ -280,6 +280,14 @@ func (s *scheduler) DueOf(w *pollLoop) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return w.next
+}
+
+// Times returns when w's next poll is due and when its last poll began
+// (zero before the first).
+func (s *scheduler) Times(w *pollLoop) (next, lastBegan time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return w.next, w.lastBegan
 }
 
 // Pace returns when l's first poll, due now and with no schedule to

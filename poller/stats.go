@@ -85,10 +85,21 @@ func (s PollStats) Overload() string {
 		return why + ": polls wait for a slot longer than their interval"
 	}
 	return fmt.Sprintf("%s: runs %.0f of %.0f polls/s due; each session is polled about every %.2f intervals",
-		why, s.AchievedRate, s.DueRate, max(1, s.DueRate/s.AchievedRate))
+		why, s.AchievedRate, s.DueRate, s.Slowdown())
 }
 
-// logBehind logs a change of ps.Behind or of its reason.
+// Slowdown is how many intervals apart each session is polled while the
+// worker is behind: due/achieved, at least 1 (1 when nothing is achieved
+// or due).
+func (s PollStats) Slowdown() float64 {
+	if s.AchievedRate <= 0 || s.DueRate <= 0 {
+		return 1
+	}
+	return max(1, s.DueRate/s.AchievedRate)
+}
+
+// logBehind logs a change of ps.Behind or of its reason, or of its
+// slowdown (behindNews).
 func logBehind(log *zap.Logger, ps PollStats, maxPolls int) {
 	fields := []zap.Field{zap.Float64("due_per_second", round1(ps.DueRate)), zap.Float64("achieved_per_second", round1(ps.AchievedRate)),
 		zap.Int("running", ps.Running), zap.Int("waiting", ps.Waiting), zap.Int64("deferred", ps.Deferred), zap.Int64("late", ps.Late)}
@@ -96,7 +107,7 @@ func logBehind(log *zap.Logger, ps PollStats, maxPolls int) {
 		log.Info("caught up: this worker runs the polls its sessions are due again", fields...)
 		return
 	}
-	fields = append(fields, zap.String("reason", ps.BehindReason))
+	fields = append(fields, zap.String("reason", ps.BehindReason), zap.Float64("polled_every_intervals", math.Round(ps.Slowdown()*100)/100))
 	switch ps.BehindReason {
 	case BehindHostLimit:
 		fields = append(fields, zap.String("host", ps.BehindHost))
@@ -106,7 +117,7 @@ func logBehind(log *zap.Logger, ps PollStats, maxPolls int) {
 		fields = append(fields, zap.Int("poll_limit", ps.PollLimit), zap.Int("max_polls", maxPolls))
 	}
 	log.Warn("behind: this worker cannot keep up with its share; every session is polled less often alike, "+
-		"about every due/achieved intervals; if it stays behind and has peers, it hands them load (--shed-when-behind)", fields...)
+		"every polled_every_intervals intervals (due/achieved; logged again when that moves by a quarter); if it stays behind and has peers, it hands them load (--shed-when-behind)", fields...)
 }
 
 // round1 rounds x to one decimal, for logs.
