@@ -454,6 +454,12 @@ func (p *Poller) poll(ctx context.Context, s session.Session, t *poller.Turn, st
 	if err != nil {
 		return fmt.Errorf("poll %s: %w", s.ID, err)
 	}
+	if resp.retryAfter > 0 && r.class != classCanceled {
+		// An expected 429 or 503 that asked to be left alone: no failure,
+		// but the next poll waits as asked.
+		p.stats.throttled.Add(1)
+		return &poller.RetryAfterError{Delay: resp.retryAfter}
+	}
 	return nil
 }
 

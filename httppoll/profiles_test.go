@@ -396,3 +396,28 @@ func TestPollThrottled(t *testing.T) {
 	require.False(t, errors.As(err, &ra))
 	require.EqualValues(t, 2, p.Stats().Throttled)
 }
+
+// TestPollExpectedThrottleWaits: a 429 the session expects is no failure,
+// but its Retry-After still holds the next poll back: Poll returns a
+// poller.RetryAfterError without an error in it (before, the delay was
+// dropped with the error, and the target was polled again at the next
+// interval).
+func TestPollExpectedThrottleWaits(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "7")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(srv.Close)
+	p := newPoller(t, Config{Client: f.client, MaxRetryAfter: time.Minute})
+	s := sess(srv.URL, time.Second)
+	s.Expect = "200-299,429"
+	err := p.Poll(ctxT(t), poller.NewTurn(s, f.lease, nil))
+	var ra *poller.RetryAfterError
+	require.ErrorAs(t, err, &ra)
+	require.Equal(t, 7*time.Second, ra.Delay)
+	require.NoError(t, ra.Err, "an expected status is no failure")
+	var se *StatusError
+	require.False(t, errors.As(err, &se))
+	require.EqualValues(t, 1, p.Stats().Throttled)
+}

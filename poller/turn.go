@@ -208,9 +208,12 @@ func (t *turns) pollOnce(ctx context.Context, tn *Turn) (out outcome, retry time
 		})
 	}()
 	err = t.poller.Poll(ctx, tn)
+	var asked *RetryAfterError
 	switch {
 	case err == nil:
 		return pollOK, 0
+	case errors.As(err, &asked) && asked.Err == nil:
+		return pollOK, max(asked.Delay, 0) // succeeded; the target asked for a pause
 	case ctx.Err() != nil:
 		outcome = "cancelled"
 		out = pollCancelled
