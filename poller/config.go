@@ -37,7 +37,8 @@ var ErrConfig = errors.New("poller: invalid config")
 // effective values.
 type Config struct {
 	// Client is the Redis connection (standalone, Sentinel or Cluster).
-	// Required. Enable its ContextTimeoutEnabled option: the coordinator
+	// Required. Enable its ContextTimeoutEnabled option (New logs a warning
+	// for a *redis.Client or *redis.ClusterClient without it): the coordinator
 	// bounds every round trip with a context deadline, which go-redis
 	// otherwise ignores in favour of its own read timeout.
 	Client redis.UniversalClient
@@ -216,7 +217,8 @@ func (c Config) WithDefaults() Config {
 }
 
 // FailoverBound is how long, at most, a crashed worker's sessions wait
-// for a new poller under c's timings (after WithDefaults): until both its
+// for a new poller under c's timings (its zero ones taking their
+// defaults, as WithDefaults fills them): until both its
 // leases (LeaseTTL after its last renewal) and its heartbeat (HeartbeatTTL
 // after its last one) have expired in Redis, when its peers take its
 // sessions at once (they set a timer on each), plus one DiscoveryInterval
@@ -226,6 +228,7 @@ func (c Config) WithDefaults() Config {
 // meanwhile; a session of a crashed worker that its peers cannot take
 // (its selector matches none of them) waits for a worker that can.
 func (c Config) FailoverBound() time.Duration {
+	c.defaultTimes()
 	return max(c.LeaseTTL, c.HeartbeatTTL) + c.DiscoveryInterval
 }
 

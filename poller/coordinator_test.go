@@ -256,6 +256,8 @@ func TestConfigValidation(t *testing.T) {
 			_, err := New(cfg)
 			require.ErrorIs(t, err, ErrConfig)
 			require.ErrorContains(t, err, tt.want)
+			var ce *ConfigError
+			require.ErrorAs(t, err, &ce, "every rule is a *ConfigError naming its field")
 		})
 	}
 	c, err := New(Config{Client: client, Poller: p})

@@ -56,7 +56,10 @@
 //   - A panic in Poll is recovered and counted; it stops neither the
 //     session's loop nor any other session.
 //   - Run stops, with an error matching nodes.ErrDuplicateID, when another
-//     live process claims this worker's id.
+//     live process claims this worker's id. A claim of another incarnation
+//     found at start that is not renewed (a process killed and restarted
+//     under the same id, as a container keeps its hostname) is waited out,
+//     at most HeartbeatTTL, and the id taken back.
 //
 // # Non-guarantees
 //

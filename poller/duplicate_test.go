@@ -40,3 +40,30 @@ func TestSecondWorkerWithTheSameIDStops(t *testing.T) {
 	first.stop(t)
 	rec.check(t)
 }
+
+// TestRestartedWorkerTakesItsIDBack: a coordinator started under the id
+// of a process that crashed (its heartbeat entry, of another incarnation,
+// is not renewed) waits for that entry to expire and then polls, instead
+// of stopping with nodes.ErrDuplicateID at once (an embedder restarted by
+// its supervisor under the same hostname crash-looped for a heartbeat TTL).
+func TestRestartedWorkerTakesItsIDBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ids := addSessions(t, client, 4, 50*time.Millisecond)
+	crashed, err := nodes.New(nodes.Config{Client: client, ID: "again", TTL: 600 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, crashed.Heartbeat(t.Context())) // its claim, never renewed: the process died
+
+	rec := newRecorder()
+	w := start(t, fastConfig(client, "again", rec.poller("again")))
+	require.Eventually(t, func() bool { return len(w.c.Status().Owned) == len(ids) }, 10*time.Second, 10*time.Millisecond,
+		"the restarted worker takes its id back once the crashed one's claim expired")
+	select {
+	case <-w.done:
+		t.Fatalf("Run returned: %v", w.err)
+	default:
+	}
+	w.stop(t)
+	rec.check(t)
+}

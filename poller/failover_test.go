@@ -44,6 +44,7 @@ func TestTimingsFollowLeaseTTL(t *testing.T) {
 			got := timings{c.RenewInterval, c.HeartbeatInterval, c.HeartbeatTTL, c.DiscoveryInterval, c.OrphanGrace, c.FailoverBound()}
 			require.Equal(t, tt.want, got)
 			require.NoError(t, c.validateTimes())
+			require.Equal(t, tt.want.failover, tt.give.FailoverBound(), "the same without WithDefaults")
 		})
 	}
 }

@@ -29,6 +29,7 @@ type heartbeat struct {
 	client   redis.UniversalClient
 	clock    clock.WithTickerAndDelayedExecution
 	interval time.Duration // Config.HeartbeatInterval
+	claimTTL time.Duration // Config.HeartbeatTTL: how long a crashed predecessor's claim of the id may stand
 	timeout  time.Duration // Config.RequestTimeout
 	leaseTTL time.Duration // the span shedding steps over
 	weight   float64       // Config.Weight
@@ -37,8 +38,27 @@ type heartbeat struct {
 	obs      Observer
 }
 
+// waitForID waits, before this worker's first heartbeat, for another
+// incarnation's claim of its id to expire (a process killed and
+// restarted under the same id, as a container keeps its hostname), and
+// reports whether it did; false when that claim is renewed meanwhile (a
+// live process holds the id), a read fails or ctx ends. It reads the claim
+// every twentieth of the heartbeat TTL (10 ms to 1 s).
+func (hb *heartbeat) waitForID(ctx context.Context) bool {
+	every := min(max(hb.claimTTL/20, 10*time.Millisecond), time.Second)
+	err := hb.registry.WaitForID(ctx, every, func(c nodes.Claim) {
+		hb.log.Warn("another incarnation's heartbeat entry holds this id; waiting for it to expire "+
+			"(a worker killed and restarted with the same id); if it is renewed, that worker is alive and this one stops",
+			zap.String("holder_host", c.Info.Host), zap.Int("holder_pid", c.Info.PID),
+			zap.String("holder_incarnation", c.Info.Incarnation), zap.Duration("expires_in", c.TTL))
+	})
+	return err == nil
+}
+
 // run heartbeats until ctx is done; it calls stop, and returns, when
-// another live process claims this worker's id.
+// another live process claims this worker's id (at start, once a claim of
+// another incarnation has stood past its TTL unrenewed, it takes the id:
+// waitForID).
 func (hb *heartbeat) run(ctx context.Context, stop context.CancelCauseFunc) {
 	ticker := hb.clock.NewTicker(hb.interval)
 	defer ticker.Stop()
@@ -48,6 +68,9 @@ func (hb *heartbeat) run(ctx context.Context, stop context.CancelCauseFunc) {
 		rctx, cancel := context.WithTimeout(ctx, hb.timeout)
 		err := hb.registry.Heartbeat(rctx)
 		cancel()
+		if errors.Is(err, nodes.ErrDuplicateID) && !joined && hb.waitForID(ctx) {
+			continue // the claim was a crashed predecessor's, and expired
+		}
 		if errors.Is(err, nodes.ErrDuplicateID) {
 			// Another live process claims this id (or took it over while
 			// this one was paused past its heartbeat TTL): two workers of

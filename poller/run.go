@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/pollworker/pollworker/fleet"
@@ -29,12 +30,29 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, errors.Join(ErrConfig, err)
 	}
 	cfg.ID = reg.ID()
+	if enabled, known := contextTimeouts(cfg.Client); known && !enabled {
+		cfg.Logger.Warn("the Redis client's ContextTimeoutEnabled is off: a request to a Redis that stops answering waits for "+
+			"the client's read timeout, not RequestTimeout, so leases go Uncertain and polls stop later than they could (still "+
+			"before their deadline); set ContextTimeoutEnabled: true in its options", zap.String("instance", cfg.ID))
+	}
 	cfg.tracing = newTracing(cfg.TracerProvider, cfg.ID)
 	store, err := session.NewStore(cfg.Client, cfg.Keys, session.WithLogger(cfg.Logger))
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}
 	return assemble(cfg, reg, store)
+}
+
+// contextTimeouts reports whether client honours its contexts' deadlines
+// (ContextTimeoutEnabled), known false for a client type it cannot tell.
+func contextTimeouts(client redis.UniversalClient) (enabled, known bool) {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled, true
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled, true
+	}
+	return false, false
 }
 
 // assemble makes the Coordinator's parts and wires them, each to the few
@@ -77,7 +95,7 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 		holdings: &holdings{held: held, sched: sched, turns: tn, view: v, claims: cl, news: nw, health: hl,
 			announce: announce, clock: cfg.Clock, timeout: cfg.RequestTimeout, log: log, obs: cfg.Observer},
 		beat: &heartbeat{registry: reg, health: hl, news: nw, sched: sched, announce: announce,
-			client: cfg.Client, clock: cfg.Clock, interval: cfg.HeartbeatInterval, timeout: cfg.RequestTimeout,
+			client: cfg.Client, clock: cfg.Clock, interval: cfg.HeartbeatInterval, claimTTL: cfg.HeartbeatTTL, timeout: cfg.RequestTimeout,
 			leaseTTL: cfg.LeaseTTL, weight: cfg.Weight, keep: cfg.KeepWeightWhenBehind, log: log, obs: cfg.Observer},
 		report: &reporter{health: hl, sched: sched, registry: reg, readyBound: cfg.LeaseTTL + 2*cfg.DiscoveryInterval,
 			maxPolls: cfg.MaxPolls, obs: cfg.Observer, log: log},
@@ -109,7 +127,8 @@ var ErrRunTwice = errors.New("poller: Run called twice")
 // the Observer hears nothing more of it. The error is nil after a clean
 // drain. Once Run has returned, Ready is false. It also stops, and returns
 // an error matching nodes.ErrDuplicateID, when another live process claims
-// this worker's id. A Coordinator runs once: a second call returns
+// this worker's id (a crashed predecessor's claim found at start is
+// waited out instead: at most HeartbeatTTL). A Coordinator runs once: a second call returns
 // ErrRunTwice at once.
 func (c *Coordinator) Run(ctx context.Context) error {
 	if !c.run.started.CompareAndSwap(false, true) {

@@ -343,10 +343,10 @@ func isNil(v any) bool {
 // withDefaults fills zero fields and validates; errors name the rule.
 func (c Config) withDefaults() (Config, error) {
 	if isNil(c.Client) {
-		return c, fmt.Errorf("%w: Client is required", ErrConfig)
+		return c, configErr("{Client} is required")
 	}
 	if f, ok := c.Poller.(PollFunc); isNil(c.Poller) || ok && f == nil {
-		return c, fmt.Errorf("%w: Poller is required", ErrConfig)
+		return c, configErr("{Poller} is required")
 	}
 	if err := c.Validate(); err != nil {
 		return c, err

@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/pollworker/pollworker/internal/redistest"
 )
@@ -90,4 +94,20 @@ func TestTypedNilClientRefused(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	_, err = New(Config{Client: client, ID: "a", Poller: PollFunc(nil)})
 	require.ErrorContains(t, err, "Poller is required")
+}
+
+// TestNewWarnsWithoutContextTimeouts: a client that ignores its contexts'
+// deadlines (ContextTimeoutEnabled off) gets a warning from New: its
+// leases would go Uncertain at its read timeout, later than RequestTimeout.
+func TestNewWarnsWithoutContextTimeouts(t *testing.T) {
+	mr := miniredis.RunT(t)
+	p := PollFunc(func(context.Context, *Turn) error { return nil })
+	for _, enabled := range []bool{false, true} {
+		client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: enabled})
+		t.Cleanup(func() { _ = client.Close() })
+		core, logs := observer.New(zapcore.WarnLevel)
+		_, err := New(Config{Client: client, Poller: p, Logger: zap.New(core)})
+		require.NoError(t, err)
+		require.Equal(t, !enabled, logs.FilterMessageSnippet("ContextTimeoutEnabled is off").Len() == 1, "enabled %v", enabled)
+	}
 }
