@@ -79,6 +79,10 @@ type actions struct {
 	// not matched), sorted: the loop stops after its poll, the lease is
 	// released once it exited.
 	stop []string
+	// abort are those of stop removed or paused, sorted: their running
+	// poll is cancelled too (the user asked to stop polling them; a
+	// handoff lets the poll finish).
+	abort []string
 	// restart are the held sessions redefined, sorted: the loop restarts
 	// under the same lease with sessions[id] once its poll returned.
 	restart []string
@@ -100,7 +104,8 @@ type actions struct {
 // which sessions to acquire, and which contended sessions to ask for
 // again. The rules:
 //
-//   - hold rule: a held session stays unless it was removed or paused, its
+//   - hold rule: a held session stays unless it was removed or paused (its
+//     running poll is cancelled too), its
 //     selector no longer matches this worker, or another worker is
 //     preferred for it and the move is settled: the membership changed
 //     since the loop started, or it has been held one lease TTL (a session
@@ -132,6 +137,9 @@ func decide(w *world, cl *claims, held map[string]*hold, now time.Time) actions 
 			continue
 		}
 		switch decideHold(w, cl, id, h, now, &a.settleAt) {
+		case holdAbort:
+			a.abort = append(a.abort, id)
+			a.stop = append(a.stop, id)
 		case holdStop:
 			a.stop = append(a.stop, id)
 		case holdRestart:
@@ -139,6 +147,7 @@ func decide(w *world, cl *claims, held map[string]*hold, now time.Time) actions 
 		}
 	}
 	slices.Sort(a.stop)
+	slices.Sort(a.abort)
 	slices.Sort(a.restart)
 	if w.live && w.member {
 		a.acquire = wanted(w, held, look, contended)
@@ -216,6 +225,7 @@ type holdVerdict uint8
 const (
 	holdKeep    holdVerdict = iota // the loop goes on
 	holdStop                       // stop the loop; release the lease once it exited
+	holdAbort                      // stop the loop and cancel its running poll (removed or paused)
 	holdRestart                    // restart the loop under the same lease with the new definition
 )
 
@@ -226,8 +236,11 @@ func decideHold(w *world, cl *claims, id string, h *hold, now time.Time, settleA
 		return holdKeep // already handing off: released once its poll returned
 	}
 	s, active := w.sessions[id]
-	if !active || !w.matches(s) {
-		return holdStop // removed, paused, or its selector no longer matches this worker
+	if !active {
+		return holdAbort // removed or paused: its running poll is cancelled too
+	}
+	if !w.matches(s) {
+		return holdStop // its selector no longer matches this worker
 	}
 	if owner := w.owner(id); owner != w.me && owner != "" && !w.redisFull && orphanBack(cl, id, now, w.orphanGrace) {
 		if h.members != w.members {

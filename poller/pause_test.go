@@ -296,3 +296,46 @@ func TestFirstPollBound(t *testing.T) {
 		require.LessOrEqual(t, iv+SpreadStep("s", iv, next), FirstPollBound(iv), "a holder's next poll is within the bound")
 	}
 }
+
+// TestPauseCancelsTheRunningPoll: pausing (or removing) a session whose
+// poll is running cancels that poll's ctx, and its lease is released once
+// it returned; a handoff would let it finish. Before, a 10 s poll went on
+// 9 s after the pause (an embedder's trial).
+func TestPauseCancelsTheRunningPoll(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	ids := addSessions(t, client, 1, 100*time.Millisecond)
+	store, err := session.NewStore(client, keyspace.Space{})
+	require.NoError(t, err)
+	running, cancelled := make(chan struct{}, 1), make(chan error, 1)
+	p := PollFunc(func(ctx context.Context, _ *Turn) error {
+		select {
+		case running <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // a long poll: only a cancellation ends it
+		select {
+		case cancelled <- ctx.Err():
+		default:
+		}
+		return ctx.Err()
+	})
+	w := start(t, fastConfig(client, "w", p))
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll did not start")
+	}
+	require.NoError(t, store.Pause(ctx, ids[0]))
+	select {
+	case err := <-cancelled:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the running poll of the paused session was not cancelled")
+	}
+	require.Eventually(t, func() bool { return len(owners(t, client, ids)) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"its lease is released once the poll returned")
+	w.stop(t)
+}

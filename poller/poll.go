@@ -12,8 +12,9 @@ import (
 // embedder's code. Poll is called on the session's interval (or at its
 // schedule's slots), only while this worker holds the session's lease,
 // with the Turn of that poll; ctx is cancelled the moment the lease
-// becomes uncertain or lost, or the poll is aborted (the session paused,
-// removed or handed off while the worker stops). Poll must return
+// becomes uncertain or lost, the session is paused or removed, or the
+// drain's DrainTimeout has passed; a handoff lets the poll finish (the
+// lease is released after it returned). Poll must return
 // promptly once ctx is done: a poll that outlives its lease may overlap
 // with the next holder's (the fencing token is the target's guard), and
 // at Run's drain it is abandoned after DrainTimeout. A panic in Poll is

@@ -21,8 +21,9 @@ import (
 // ends its loop: a poll already running finishes under its lease, which is
 // still renewed, and the lease is released after the loop has exited, so a
 // successor never starts while this loop's request may still be served
-// downstream. Aborting cancels the running poll too; the lease term ending
-// (uncertain, lost) always does.
+// downstream. Aborting cancels the running poll too (a session paused or
+// removed, a drain past DrainTimeout); the lease term ending (uncertain,
+// lost) always does.
 type pollLoop struct {
 	sess   *session.Session // shared with view.sessions while the same; never changed in place
 	lease  *lease.Lease

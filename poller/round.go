@@ -71,6 +71,9 @@ func (c *Coordinator) apply(ctx context.Context, w *world, a actions, now time.T
 	for _, id := range a.stop {
 		c.holdings.stop(c.holdings.held[id])
 	}
+	for _, id := range a.abort {
+		c.holdings.sched.Abort(c.holdings.held[id].loop)
+	}
 	for _, id := range a.restart {
 		c.holdings.restart(id, w.sessions[id])
 	}
