@@ -83,3 +83,27 @@ func Example() {
 	// Run: <nil>
 	// lease left in Redis: false
 }
+
+// ExampleObservers: one Observer that feeds two, here a count of lease
+// events and a log of failed Redis operations (metrics.New's Prometheus
+// collectors would be another).
+func ExampleObservers() {
+	var events int
+	count := poller.LeaseEvents(func(poller.Event) { events++ })
+	logErrors := redisErrors{f: func(op string) { fmt.Println("redis error:", op) }}
+	obs := poller.Observers(count, logErrors, nil)
+	obs.LeaseEvent(poller.Event{Type: poller.EventAcquired, Session: "s1"})
+	obs.RedisError("renew")
+	fmt.Println("lease events:", events)
+	// Output:
+	// redis error: renew
+	// lease events: 1
+}
+
+// redisErrors is an Observer of failed Redis operations only.
+type redisErrors struct {
+	poller.NopObserver
+	f func(op string)
+}
+
+func (o redisErrors) RedisError(op string) { o.f(op) }

@@ -156,6 +156,86 @@ type leaseEvents struct {
 // LeaseEvent calls o.f(e).
 func (o leaseEvents) LeaseEvent(e Event) { o.f(e) }
 
+// Observers returns an Observer that calls each of obs in turn, in the
+// goroutine the hook is called from (nil ones are skipped): Prometheus
+// metrics (metrics.New) beside an embedder's own hooks, without a
+// forwarder of its own.
+func Observers(obs ...Observer) Observer {
+	var all observers
+	for _, o := range obs {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	return all
+}
+
+// observers is Observers's Observer.
+type observers []Observer
+
+// LeaseEvent calls each observer's.
+func (os observers) LeaseEvent(e Event) {
+	for _, o := range os {
+		o.LeaseEvent(e)
+	}
+}
+
+// RenewCycle calls each observer's.
+func (os observers) RenewCycle(r RenewReport) {
+	for _, o := range os {
+		o.RenewCycle(r)
+	}
+}
+
+// PollDone calls each observer's.
+func (os observers) PollDone(p PollReport) {
+	for _, o := range os {
+		o.PollDone(p)
+	}
+}
+
+// Round calls each observer's.
+func (os observers) Round(r RoundReport) {
+	for _, o := range os {
+		o.Round(r)
+	}
+}
+
+// RedisError calls each observer's.
+func (os observers) RedisError(op string) {
+	for _, o := range os {
+		o.RedisError(op)
+	}
+}
+
+// HandoffGap calls each observer's.
+func (os observers) HandoffGap(d time.Duration) {
+	for _, o := range os {
+		o.HandoffGap(d)
+	}
+}
+
+// BadData calls each observer's.
+func (os observers) BadData(kind string) {
+	for _, o := range os {
+		o.BadData(kind)
+	}
+}
+
+// SlotStarted calls each observer's.
+func (os observers) SlotStarted(lateness time.Duration) {
+	for _, o := range os {
+		o.SlotStarted(lateness)
+	}
+}
+
+// SlotsSkipped calls each observer's.
+func (os observers) SlotsSkipped(n int, reason string) {
+	for _, o := range os {
+		o.SlotsSkipped(n, reason)
+	}
+}
+
 // EventType names a lease event.
 type EventType string
 
