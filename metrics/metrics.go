@@ -17,6 +17,7 @@
 package metrics
 
 import (
+	"errors"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -91,8 +92,14 @@ type Prometheus struct {
 
 var _ poller.Observer = (*Prometheus)(nil)
 
-// New creates the collectors and registers them with reg.
+// New creates the collectors and registers them with reg (required). Two
+// Coordinators in one process share a registry through a label each:
+// New(prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, reg)),
+// since the collectors' names are the same.
 func New(reg prometheus.Registerer, opts ...Option) (*Prometheus, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: New needs a prometheus.Registerer (prometheus.DefaultRegisterer, say)")
+	}
 	o := options{version: "unknown", commit: "unknown"}
 	for _, opt := range opts {
 		opt(&o)

@@ -162,3 +162,9 @@ pollworker_handoff_gap_seconds_sum 61.503
 pollworker_handoff_gap_seconds_count 3
 `), "pollworker_handoff_gap_seconds"))
 }
+
+// TestNewNeedsARegisterer: a nil Registerer is an error, not a panic.
+func TestNewNeedsARegisterer(t *testing.T) {
+	_, err := New(nil)
+	require.ErrorContains(t, err, "needs a prometheus.Registerer")
+}
