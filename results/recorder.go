@@ -62,7 +62,8 @@ type RecorderConfig struct {
 	// FlushTimeout bounds one flush (one pipeline), the last one included.
 	// Default DefaultFlushTimeout.
 	FlushTimeout time.Duration
-	// Logger receives write failures; default zap.NewNop().
+	// Logger receives write failures and the first result dropped from a
+	// full queue; default zap.NewNop().
 	Logger *zap.Logger
 	// Clock drives the flush ticker; default the real clock.
 	Clock clock.WithTicker
@@ -111,6 +112,7 @@ type Recorder struct {
 
 	queued, written, failed, dropped, unchanged, flushes atomic.Uint64
 	flushLog                                             failurelog.Log
+	dropWarned                                           atomic.Bool // the first drop was logged
 }
 
 // NewRecorder validates cfg, fills in its defaults and returns a Recorder.
@@ -196,11 +198,17 @@ func (r *Recorder) streamMaxLen() int64 {
 func (r *Recorder) Add(res Result) {
 	r.queued.Add(1)
 	r.mu.Lock()
-	if r.queue.Push(res) {
-		r.dropped.Add(1)
-	}
+	dropped := r.queue.Push(res)
 	full := r.queue.Len() >= r.cfg.BatchSize
 	r.mu.Unlock()
+	if dropped {
+		r.dropped.Add(1)
+		if r.dropWarned.CompareAndSwap(false, true) {
+			// Once: the count goes on in RecorderStats.Dropped.
+			r.cfg.Logger.Warn("results queue full: dropping the oldest results (counted in Dropped); is the Recorder's Run running, and Redis reachable?",
+				zap.Bool("run_started", r.running.Load()), zap.Int("queue_size", r.cfg.QueueSize))
+		}
+	}
 	if full {
 		select {
 		case r.kick <- struct{}{}:

@@ -11,6 +11,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pollworker/pollworker/internal/redistest"
@@ -243,4 +246,22 @@ func sessionsOf(msgs []redis.XMessage) []string {
 		out = append(out, m.Values["session"].(string))
 	}
 	return out
+}
+
+// TestRecorderWarnsAtTheFirstDrop: results pushed out of a full queue are
+// counted, and the first is logged (a Recorder whose Run was never
+// started lost them without a word).
+func TestRecorderWarnsAtTheFirstDrop(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	core, logs := observer.New(zapcore.WarnLevel)
+	r, err := NewRecorder(RecorderConfig{Client: c, QueueSize: 2, BatchSize: 2, Logger: zap.New(core)})
+	require.NoError(t, err)
+	for i := range 5 {
+		r.Add(Result{Session: "s" + strconv.Itoa(i)})
+	}
+	require.EqualValues(t, 3, r.Stats().Dropped)
+	require.Equal(t, 1, logs.FilterMessageSnippet("results queue full").Len(), "logged once")
+	require.Equal(t, false, logs.All()[0].ContextMap()["run_started"])
 }
