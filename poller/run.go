@@ -221,13 +221,13 @@ func (c *Coordinator) drain() error {
 	start := c.cfg.Clock.Now()
 	left := c.drainStep(c.beat.leave)
 	var errs []error
-	released := 0
+	released, releaseFailed := 0, false
 	stopCtx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
 	c.holdings.stopAll(stopCtx, func(stopped []lease.Handoff) {
 		n, err := c.holdings.release(context.Background(), stopped, c.drainStepTimeout())
 		released += n
 		if err != nil {
-			errs = append(errs, err)
+			errs, releaseFailed = append(errs, err), true
 		}
 	})
 	cancel()
@@ -243,7 +243,10 @@ func (c *Coordinator) drain() error {
 		c.holdings.leases.Abandon(stuck...)
 		errs = append(errs, fmt.Errorf("poller: drain timed out waiting for %d polls; their leases are left to expire", n))
 	}
-	if left != nil { // try once more
+	if left != nil && !releaseFailed {
+		// Try once more, unless a release failed too: Redis still does not
+		// answer, and another try would only add a step's timeout to the
+		// shutdown (the entry expires with its TTL).
 		if err := c.drainStep(c.beat.leave); err != nil {
 			errs = append(errs, err)
 		}
