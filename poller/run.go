@@ -243,10 +243,13 @@ func (c *Coordinator) drain() error {
 		c.holdings.leases.Abandon(stuck...)
 		errs = append(errs, fmt.Errorf("poller: drain timed out waiting for %d polls; their leases are left to expire", n))
 	}
-	if left != nil && !releaseFailed {
-		// Try once more, unless a release failed too: Redis still does not
+	switch {
+	case left != nil && releaseFailed:
+		// Not tried again: a release failed too, so Redis still does not
 		// answer, and another try would only add a step's timeout to the
 		// shutdown (the entry expires with its TTL).
+		errs = append(errs, left)
+	case left != nil: // try once more
 		if err := c.drainStep(c.beat.leave); err != nil {
 			errs = append(errs, err)
 		}
