@@ -220,6 +220,11 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 		// mistyped --key-prefix, --session-prefix or database.
 		r.Notes = append(r.Notes, fmt.Sprintf("nothing here: no live worker in %s and no session under the session prefix %s (check --key-prefix, --session-prefix and the database in --redis-url)",
 			a.keys.NodeIndex(), a.keys.SessionNamespace()))
+	} else if r.Workers > 0 && len(last.Sessions) == 0 && len(last.Malformed) == 0 {
+		// Workers and no session: after a FLUSHALL or a restart without
+		// persistence, or a mistyped --session-prefix here or there.
+		r.Notes = append(r.Notes, fmt.Sprintf("no session: %d live workers, and the session index under %s is empty (Redis lost its data? apply the sessions again; or check --session-prefix)",
+			r.Workers, a.keys.SessionNamespace()))
 	}
 	checked := fleet.Check(first, last, maxNotPlanned)
 	r.Checks = append(r.Checks, checked.Checks...)

@@ -305,3 +305,18 @@ func TestCheckBadFleetKey(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckNotesAnEmptyIndex: live workers and no session (a FLUSHALL,
+// then the workers' heartbeats came back) is said in a note: check said
+// only "ok … 0 active sessions".
+func TestCheckNotesAnEmptyIndex(t *testing.T) {
+	f := newExplainFixture(t)
+	store, err := session.NewStore(f.client, keyspace.Space{})
+	require.NoError(t, err)
+	for _, id := range []string{"s1", "p1"} {
+		require.NoError(t, store.Delete(ctxT(t), id))
+	}
+	code, r, stderr := f.check(t, "--grace", "0")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, strings.Join(r.Notes, "\n"), "no session: 3 live workers, and the session index under session is empty")
+}
