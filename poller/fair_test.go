@@ -121,3 +121,46 @@ func TestSchedulerSlowsEverySessionAlike(t *testing.T) {
 		})
 	}
 }
+
+// TestSchedulerLongIntervalWaitsBoundedly: under the same overload, a
+// session of a long interval waits about maxFairLag × due/achieved past
+// its due time at most, not (due/achieved − 1) × its interval: 4 sessions
+// every 100 ms on a worker running half of their polls, and one every
+// 40 s, polled every 40-60 s (proportionally it would wait 40 s more).
+func TestSchedulerLongIntervalWaitsBoundedly(t *testing.T) {
+	t.Parallel()
+	f := newSchedFixture(t, func(c *schedConfig) { c.Limit = 1 })
+	const long = 40 * time.Second
+	var loops []*pollLoop
+	for i := range 5 {
+		id, iv := fmt.Sprintf("short%d", i), 100*time.Millisecond
+		if i == 4 {
+			id, iv = "long", long
+		}
+		r := f.leases.Acquire(context.Background(), []string{id})
+		require.NotNil(t, r[0].Lease)
+		w := &pollLoop{sess: &session.Session{ID: id, Interval: session.Duration(iv)}, lease: r[0].Lease}
+		loops = append(loops, w)
+		f.sched.Start(w, time.Time{})
+	}
+	begin := f.clock.Now()
+	var longPolls []time.Time
+	for n := 0; f.clock.Now().Sub(begin) < 3*long+20*time.Second; n++ {
+		p := f.nextPoll()
+		if p.w.sess.ID == "long" {
+			longPolls = append(longPolls, p.at)
+		}
+		if n%20 == 0 {
+			_ = f.leases.RenewAll(context.Background())
+		}
+		f.stepTimer(50 * time.Millisecond)
+		close(p.finish)
+	}
+	f.stopAll(loops...)
+	require.GreaterOrEqual(t, len(longPolls), 3, "polled at %v", longPolls)
+	for i := 1; i < len(longPolls); i++ {
+		gap := longPolls[i].Sub(longPolls[i-1])
+		require.GreaterOrEqual(t, gap, long)
+		require.Less(t, gap, long+20*time.Second, "poll %d of the long session came %v after the one before", i, gap)
+	}
+}

@@ -183,12 +183,20 @@ func (q *dueQueue) Len() int { return len(q.entries) }
 // its lateness among the polls served now, but never before the poll
 // last served (ties go to the loop polled longest ago): none is starved
 // behind another's past turns or by later arrivals, none gains a turn
-// for having been idle.
+// for having been idle. A key is never more than maxFairLag of keys
+// after a fresh arrival's: a session of a long interval (an hourly one,
+// a daily cron slot) would otherwise wait (due/achieved − 1) × its
+// interval, an hour behind polls of a second for a capacity it barely
+// uses, and a slot could be pushed past its catch-up window; it waits at
+// most about maxFairLag × due/achieved past its due time instead, and
+// slows less than the others.
+const maxFairLag = int64(10 * time.Second)
 
 // fairKey is l's key in q, a heap of polls waiting for a slot (in),
-// were it pushed at now: the greatest of its fair key there, its rank
-// moved by the heap's offset, and the key last served; the zero rank (a
-// loop never polled) comes first.
+// were it pushed at now: its rank moved by the heap's offset, at least
+// the key last served (its fresh key), or its fair key there when later,
+// but at most maxFairLag after the fresh key; the zero rank (a loop
+// never polled) comes first.
 func (q *dueQueue) fairKey(l *pollLoop, in waitHeap, now time.Time) int64 {
 	if q.epoch.IsZero() {
 		q.epoch, q.served = now, math.MinInt64
@@ -199,7 +207,7 @@ func (q *dueQueue) fairKey(l *pollLoop, in waitHeap, now time.Time) int64 {
 	}
 	k = max(k+q.offset, q.served)
 	if l.fairIn&in != 0 && l.fair[fairOf(in)] > k {
-		k = l.fair[fairOf(in)]
+		k = min(l.fair[fairOf(in)], k+maxFairLag)
 	}
 	return k
 }
