@@ -40,7 +40,11 @@ type Config struct {
 	// Required. Enable its ContextTimeoutEnabled option (New logs a warning
 	// for a *redis.Client or *redis.ClusterClient without it): the coordinator
 	// bounds every round trip with a context deadline, which go-redis
-	// otherwise ignores in favour of its own read timeout.
+	// otherwise ignores in favour of its own read timeout. A
+	// *redis.ClusterClient is asked to read its slot map again after a
+	// failed renewal or heartbeat (a master that died leaves its slots on
+	// its address until then); give it a short ClusterStateReloadInterval
+	// too (pollworker run uses 2s; go-redis's default is 60s).
 	Client redis.UniversalClient
 	// Keys names the keys; the zero value uses prefixes "poll" and "session".
 	Keys keyspace.Space

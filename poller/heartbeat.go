@@ -86,6 +86,7 @@ func (hb *heartbeat) run(ctx context.Context, stop context.CancelCauseFunc) {
 				return
 			}
 			hb.health.redisFailed("heartbeat", "heartbeat", err) // one warning per run of the same error
+			reloadSlots(hb.client)
 		} else {
 			hb.health.worksAgain("heartbeat")
 			if !joined {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
 
 	"github.com/pollworker/pollworker/lease"
@@ -14,6 +15,7 @@ import (
 // drain has released the leases. It writes health (Redis reachable) and
 // asks for a round when a lease was lost; its fields are set by New.
 type renewer struct {
+	client   redis.UniversalClient // Config.Client: a Cluster client is asked to reload its slots after a failed cycle
 	leases   *lease.Manager
 	health   *health
 	news     *news
@@ -21,6 +23,18 @@ type renewer struct {
 	interval time.Duration // Config.RenewInterval
 	timeout  time.Duration // Config.RequestTimeout
 	obs      Observer
+}
+
+// reloadSlots asks a Cluster client to read its slot map again (at once,
+// in the background; go-redis runs one reload at a time): a request that
+// failed may have gone to a master that died, whose replica took its
+// slots, which go-redis otherwise learns only at its
+// ClusterStateReloadInterval (60 s by default) or at a MOVED reply the
+// dead master never sends. Other clients are left as they are.
+func reloadSlots(client redis.UniversalClient) {
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
 }
 
 // run renews until ctx is done.
@@ -45,6 +59,7 @@ func (rn *renewer) run(ctx context.Context) {
 			}
 			rn.health.redisOK.Store(false)
 			rn.obs.RedisError("renew")
+			reloadSlots(rn.client)
 		} else if rep.Renewed > 0 {
 			rn.health.redisOK.Store(true)
 		}

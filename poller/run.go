@@ -109,7 +109,7 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 		return nil, errors.Join(ErrConfig, err)
 	}
 	c.holdings.leases = leases
-	c.renew = &renewer{leases: leases, health: hl, news: nw, clock: cfg.Clock, interval: cfg.RenewInterval,
+	c.renew = &renewer{client: cfg.Client, leases: leases, health: hl, news: nw, clock: cfg.Clock, interval: cfg.RenewInterval,
 		timeout: cfg.RequestTimeout, obs: cfg.Observer}
 	return c, nil
 }

@@ -161,6 +161,11 @@ func (c connConfig) newClientNamed(name string, poolSize int) redis.UniversalCli
 			Addrs: c.Addrs, Username: o.Username, Password: o.Password,
 			ClientName: name, TLSConfig: o.TLSConfig,
 			ContextTimeoutEnabled: true, PoolSize: poolSize,
+			// go-redis reloads the slot map on MOVED and every 60 s by
+			// default, not when a master stops answering: after a kill -9
+			// and its replica's promotion the slots stayed on the dead
+			// address for 40-60 s (every session of them unpolled).
+			ClusterStateReloadInterval: clusterReload,
 		})
 	}
 	ro := *o
@@ -171,6 +176,12 @@ func (c connConfig) newClientNamed(name string, poolSize int) redis.UniversalCli
 	ro.PipelineReadBufferSize, ro.PipelineWriteBufferSize = pipelineBufferSize, pipelineBufferSize
 	return redis.NewClient(&ro)
 }
+
+// clusterReload is how often a Cluster client reloads its slot map when
+// it is used: a CLUSTER SLOTS every 2 s per client, so that a failover's
+// new master is found within about that (the worker also asks for a
+// reload after a failed heartbeat).
+const clusterReload = 2 * time.Second
 
 // pipelineBufferSize sizes the read and write buffers of the connections
 // go-redis keeps for pipelines, as its regular ones (32 KiB), instead of

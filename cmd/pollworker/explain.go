@@ -195,7 +195,8 @@ func lossText(l fleet.LossFacts) string {
 	case !l.Present:
 		return "missing (the next acquisition starts the loss quarantine)"
 	case l.ServerRunID != "" && l.ServerRunID != l.RunID:
-		return "written by run " + l.RunID + ", but the server is run " + l.ServerRunID + " (restarted: the next acquisition starts the loss quarantine)"
+		return "written by run " + l.RunID + ", but the server is run " + l.ServerRunID +
+			" (restarted or failed over: the next acquisition starts the loss quarantine; under Cluster, a slot migrated here from a master that lost nothing does not)"
 	case l.QuarantineLeftMs > 0:
 		return "run " + l.RunID + ", quarantine for another " + fleet.MsDuration(l.QuarantineLeftMs)
 	}
