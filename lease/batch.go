@@ -149,15 +149,54 @@ func (m *transport) send(ctx context.Context, script *redis.Script, calls []*cal
 	if len(again) == 0 {
 		return
 	}
-	if err := script.Load(ctx, m.client).Err(); err != nil {
-		for _, c := range again {
-			c.err = fmt.Errorf("load script: %w", err)
-		}
-		done(again, m.clock.Now())
+	again, failed := m.loadScript(ctx, script, again)
+	if len(failed) > 0 {
+		done(failed, m.clock.Now())
+	}
+	if len(again) == 0 {
 		return
 	}
 	ok, still := m.exec(ctx, again, wait)
 	done(append(ok, still...), m.clock.Now())
+}
+
+// loadScript loads script for the calls that met NOSCRIPT and returns
+// those to send again, and those that failed (err set). With one Redis
+// server it loads the script there (go-redis: on every master of other
+// clients). Under Redis Cluster it loads it on the master of each call's
+// slot only: a script unknown to a promoted replica is loaded there even
+// while another master does not answer, whose calls alone fail.
+func (m *transport) loadScript(ctx context.Context, script *redis.Script, calls []*call) (again, failed []*call) {
+	cc, ok := m.client.(*redis.ClusterClient)
+	if !ok {
+		if err := script.Load(ctx, m.client).Err(); err != nil {
+			for _, c := range calls {
+				c.err = fmt.Errorf("load script: %w", err)
+			}
+			return nil, calls
+		}
+		return calls, nil
+	}
+	loaded := make(map[string]error) // by master address
+	for _, c := range calls {
+		key, _ := c.args[3].(string) // every script call has keys, all in one slot
+		master, err := cc.MasterForKey(ctx, key)
+		if err == nil {
+			addr := master.Options().Addr
+			var seen bool
+			if err, seen = loaded[addr]; !seen {
+				err = script.Load(ctx, master).Err()
+				loaded[addr] = err
+			}
+		}
+		if err != nil {
+			c.err = fmt.Errorf("load script: %w", err)
+			failed = append(failed, c)
+			continue
+		}
+		again = append(again, c)
+	}
+	return again, failed
 }
 
 // exec sends calls in one pipeline and returns them split into those that

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -29,14 +30,19 @@ type RenewReport struct {
 	RoundTrip time.Duration
 	// Young leases were Held and not sent for renewal: their last request
 	// was sent less than Config.MinRenewAge ago. When the cycle failed
-	// (Err), they are Uncertain too, and in Uncertain.
+	// (Err), they are Uncertain too, and in Uncertain; under Redis Cluster
+	// only those on a master a failed request went to (or whose master
+	// the client cannot name).
 	Young int
 }
 
 // RenewAll renews every Held or Uncertain lease (but the Held ones younger
 // than Config.MinRenewAge, unless all are) and reports exactly which were
 // not renewed. When a request of the cycle fails, the young leases become
-// Uncertain as well. The script calls (BatchSize leases each) go out at once
+// Uncertain as well: all of them with one Redis server, and under Redis
+// Cluster those whose master, by the client's slot map, is one a failed
+// request went to (a master that died stops the polls of its own leases,
+// not of the whole worker's). The script calls (BatchSize leases each) go out at once
 // in a few pipelines on separate connections, whose replies are handled as
 // they arrive: one round trip per shard in wall time, whatever the number
 // of leases. The goroutines it starts for this have exited when it returns.
@@ -73,7 +79,8 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 	var mu sync.Mutex // guards rep, last and changes
 	var rep RenewReport
 	var changes []change
-	var gone []*Lease // found missing or another owner's
+	var gone []*Lease       // found missing or another owner's
+	var failedKeys []string // a key of each call that failed
 	last := start
 	m.send(ctx, m.renew, calls, m.pipelines(len(calls)), true, func(done []*call, now time.Time) {
 		for _, c := range done {
@@ -86,6 +93,9 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 			if rep.Err == nil {
 				rep.Err = r.Err
 			}
+			if r.Err != nil {
+				failedKeys = append(failedKeys, c.leases[0].key())
+			}
 			changes = append(changes, ch...)
 			mu.Unlock()
 		}
@@ -97,7 +107,7 @@ func (m *Manager) RenewAll(ctx context.Context) RenewReport {
 	})
 	rep.RoundTrip, rep.Young = last.Sub(start), len(young)
 	if rep.Err != nil {
-		u, ch := m.failYoung(young, rep.Err)
+		u, ch := m.failYoung(m.onFailedMasters(ctx, young, failedKeys), rep.Err)
 		rep.Uncertain = append(rep.Uncertain, u...)
 		changes = append(changes, ch...)
 	}
@@ -157,6 +167,56 @@ func (m *Manager) failYoung(young []*Lease, err error) (uncertain []*Lease, chan
 		}
 	}
 	return uncertain, changes
+}
+
+// onFailedMasters returns the young leases of a failed cycle that are
+// uncertain: all of them, but under Redis Cluster only those whose master
+// is the master of a key in failedKeys (one of each call that failed) or
+// cannot be named. The masters come from the client's slot map as it is
+// now; a lease on another master keeps its deadline, as it would had no
+// request of the cycle failed.
+func (m *Manager) onFailedMasters(ctx context.Context, young []*Lease, failedKeys []string) []*Lease {
+	cc, ok := m.cfg.Client.(*redis.ClusterClient)
+	if !ok || len(young) == 0 {
+		return young
+	}
+	master := func(key string) (string, bool) {
+		c, err := cc.MasterForKey(ctx, key)
+		if err != nil || c == nil {
+			return "", false
+		}
+		return c.Options().Addr, true
+	}
+	failed := make(map[string]bool, len(failedKeys))
+	for _, k := range failedKeys {
+		addr, ok := master(k)
+		if !ok {
+			return young
+		}
+		failed[addr] = true
+	}
+	return uncertainYoung(young, func(l *Lease) uint16 { return keyspace.Slot(l.key()) },
+		func(l *Lease) (string, bool) { return master(l.key()) }, failed)
+}
+
+// uncertainYoung returns the leases of young whose master (masterOf, asked
+// once per hash slot) is in failed or unknown.
+func uncertainYoung(young []*Lease, slotOf func(*Lease) uint16, masterOf func(*Lease) (string, bool), failed map[string]bool) []*Lease {
+	uncertain := make(map[uint16]bool) // by slot
+	var out []*Lease
+	for _, l := range young {
+		s := slotOf(l)
+		u, seen := uncertain[s]
+		if !seen {
+			addr, ok := masterOf(l)
+			u = !ok || failed[addr]
+			uncertain[s] = u
+		}
+		if u {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // renewArgs returns the start of a renew call's command line for n leases
