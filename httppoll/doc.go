@@ -16,10 +16,10 @@
 //
 //   - A request runs under the context the coordinator passes, which is
 //     cancelled the moment the lease stops being held, and under a timeout
-//     of min(session interval, Config.Timeout) that also bounds the wait
-//     for a slot of its host: a poll never outlives its interval or its
-//     lease by more than the time the transport takes to notice the
-//     cancellation.
+//     of RequestTimeout (the session's Timeout, or Config.Timeout; at most
+//     its interval) that also bounds the wait for a slot of its host: a
+//     poll never outlives its interval or its lease by more than the time
+//     the transport takes to notice the cancellation.
 //   - At most Config.MaxPerHost requests (64 by default) are in flight to
 //     one host (host and port of the URL) from one Poller. Under a
 //     poller.Coordinator the bound is kept by its scheduler (PollGroup): a

@@ -40,8 +40,8 @@ const (
 	// for (RFC 3339, UTC): with the token, what a target dedupes on.
 	HeaderSlot = "X-Poll-Slot"
 	// HeaderDeadline carries the worker's wall-clock time (RFC 3339 UTC,
-	// milliseconds) at which it abandons the request: its timeout,
-	// min(interval, Config.Timeout). The worker gives up sooner if its
+	// milliseconds) at which it abandons the request: its timeout
+	// (RequestTimeout). The worker gives up sooner if its
 	// lease is lost. A target that reads the request after this time (a
 	// backlog, a stall) may refuse it: the worker has stopped waiting and
 	// the session may already be someone else's.
@@ -129,8 +129,8 @@ type Config struct {
 	// http.DefaultTransport and no Client.Timeout (each request is bounded
 	// through its context instead, see Timeout).
 	HTTP *http.Client
-	// Timeout caps each request; the effective bound is
-	// min(session interval, Timeout). Default DefaultTimeout (10s).
+	// Timeout caps each request of a session without a Timeout of its own
+	// (RequestTimeout). Default DefaultTimeout (10s).
 	Timeout time.Duration
 	// StreamMaxLen is the approximate cap of the results stream (XADD
 	// MAXLEN ~), without a Recorder. Default results.DefaultStreamMaxLen.
@@ -696,16 +696,26 @@ type response struct {
 	retryAfter         time.Duration // of a 429 or 503, bounded by MaxRetryAfter; 0 if none
 }
 
-// get sends the request, conditional on prev's validators when
-// conditional, and drains at most MaxBodyBytes of the answer, hashing it
-// when conditional. The wait for a slot of its host and the request
-// together are bounded by min(interval, Config.Timeout), the wait by half
-// of it.
-func (p *Poller) get(ctx context.Context, s session.Session, t *poller.Turn, prev State, conditional bool) (response, error) {
-	timeout := p.cfg.Timeout
+// RequestTimeout is how long a poll of s waits for its response, a slot
+// of its host included: s.Timeout, or def (Config.Timeout) when s has
+// none, and never longer than s.Interval.
+func RequestTimeout(s session.Session, def time.Duration) time.Duration {
+	timeout := def
+	if t := s.Timeout.D(); t > 0 {
+		timeout = t
+	}
 	if iv := s.Interval.D(); iv > 0 && iv < timeout {
 		timeout = iv
 	}
+	return timeout
+}
+
+// get sends the request, conditional on prev's validators when
+// conditional, and drains at most MaxBodyBytes of the answer, hashing it
+// when conditional. The wait for a slot of its host and the request
+// together are bounded by RequestTimeout, the wait by half of it.
+func (p *Poller) get(ctx context.Context, s session.Session, t *poller.Turn, prev State, conditional bool) (response, error) {
+	timeout := RequestTimeout(s, p.cfg.Timeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if s.Profile != "" {

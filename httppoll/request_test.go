@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pollworker/pollworker/poller"
+	"github.com/pollworker/pollworker/session"
 )
 
 // TestPollSendsTheSessionsRequest: method, headers and body of the session
@@ -52,7 +53,7 @@ func TestPollSendsTheSessionsRequest(t *testing.T) {
 }
 
 // TestPollSendsItsDeadline: X-Poll-Deadline is the wall-clock time the
-// worker abandons the request, min(interval, Timeout) after it began; a
+// worker abandons the request, RequestTimeout after it began; a
 // session header of that name does not override it. (A caller's earlier
 // deadline would be the one sent.)
 func TestPollSendsItsDeadline(t *testing.T) {
@@ -60,10 +61,12 @@ func TestPollSendsItsDeadline(t *testing.T) {
 		name     string
 		interval time.Duration
 		timeout  time.Duration
+		own      time.Duration // the session's Timeout
 		want     time.Duration
 	}{
 		{name: "interval shorter", interval: 2 * time.Second, timeout: time.Minute, want: 2 * time.Second},
 		{name: "timeout shorter", interval: time.Hour, timeout: 30 * time.Second, want: 30 * time.Second},
+		{name: "the session's own", interval: time.Hour, timeout: 30 * time.Second, own: 45 * time.Second, want: 45 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,6 +78,7 @@ func TestPollSendsItsDeadline(t *testing.T) {
 			t.Cleanup(srv.Close)
 			p := newPoller(t, Config{Client: f.client, Timeout: tt.timeout})
 			s := sess(srv.URL, tt.interval)
+			s.Timeout = session.Duration(tt.own)
 			s.Headers = map[string]string{HeaderDeadline: "2999-01-01T00:00:00.000Z"}
 
 			before := time.Now()
@@ -88,6 +92,26 @@ func TestPollSendsItsDeadline(t *testing.T) {
 			// The value is truncated to the millisecond.
 			require.False(t, deadline.Before(before.Add(tt.want).Add(-time.Millisecond)), "deadline %v, began after %v", deadline, before)
 			require.False(t, deadline.After(after.Add(tt.want)), "deadline %v, ended by %v", deadline, after)
+		})
+	}
+}
+
+func TestRequestTimeout(t *testing.T) {
+	tests := []struct {
+		name                     string
+		interval, own, def, want time.Duration
+	}{
+		{"the worker's", time.Minute, 0, 10 * time.Second, 10 * time.Second},
+		{"the session's, shorter", time.Minute, time.Second, 10 * time.Second, time.Second},
+		{"the session's, longer", time.Minute, 30 * time.Second, 10 * time.Second, 30 * time.Second},
+		{"the worker's, capped by the interval", 2 * time.Second, 0, 10 * time.Second, 2 * time.Second},
+		{"the session's, capped by the interval", 2 * time.Second, 5 * time.Second, 10 * time.Second, 2 * time.Second},
+		{"a schedule has no interval", 0, 0, 10 * time.Second, 10 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := session.Session{Interval: session.Duration(tt.interval), Timeout: session.Duration(tt.own)}
+			require.Equal(t, tt.want, RequestTimeout(s, tt.def))
 		})
 	}
 }

@@ -94,6 +94,7 @@ const (
 	fJitter
 	fCatchUp
 	fCatchUpWindow
+	fTimeout
 )
 
 // fastFields are the JSON names of the document's fields (Session's tags,
@@ -102,7 +103,7 @@ var fastFields = [...]string{
 	fID: "id", fURL: "url", fInterval: "interval", fPaused: "paused", fLabels: "labels",
 	fSelector: "selector", fMethod: "method", fHeaders: "headers", fBody: "body",
 	fExpect: "expect", fProfile: "profile", fSchedule: "schedule", fTZ: "tz",
-	fJitter: "jitter", fCatchUp: "catchup", fCatchUpWindow: "catchup_window",
+	fJitter: "jitter", fCatchUp: "catchup", fCatchUpWindow: "catchup_window", fTimeout: "timeout",
 }
 
 // fieldIndex is the index of name in fastFields, -1 if none (a name of
@@ -126,16 +127,19 @@ func (d *fastDecoder) field(f int, doc *document) bool {
 		return d.strMap(&s.Labels)
 	case fHeaders:
 		return d.strMap(&s.Headers)
-	case fInterval, fJitter, fCatchUpWindow:
+	case fInterval, fJitter, fCatchUpWindow, fTimeout:
 		start := d.i
 		if _, ok := d.str(); !ok {
 			return false
 		}
 		dst := &s.Interval
-		if f == fJitter {
+		switch f {
+		case fJitter:
 			dst = &s.Jitter
-		} else if f == fCatchUpWindow {
+		case fCatchUpWindow:
 			dst = &s.CatchUpWindow
+		case fTimeout:
+			dst = &s.Timeout
 		}
 		return dst.UnmarshalJSON(d.b[start:d.i]) == nil
 	}

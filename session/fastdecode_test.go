@@ -60,7 +60,8 @@ func TestDecodeTakesTheFastPathForStoredSessions(t *testing.T) {
 		{ID: "session-1", URL: "bench://session-1", Interval: Duration(time.Hour)},
 		{ID: "s2", URL: "http://127.0.0.1:8080/poll/s2", Interval: Duration(30 * time.Second), Paused: true,
 			Labels: map[string]string{"env": "bench", "tier": "a"}, Selector: "zone=z1", Method: "POST",
-			Headers: map[string]string{"Accept": "application/json"}, Body: "{}", Expect: "200-299", Profile: "p"},
+			Headers: map[string]string{"Accept": "application/json"}, Body: "{}", Expect: "200-299", Profile: "p",
+			Timeout: Duration(1500 * time.Millisecond)},
 		{ID: "s3", URL: "http://h/x", Schedule: "*/5 * * * *", TZ: "Europe/Paris", Jitter: Duration(3 * time.Second),
 			CatchUp: "all", CatchUpWindow: Duration(time.Hour)},
 	}

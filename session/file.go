@@ -138,7 +138,7 @@ func (e *FileError) Is(target error) bool { return target == ErrMalformed }
 
 // fileFields are the fields of an entry, in the order they are written.
 var fileFields = []string{"id", "url", "interval", "paused", "labels", "selector",
-	"method", "headers", "body", "expect", "profile",
+	"method", "headers", "body", "expect", "profile", "timeout",
 	"schedule", "tz", "jitter", "catchup", "catchup_window"}
 
 // ParseFile reads a sessions file (YAML or JSON) and checks it whole: the
@@ -316,6 +316,7 @@ var fieldReaders = map[string]fieldReader{
 	"body":           readRequestField,
 	"expect":         readRequestField,
 	"profile":        readRequestField,
+	"timeout":        readTimeout,
 	"headers":        readStringMap(func(e *Entry, m map[string]string) { e.Session.Headers = m }),
 	"schedule":       readScheduleField,
 	"tz":             readScheduleField,
@@ -337,17 +338,26 @@ func readString(set func(e *Entry, s string)) fieldReader {
 	}
 }
 
-func readInterval(e *Entry, _ string, v *yaml.Node) string {
-	s, ok := scalar(v)
-	if !ok {
-		return `interval must be a duration like "30s"`
+var (
+	readInterval = readDuration("30s", func(e *Entry, d Duration) { e.Session.Interval = d })
+	readTimeout  = readDuration("5s", func(e *Entry, d Duration) { e.Session.Timeout = d })
+)
+
+// readDuration reads a duration field with set; example is a value to
+// show (a bare number is refused).
+func readDuration(example string, set func(e *Entry, d Duration)) fieldReader {
+	return func(e *Entry, name string, v *yaml.Node) string {
+		s, ok := scalar(v)
+		if !ok {
+			return fmt.Sprintf("%s must be a duration like %q", name, example)
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Sprintf(`%s %.40q is not a duration like %q or "1m30s"`, name, s, example)
+		}
+		set(e, Duration(d))
+		return ""
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Sprintf(`interval %.40q is not a duration like "30s" or "1m30s"`, s)
-	}
-	e.Session.Interval = Duration(d)
-	return ""
 }
 
 func readPaused(e *Entry, _ string, v *yaml.Node) string {
@@ -465,7 +475,7 @@ func checkRequired(s Session, seen, failed map[string]bool, checkURL func(string
 		}
 	}
 	// The request fields read; each alone was checked as it was read.
-	req := Session{Method: s.Method, Headers: s.Headers, Body: s.Body, Expect: s.Expect, Profile: s.Profile}
+	req := Session{Method: s.Method, Headers: s.Headers, Body: s.Body, Expect: s.Expect, Profile: s.Profile, Timeout: s.Timeout, Interval: s.Interval}
 	if err := req.validateRequest(); err != nil {
 		out = append(out, fieldReason(err))
 	}
@@ -546,6 +556,7 @@ type fileEntry struct {
 	Body         string            `json:"body,omitempty" yaml:"body,omitempty"`
 	Expect       string            `json:"expect,omitempty" yaml:"expect,omitempty"`
 	Profile      string            `json:"profile,omitempty" yaml:"profile,omitempty"`
+	Timeout      string            `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	fileSchedule `yaml:",inline"`
 }
 
@@ -581,6 +592,9 @@ func EncodeFile(w io.Writer, sessions []Session, format FileFormat) error {
 			Method: s.Method, Headers: s.Headers, Body: s.Body, Expect: s.Expect, Profile: s.Profile, fileSchedule: fileScheduleOf(s)}
 		if !s.Scheduled() {
 			e.Interval = s.Interval.D().String()
+		}
+		if s.Timeout != 0 {
+			e.Timeout = s.Timeout.D().String()
 		}
 		if i > 0 {
 			_, _ = bw.WriteString(sep)

@@ -80,7 +80,7 @@ func TestParseFileProblems(t *testing.T) {
 			`entry 1 (line 4): interval "30" is not a duration like "30s" or "1m30s"`,
 			`entry 1 (line 5): paused must be true or false`,
 			`entry 1 (line 6): labels must be a mapping of strings to strings`,
-			`entry 1 (line 7): unknown field "URL" (fields: id, url, interval, paused, labels, selector, method, headers, body, expect, profile, schedule, tz, jitter, catchup, catchup_window)`,
+			`entry 1 (line 7): unknown field "URL" (fields: id, url, interval, paused, labels, selector, method, headers, body, expect, profile, timeout, schedule, tz, jitter, catchup, catchup_window)`,
 		}},
 		{name: "missing and repeated fields", give: "sessions:\n  - id: a\n    id: b\n", want: []string{
 			`entry 1 (line 2, id a): missing field "url"`,

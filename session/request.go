@@ -6,10 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
-// The request fields of a Session (Method, Headers, Body, Expect, Profile)
-// say how the built-in HTTP poller asks: targets say what to poll, and a
+// The request fields of a Session (Method, Headers, Body, Expect, Profile,
+// Timeout) say how the built-in HTTP poller asks: targets say what to poll, and a
 // worker-side profile (Profile) holds the credentials and TLS settings,
 // which never enter Redis.
 
@@ -27,6 +28,10 @@ const (
 	// each of its profiles as a label "profile/<name>" of at most 63
 	// bytes.
 	MaxProfileBytes = 48
+	// MinTimeout and MaxTimeout bound a session's Timeout (as they bound
+	// the worker's --poll-timeout).
+	MinTimeout = 10 * time.Millisecond
+	MaxTimeout = 5 * time.Minute
 )
 
 // reservedHeaders may not be set by a session: the fencing headers
@@ -215,12 +220,25 @@ func (s Session) validateRequest() error {
 			return &FieldError{Field: "profile", Reason: err.Error()}
 		}
 	}
+	return s.validateTimeout()
+}
+
+// validateTimeout checks Timeout: none, or from MinTimeout to MaxTimeout
+// and at most the interval.
+func (s Session) validateTimeout() error {
+	switch t := s.Timeout.D(); {
+	case t == 0:
+	case t < MinTimeout || t > MaxTimeout:
+		return &FieldError{Field: "timeout", Reason: fmt.Sprintf("%v is not from %v to %v", t, MinTimeout, MaxTimeout)}
+	case s.Interval > 0 && t > s.Interval.D():
+		return &FieldError{Field: "timeout", Reason: fmt.Sprintf("%v is longer than the interval %v: a poll never lasts longer than its interval", t, s.Interval.D())}
+	}
 	return nil
 }
 
 // SameRequest reports whether s and o send the same request: method,
-// headers, body, expect and profile.
+// headers, body, expect, profile and timeout.
 func (s Session) SameRequest(o Session) bool {
 	return s.MethodOrGet() == o.MethodOrGet() && maps.Equal(s.Headers, o.Headers) && s.Body == o.Body &&
-		s.ExpectOrDefault() == o.ExpectOrDefault() && s.Profile == o.Profile
+		s.ExpectOrDefault() == o.ExpectOrDefault() && s.Profile == o.Profile && s.Timeout == o.Timeout
 }

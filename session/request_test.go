@@ -32,6 +32,11 @@ func TestValidateRequestFields(t *testing.T) {
 		{name: "expect 600", give: Session{Expect: "600"}, want: `expect "600" is not a status code`},
 		{name: "profile", give: Session{Profile: "github.prod_1"}},
 		{name: "bad profile", give: Session{Profile: "a b"}, want: `profile "a b" may hold only letters, digits and . _ -`},
+		{name: "timeout", give: Session{Timeout: Duration(250 * time.Millisecond)}},
+		{name: "timeout of the interval", give: Session{Timeout: Duration(time.Second)}},
+		{name: "timeout too short", give: Session{Timeout: Duration(time.Millisecond)}, want: "timeout 1ms is not from 10ms to 5m0s"},
+		{name: "negative timeout", give: Session{Timeout: Duration(-time.Second)}, want: "timeout -1s is not from 10ms to 5m0s"},
+		{name: "timeout above the interval", give: Session{Timeout: Duration(2 * time.Second)}, want: "timeout 2s is longer than the interval 1s: a poll never lasts longer than its interval"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,7 +76,7 @@ func TestExpectMatch(t *testing.T) {
 func TestFileRoundTripsRequestFields(t *testing.T) {
 	in := []Session{{ID: "p", URL: "http://example.com/post", Interval: Duration(time.Second),
 		Method: "POST", Headers: map[string]string{"Accept": "application/json", "Content-Type": "application/json"},
-		Body: "{\"q\": 1}\nline two: yes\n", Expect: "201,300-302", Profile: "github"},
+		Body: "{\"q\": 1}\nline two: yes\n", Expect: "201,300-302", Profile: "github", Timeout: Duration(750 * time.Millisecond)},
 		{ID: "g", URL: "http://example.com/", Interval: Duration(time.Second), Method: "HEAD"}}
 	for _, format := range []FileFormat{FormatYAML, FormatJSON} {
 		var buf bytes.Buffer
@@ -93,6 +98,9 @@ func TestParseFileRequestProblems(t *testing.T) {
 		{"headers: {X-Poll-Token: '1'}", "headers X-Poll-Token is a fencing header"},
 		{"headers: [a]", "headers must be a mapping of strings to strings"},
 		{"profile: 'a/b'", `profile "a/b" may hold only`},
+		{"timeout: 5", `timeout "5" is not a duration like "5s"`},
+		{"timeout: 2s", "timeout 2s is longer than the interval 1s"},
+		{"timeout: [1s]", `timeout must be a duration like "5s"`},
 	}
 	for _, tt := range tests {
 		raw := "sessions:\n  - {id: a, url: 'http://x/', interval: 1s}\n"

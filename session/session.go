@@ -97,6 +97,12 @@ type Session struct {
 	// the worker polling the session applies; "" for none. A worker that
 	// does not have it does not poll the session and says why.
 	Profile string `json:"profile,omitempty"`
+	// Timeout is how long the built-in poller waits for the response
+	// (a connection and a slot of the host included) before it gives up
+	// the poll; 0 means the worker's (pollworker run --poll-timeout). From
+	// MinTimeout to MaxTimeout, and at most the Interval: a poll never
+	// lasts longer than its interval.
+	Timeout Duration `json:"timeout,omitempty"`
 
 	// Schedule, instead of Interval, polls the session at the slots of a
 	// cron expression: 5 fields, or 6 with seconds first, or a descriptor

@@ -79,7 +79,7 @@ func connFlags() []cli.Flag {
 func adminFlags() []cli.Flag {
 	return append(connFlags(), &cli.DurationFlag{
 		Name:    flagTimeout,
-		Usage:   "give up on Redis after this long",
+		Usage:   "give up on Redis after this long (this command's own requests; a session's request timeout is sessions add --poll-timeout)",
 		Value:   10 * time.Second,
 		Sources: fromEnv(flagTimeout),
 	})

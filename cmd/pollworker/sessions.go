@@ -146,7 +146,7 @@ func sessionsAddCommand() *cli.Command {
 		Usage: "add a session (polled over HTTP on its interval, or at the slots of its schedule)",
 		UsageText: "pollworker sessions add --id ID --url URL (--interval 5s | --schedule 'CRON' [--tz ZONE] [--jitter D] [--catchup skip|latest|all] [--catchup-window D])\n" +
 			"    [--label k=v ...] [--selector k=v,...] [--paused] [--replace]\n" +
-			"    [--method POST] [--header 'Accept: application/json' ...] [--body TEXT | --body-file FILE] [--expect 200-299,304] [--profile NAME]",
+			"    [--method POST] [--header 'Accept: application/json' ...] [--body TEXT | --body-file FILE] [--expect 200-299,304] [--profile NAME] [--poll-timeout D]",
 		// --label a=b,c keeps its comma: one label per --label.
 		DisableSliceFlagSeparator: true,
 		Flags: append([]cli.Flag{
@@ -544,13 +544,15 @@ type listedSession struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	// Selector is the labels a worker needs to poll it (empty: any worker).
 	Selector string `json:"selector,omitempty"`
-	// Method, Headers, Body, Expect and Profile are the request
-	// (session.Session); Method and Expect with their defaults filled in.
+	// Method, Headers, Body, Expect, Profile and Timeout are the request
+	// (session.Session); Method and Expect with their defaults filled in,
+	// Timeout empty for the worker's.
 	Method  string            `json:"method"`
 	Headers map[string]string `json:"headers,omitempty"`
 	Body    string            `json:"body,omitempty"`
 	Expect  string            `json:"expect"`
 	Profile string            `json:"profile,omitempty"`
+	Timeout string            `json:"timeout,omitempty"`
 	// The schedule of a scheduled session (with its defaults filled in).
 	scheduleView
 	// Slots are a scheduled session's next and last slots, with --wide

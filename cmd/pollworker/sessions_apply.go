@@ -387,6 +387,7 @@ func changedFields(old, want session.Session) []string {
 	}
 	add("expect", old.ExpectOrDefault(), want.ExpectOrDefault())
 	add("profile", dash(old.Profile), dash(want.Profile))
+	add("timeout", durationOrDash(old.Timeout), durationOrDash(want.Timeout))
 	add("paused", strconv.FormatBool(old.Paused), strconv.FormatBool(want.Paused))
 	return lines
 }

@@ -236,7 +236,7 @@ dry run, nothing written: would create 1, update 1, prune 2; 0 unchanged
 		require.Empty(t, r.stdout)
 		require.Equal(t, `pollworker: sessions apply: `+bad+`: entry 1 (line 2, id web-1): url must be an absolute http or https URL with a host; its scheme is "ftp"
 pollworker: sessions apply: `+bad+`: entry 2 (line 7, id web-2): interval "30" is not a duration like "30s" or "1m30s"
-pollworker: sessions apply: `+bad+`: entry 3 (line 11, id web-1): unknown field "colour" (fields: id, url, interval, paused, labels, selector, method, headers, body, expect, profile, schedule, tz, jitter, catchup, catchup_window)
+pollworker: sessions apply: `+bad+`: entry 3 (line 11, id web-1): unknown field "colour" (fields: id, url, interval, paused, labels, selector, method, headers, body, expect, profile, timeout, schedule, tz, jitter, catchup, catchup_window)
 pollworker: sessions apply: `+bad+`: entry 3 (line 8, id web-1): id repeats entry 1 (line 2); each id may appear once
 pollworker: sessions apply: the keyspace's url-rule is http (see sessions config --url-rule)
 pollworker: sessions apply: `+bad+`: 4 problems; nothing written

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,6 +110,9 @@ func listedOf(s session.Session) listedSession {
 		Method: s.MethodOrGet(), Headers: s.Headers, Body: s.Body, Expect: s.ExpectOrDefault(), Profile: s.Profile, scheduleView: scheduleViewOf(s)}
 	if !s.Scheduled() {
 		l.Interval = s.Interval.D().String()
+	}
+	if s.Timeout != 0 {
+		l.Timeout = s.Timeout.D().String()
 	}
 	return l
 }
@@ -244,6 +248,7 @@ func printSessionView(w io.Writer, v sessionView) {
 	}
 	row("expect", "%s", s.Expect)
 	row("profile", "%s", dash(s.Profile))
+	row("timeout", "%s", cmp.Or(s.Timeout, "- (the worker's --poll-timeout)"))
 	printSlots(row, v.Slots, v.now)
 	if l := v.Lease; l != nil {
 		row("lease", "held by %s (incarnation %s), expires in %v", l.Holder, l.Incarnation, time.Duration(l.ExpiresInMs)*time.Millisecond)

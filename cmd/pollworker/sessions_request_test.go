@@ -26,12 +26,12 @@ func TestSessionsAddRequestFields(t *testing.T) {
 
 	r := cli("add", "--id", "p1", "--url", "http://example.com/post", "--interval", "5s", "--method", "post",
 		"--header", "Content-Type: application/json", "--header", "Accept: application/json",
-		"--body-file", bodyFile, "--expect", "201, 204", "--profile", "github")
+		"--body-file", bodyFile, "--expect", "201, 204", "--profile", "github", "--poll-timeout", "750ms")
 	require.Equal(t, exitOK, r.code, r.stderr)
 
 	want := session.Session{ID: "p1", URL: "http://example.com/post", Interval: session.Duration(5 * time.Second),
 		Method: "POST", Headers: map[string]string{"Content-Type": "application/json", "Accept": "application/json"},
-		Body: `{"q": "status"}`, Expect: "201,204", Profile: "github"}
+		Body: `{"q": "status"}`, Expect: "201,204", Profile: "github", Timeout: session.Duration(750 * time.Millisecond)}
 	got, err := newTestStore(t, mr).Get(ctxT(t), "p1")
 	require.NoError(t, err)
 	require.Equal(t, want, got)
@@ -39,7 +39,7 @@ func TestSessionsAddRequestFields(t *testing.T) {
 	r = cli("get", "p1")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	for _, line := range []string{"method:", "POST", "Accept: application/json; Content-Type: application/json",
-		`body:`, `"{\"q\": \"status\"}"`, "expect:", "201,204", "profile:", "github"} {
+		`body:`, `"{\"q\": \"status\"}"`, "expect:", "201,204", "profile:", "github", "timeout:", "750ms"} {
 		require.Contains(t, r.stdout, line)
 	}
 
@@ -71,6 +71,8 @@ func TestSessionsAddRefusesBadRequestFields(t *testing.T) {
 		{[]string{"--body-file", "/nonexistent", "--method", "POST"}, "--body-file: open /nonexistent"},
 		{[]string{"--expect", "2xx"}, `--expect: "2xx" is not a status code from 100 to 599`},
 		{[]string{"--profile", "a b"}, `profile "a b" may hold only letters, digits and . _ -`},
+		{[]string{"--poll-timeout", "5ms"}, "timeout 5ms is not from 10ms to 5m0s"},
+		{[]string{"--poll-timeout", "2s"}, "timeout 2s is longer than the interval 1s"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -40,7 +40,7 @@ JSON or YAML: [{"targets": ["host:port", ...], "labels": {"k": "v"}}, ...], from
 PATH or --http-sd URL (the same JSON over HTTP). Each target becomes the session NAME-TARGET
 (bytes an id cannot hold replaced by _, with a hash of the target), polling the URL of
 --url-template (a Go template over .Target and .Labels) every --interval, with --method,
---expect and --profile, and the group's labels (those not starting with __) plus the label
+--expect, --profile and --poll-timeout, and the group's labels (those not starting with __) plus the label
 pollworker.sync=NAME. Only the sessions with that label are changed or pruned: sessions
 added by hand, or by another sync, are never touched (a target whose id is taken by one is
 skipped and reported). A target whose URL is invalid is skipped and reported, its session
@@ -55,7 +55,7 @@ func sessionsSyncCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "sync",
 		Usage:       "keep the sessions of a sync equal to a Prometheus file_sd or http_sd source",
-		UsageText:   "pollworker sessions sync (--file-sd PATH | --http-sd URL) --name NAME --url-template TEMPLATE [--interval D] [--method M] [--expect E] [--profile P] [--watch [--refresh D]] [--dry-run] [--allow-empty]",
+		UsageText:   "pollworker sessions sync (--file-sd PATH | --http-sd URL) --name NAME --url-template TEMPLATE [--interval D] [--method M] [--expect E] [--profile P] [--poll-timeout D] [--watch [--refresh D]] [--dry-run] [--allow-empty]",
 		Description: syncDescription,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "file-sd", Usage: "a Prometheus file_sd file, JSON or YAML"},
@@ -66,6 +66,7 @@ func sessionsSyncCommand() *cli.Command {
 			&cli.StringFlag{Name: "method", Usage: "the HTTP method of every session (default GET)"},
 			&cli.StringFlag{Name: "expect", Usage: "the statuses that count as success for every session (default 200-399)"},
 			&cli.StringFlag{Name: "profile", Usage: "the worker-side profile of every session"},
+			&cli.DurationFlag{Name: "poll-timeout", Usage: "how long a poll of every session waits for the response, at most --interval (default: the worker's --poll-timeout)"},
 			&cli.BoolFlag{Name: "watch", Usage: "keep running and re-sync when the source changes"},
 			&cli.DurationFlag{Name: "refresh", Value: 30 * time.Second, Usage: "with --watch, how often the source is read again regardless (http_sd: its refresh)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what would change and write nothing"},
@@ -90,7 +91,7 @@ func sessionsSyncCommand() *cli.Command {
 type syncer struct {
 	name, file, url string
 	tmpl            *template.Template
-	template        session.Session // Interval, Method, Expect, Profile
+	template        session.Session // Interval, Method, Expect, Profile, Timeout
 	dryRun, empty   bool
 	out, errOut     io.Writer
 }
@@ -122,7 +123,7 @@ func newSyncer(cmd *cli.Command) (*syncer, error) {
 	}
 	sy.tmpl = tmpl
 	sy.template = session.Session{Interval: session.Duration(cmd.Duration("interval")), Method: strings.ToUpper(cmd.String("method")),
-		Expect: cmd.String("expect"), Profile: cmd.String("profile")}
+		Expect: cmd.String("expect"), Profile: cmd.String("profile"), Timeout: session.Duration(cmd.Duration("poll-timeout"))}
 	// The shape must make a valid session: checked once on an example.
 	probe := sy.template
 	probe.ID, probe.URL = sy.name+"-probe", "http://probe.invalid/"
