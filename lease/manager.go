@@ -799,6 +799,26 @@ func (m *Manager) Abandon(leases ...*Lease) {
 	m.notify(changes)
 }
 
+// NotHeld makes l Lost at once (its context cancelled) on proof that its
+// key in Redis holds another owner value or none: the reply of a script
+// that read the key atomically with a write fenced by l (state.ErrNotHeld),
+// as a renewal would find it at its next cycle. The loss is then probed
+// as a renewal's is (a data loss starts the quarantine). Never call it on
+// an error, which proves nothing either way. It reports whether l was
+// Held or Uncertain.
+func (m *Manager) NotHeld(ctx context.Context, l *Lease, reason string) bool {
+	ch, ok := m.transition(l, Lost, reason)
+	if !ok {
+		return false
+	}
+	m.forget(l)
+	changes := []change{ch}
+	m.logSummary(changes, Lost, zapcore.WarnLevel, "leases lost: held by another owner value, or missing", "lost")
+	m.notify(changes)
+	m.probeLoss(ctx, []*Lease{l})
+	return true
+}
+
 // ReleaseAll releases every lease the manager holds.
 func (m *Manager) ReleaseAll(ctx context.Context) error {
 	return m.Release(ctx, m.Held()...)

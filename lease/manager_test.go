@@ -470,3 +470,37 @@ func TestAfterTermRunsWhenTheHeldTermEnds(t *testing.T) {
 	require.Equal(t, []int{1, 3}, ran)
 	require.Error(t, held.Err())
 }
+
+// TestNotHeld: on a fenced write's proof that the key is gone, a Held or
+// Uncertain lease is Lost at once (its context cancelled, forgotten, the
+// change told); a lease already ended is left as it is.
+func TestNotHeld(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	var changes []string
+	m := f.manager(t, "a", func(c *Config) {
+		c.OnChange = func(l *Lease, from, to State) {
+			changes = append(changes, l.Session()+":"+from.String()+">"+to.String())
+		}
+	})
+	held := acquireOne(t, m, "held").Lease
+	uncertain := acquireOne(t, m, "uncertain").Lease
+	released := acquireOne(t, m, "released").Lease
+	require.NoError(t, m.Release(ctx, released))
+	_, ok := m.transition(uncertain, Uncertain, "test")
+	require.True(t, ok)
+	changes = nil
+
+	for _, l := range []*Lease{held, uncertain} {
+		require.True(t, m.NotHeld(ctx, l, "key gone"), l.Session())
+		require.Equal(t, Lost, l.State())
+		require.Equal(t, "key gone", l.Reason())
+		require.Error(t, l.Context().Err())
+		require.Nil(t, m.Get(l.Session()), "forgotten")
+	}
+	require.False(t, m.NotHeld(ctx, held, "again"), "once")
+	require.False(t, m.NotHeld(ctx, released, "key gone"))
+	require.Equal(t, Released, released.State())
+	require.Equal(t, []string{"held:held>lost", "uncertain:uncertain>lost"}, changes)
+	require.Zero(t, m.Count())
+}

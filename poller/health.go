@@ -3,6 +3,7 @@ package poller
 import (
 	"context"
 	"errors"
+	"github.com/pollworker/pollworker/lease"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,7 @@ type health struct {
 
 	// What isLive and redisFailed use: set by newHealth, never changed.
 	clock clock.WithTickerAndDelayedExecution
-	fresh time.Duration // how long a heartbeat counts: HeartbeatTTL - DriftMargin
+	fresh time.Duration // how long a heartbeat counts: heartbeatFresh
 	obs   Observer
 	log   *zap.Logger
 
@@ -65,6 +66,17 @@ func (h *health) isStopped() bool { return h.stopped.Load() }
 
 // newHealth returns the health of a worker whose heartbeats count for
 // fresh on clk, reporting Redis failures to obs and log.
+// heartbeatFresh is how long after it was sent a heartbeat of TTL ttl
+// keeps this worker live in its own eyes: ttl less a drift margin, the
+// lease's (drift), but at most ttl's own default margin (ttl/100 + 2ms),
+// which clock rates drift in proportion to. With drift alone (the lease
+// TTL's), a heartbeat TTL much shorter than the lease's (a 3-minute lease,
+// a 150 ms heartbeat) counted for no time at all, and the worker, never
+// live, took no session.
+func heartbeatFresh(ttl, drift time.Duration) time.Duration {
+	return ttl - min(drift, lease.DefaultDriftMargin(ttl))
+}
+
 func newHealth(clk clock.WithTickerAndDelayedExecution, fresh time.Duration, obs Observer, log *zap.Logger) *health {
 	return &health{clock: clk, fresh: fresh, obs: obs, log: log, reads: map[string]string{}}
 }

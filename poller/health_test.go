@@ -101,3 +101,26 @@ func TestReadFailuresLoggedOncePerRun(t *testing.T) {
 		})
 	}
 }
+
+// TestHeartbeatFresh: a heartbeat counts for its TTL less a drift margin
+// in proportion to it, never the longer lease's: with a 3-minute lease and
+// a 150 ms heartbeat, the lease's margin (1.8 s) left no time at all, and
+// the worker, never live, took no session.
+func TestHeartbeatFresh(t *testing.T) {
+	tests := []struct {
+		name       string
+		ttl, drift time.Duration
+		want       time.Duration
+	}{
+		{"defaults (heartbeat TTL = lease TTL)", 30 * time.Second, 302 * time.Millisecond, 30*time.Second - 302*time.Millisecond},
+		{"short heartbeat, long lease", 450 * time.Millisecond, 1802 * time.Millisecond, 450*time.Millisecond - 6500*time.Microsecond},
+		{"a smaller margin is kept", 3 * time.Second, 5 * time.Millisecond, 3*time.Second - 5*time.Millisecond},
+		{"no margin", 3 * time.Second, 0, 3 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := heartbeatFresh(tt.ttl, tt.drift)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}

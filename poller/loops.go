@@ -52,7 +52,7 @@ func (ho *holdings) start(s *session.Session, l *lease.Lease) {
 func (ho *holdings) startAt(s *session.Session, l *lease.Lease, polled *atomic.Bool, keep time.Time) {
 	pl := &pollLoop{sess: s, lease: l, polled: polled}
 	if ho.turns.stateful {
-		pl.state = &SessionState{store: ho.turns.states, lease: l}
+		pl.state = &SessionState{store: ho.turns.states, lease: l, notHeld: ho.turns.notHeld}
 	}
 	bound := FirstPollBound(s.Interval.D())
 	if s.Scheduled() {

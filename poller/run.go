@@ -63,7 +63,7 @@ func contextTimeouts(client redis.UniversalClient) (enabled, known bool) {
 func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinator, error) {
 	log := cfg.Logger.With(zap.String("instance", cfg.ID))
 	nw := newNews(cfg.Client, cfg.Keys, cfg.ID, log)
-	hl := newHealth(cfg.Clock, cfg.HeartbeatTTL-cfg.DriftMargin, cfg.Observer, log)
+	hl := newHealth(cfg.Clock, heartbeatFresh(cfg.HeartbeatTTL, cfg.DriftMargin), cfg.Observer, log)
 	announce := &announcer{client: cfg.Client, keys: cfg.Keys, me: cfg.ID, timeout: cfg.RequestTimeout, obs: cfg.Observer, log: log}
 	bad := &badData{log: log, obs: cfg.Observer, keys: cfg.Keys}
 	cl := newClaims(cfg.Clock, nw.trigger, cfg.OrphanGrace)
@@ -108,7 +108,7 @@ func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinat
 	if err != nil {
 		return nil, errors.Join(ErrConfig, err)
 	}
-	c.holdings.leases = leases
+	c.holdings.leases, tn.leases = leases, leases
 	c.renew = &renewer{client: cfg.Client, leases: leases, health: hl, news: nw, clock: cfg.Clock, interval: cfg.RenewInterval,
 		timeout: cfg.RequestTimeout, obs: cfg.Observer}
 	return c, nil

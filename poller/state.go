@@ -17,8 +17,9 @@ import (
 // during the Poll call whose Turn gives it; its methods are safe for
 // concurrent use.
 type SessionState struct {
-	store *state.Store
-	lease *lease.Lease
+	store   *state.Store
+	lease   *lease.Lease
+	notHeld func(*lease.Lease, error) // turns.notHeld: a Save that proved the lease lost ends it
 
 	mu       sync.Mutex
 	loaded   bool
@@ -56,6 +57,9 @@ func (st *SessionState) Save(ctx context.Context, data []byte) error {
 	st.mu.Unlock()
 	rec, err := st.store.Save(ctx, st.lease, polledAt, data)
 	if err != nil {
+		if st.notHeld != nil {
+			st.notHeld(st.lease, err)
+		}
 		return err
 	}
 	st.mu.Lock()

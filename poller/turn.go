@@ -36,6 +36,21 @@ type turns struct {
 	log      *zap.Logger
 	health   *health  // the poll counters
 	bad      *badData // corrupt states, reported once
+	leases   *lease.Manager
+}
+
+// notHeld ends l at once when a write fenced by it found its key holding
+// another owner value or none (state.ErrNotHeld): its poll is cancelled
+// and the session looked at again now, not at the next renewal, which
+// would find the same (a Redis that lost its data, say). Other errors
+// prove nothing and change nothing.
+func (t *turns) notHeld(l *lease.Lease, err error) {
+	if t.leases == nil || !errors.Is(err, state.ErrNotHeld) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	defer cancel()
+	t.leases.NotHeld(ctx, l, "a write fenced by the lease found it held by another owner value, or missing")
 }
 
 // turn is one turn of l's poll loop, which the scheduler runs once its
@@ -312,6 +327,7 @@ func (t *turns) slotTurn(ctx context.Context, w *pollLoop, now time.Time) (slot 
 		rctx, cancel := context.WithTimeout(ctx, t.timeout)
 		err := st.SlotStarted(rctx, w.lease, d.Run)
 		cancel()
+		t.notHeld(w.lease, err)
 		switch {
 		case errors.Is(err, state.ErrStale) || ctx.Err() != nil:
 			return time.Time{}, false // the lease is gone: its loop ends
@@ -391,7 +407,9 @@ func (t *turns) slotFinished(w *pollLoop, slot time.Time, out outcome) {
 	// fenced, a fresh bounded context only lets it try.
 	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
 	defer cancel()
-	if err := st.SlotFinished(ctx, w.lease, slot, text); err != nil && !errors.Is(err, state.ErrStale) {
+	err := st.SlotFinished(ctx, w.lease, slot, text)
+	t.notHeld(w.lease, err)
+	if err != nil && !errors.Is(err, state.ErrStale) {
 		t.log.Warn("could not record the slot finished", zap.String("session", w.sess.ID), zap.Time("slot", slot), zap.Error(err))
 	}
 }

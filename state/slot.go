@@ -64,7 +64,7 @@ func (s *Store) saveSlot(ctx context.Context, l *lease.Lease, which string, slot
 		}
 		switch reason, _ := reply[1].(string); reason {
 		case "lease":
-			return fmt.Errorf("%w: session %s: its lease is no longer held by %s (token %d)", ErrStale, id, l.Owner(), l.Token())
+			return fmt.Errorf("%w: session %s: %w by %s (token %d)", ErrStale, id, ErrNotHeld, l.Owner(), l.Token())
 		case "token":
 			return fmt.Errorf("%w: session %s: its slots were written under a token above %d", ErrStale, id, l.Token())
 		case "type":

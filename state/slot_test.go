@@ -49,6 +49,7 @@ func TestSlots(t *testing.T) {
 	require.NoError(t, m.Release(ctx, l))
 	err = st.SlotStarted(ctx, l, slot.Add(time.Hour))
 	require.ErrorIs(t, err, state.ErrStale)
+	require.ErrorIs(t, err, state.ErrNotHeld)
 	got, err = st.LoadSlots(ctx, "s1")
 	require.NoError(t, err)
 	require.Equal(t, slot, got.Started)

@@ -27,6 +27,13 @@ var ErrTooLarge = errors.New("state: data too large")
 // it), or a newer token wrote the stored state: nothing was written.
 var ErrStale = errors.New("state: stale lease")
 
+// ErrNotHeld is returned (wrapped, with ErrStale) by Save, SlotStarted and
+// SlotFinished when the session's lease key, read in the same script as
+// the write, holds another owner value than the writer's, or none: proof
+// that the writer's lease is lost (lease.Manager.NotHeld), where any other
+// error proves nothing.
+var ErrNotHeld = errors.New("its lease is no longer held")
+
 // ErrNotAHash is returned (wrapped) by SlotStarted and SlotFinished when
 // the session's state key is of another Redis type: nothing was written,
 // and nothing will be until an operator removes the key (the poller's
@@ -170,7 +177,7 @@ func (s *Store) Save(ctx context.Context, l *lease.Lease, polledAt time.Time, da
 	if ok, _ := reply[0].(int64); ok != 1 {
 		switch reason, _ := reply[1].(string); reason {
 		case "lease":
-			return Record{}, fmt.Errorf("%w: session %s: its lease is no longer held by %s (token %d)", ErrStale, id, l.Owner(), l.Token())
+			return Record{}, fmt.Errorf("%w: session %s: %w by %s (token %d)", ErrStale, id, ErrNotHeld, l.Owner(), l.Token())
 		case "token":
 			return Record{}, fmt.Errorf("%w: session %s: the state was written under token %v, above %d", ErrStale, id, reply[2], l.Token())
 		default:
