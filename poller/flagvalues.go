@@ -42,11 +42,16 @@ func (v *numberValue[T]) Set(s string) error {
 	if err != nil {
 		return fmt.Errorf("%q is not a %s%s", s, v.kind, map[bool]string{true: " or off"}[v.off])
 	}
-	if v.off && n == 0 {
+	switch {
+	case v.off && n == 0:
 		// Before the one zero rule, 0 turned these off; it would now
 		// silently take the default. Refused, so no deployment changes
 		// behaviour unnoticed.
 		return fmt.Errorf("0 is ambiguous: off turns it off; leave it unset for the default (%s)", v.zero)
+	case v.off && n < 0:
+		// Off in Go; on a command line most likely a typo (a minus too
+		// many), which would lift the bound unnoticed.
+		return fmt.Errorf("%s is negative: off turns it off; leave it unset for the default (%s)", s, v.zero)
 	}
 	*v.p = n
 	return nil
@@ -76,6 +81,11 @@ func (v *floatValue) Set(s string) error {
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
 		return fmt.Errorf("%.20q is not a number", s)
+	}
+	if f == 0 {
+		// 0 is the default in Go; given on a command line it would
+		// quietly become it.
+		return fmt.Errorf("0 is out of range; leave it unset for the default (%s)", v.zero)
 	}
 	*v.p = f
 	return nil

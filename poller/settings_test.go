@@ -115,6 +115,9 @@ func TestRegisterFlags(t *testing.T) {
 	for _, name := range []string{"loss-quarantine", "max-polls", "error-backoff"} {
 		require.ErrorContains(t, fs.Parse([]string{"-" + name, "0"}), "0 is ambiguous: off turns it off; leave it unset for the default", name)
 	}
+	require.ErrorContains(t, fs.Parse([]string{"-max-polls", "-5"}), "-5 is negative: off turns it off; leave it unset for the default (1024)")
+	require.ErrorContains(t, fs.Parse([]string{"-loss-quarantine", "-1s"}), "-1s is negative: off turns it off")
+	require.ErrorContains(t, fs.Parse([]string{"-weight", "0"}), "0 is out of range; leave it unset for the default (1)")
 	require.Error(t, fs.Parse([]string{"-labels", "a"}))
 	require.Equal(t, "30s", fs.Lookup("lease-ttl").DefValue)
 	require.Equal(t, "the lease TTL", fs.Lookup("loss-quarantine").DefValue)
