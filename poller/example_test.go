@@ -39,8 +39,9 @@ func Example() {
 	}
 	// A keyspace never used looks, from inside Redis, like one that lost
 	// its data: without this the loss quarantine would hold every lease
-	// back for one LeaseTTL. Only for a new deployment (see lease.MarkFresh).
-	if _, err := lease.MarkFresh(ctx, client, keyspace.Space{}); err != nil {
+	// back for one LeaseTTL. It checks that the keyspace is new (or
+	// initialised before), as pollworker init does.
+	if _, err := lease.InitKeyspace(ctx, client, keyspace.Space{}, 0); err != nil {
 		log.Fatal(err)
 	}
 

@@ -141,7 +141,7 @@ func printExplanation(w io.Writer, e fleet.Explanation, sched *scheduledView) {
 	} else {
 		fmt.Fprintf(tw, "lease:\tnone\n")
 	}
-	fmt.Fprintf(tw, "token:\t%s\n", tokenText(e.Token))
+	fmt.Fprintf(tw, "token:\t%s\n", tokenText(e.Token, e.Lease != nil))
 	fmt.Fprintf(tw, "loss marker:\t%s\n", lossText(e.Loss))
 	if n := e.NextPoll; n != nil {
 		fmt.Fprintf(tw, "next poll:\tin %s: %s\n", fleet.MsDuration(n.DueInMs), n.Why)
@@ -179,11 +179,21 @@ func printExplanation(w io.Writer, e fleet.Explanation, sched *scheduledView) {
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%g\t%d/%s\t%s\n", i+1, r.ID, dash(r.Incarnation), r.Weight, r.Planned, capText, dash(strings.Join(roles, ", ")))
 	}
 	_ = tw.Flush()
+	for _, r := range e.Ranking {
+		if r.Cap >= 0 && r.Planned > r.Cap {
+			fmt.Fprintln(w, "  (a load above its cap: the plan never splits a bucket, so a bucket no other worker has room for stays"+
+				" where it is; with few sessions of very different intervals one bucket can outweigh a cap)")
+			break
+		}
+	}
 }
 
-// tokenText shows a token.
-func tokenText(token int64) string {
-	if token == 0 {
+// tokenText shows the fencing record's token; held says a lease is held.
+func tokenText(token int64, held bool) string {
+	switch {
+	case token == 0 && held:
+		return "not recorded yet: its holder sends it with every poll (X-Poll-Token), and sessions get shows the one its saved state carries; a session's fencing record is created by its first graceful release (or the record was lost)"
+	case token == 0:
 		return "none recorded (a session's fencing record is created by its first graceful release: until then its holder alone knows its token; or the record was lost)"
 	}
 	return strconv.FormatInt(token, 10)

@@ -253,3 +253,21 @@ func TestExplainSaysRedisIsFull(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "REDIS FULL: Redis uses ")
 }
+
+// TestPrintExplanationTokenAndCap: a held lease without a fencing record
+// says where its token is; a worker planned above its cap is explained.
+func TestPrintExplanationTokenAndCap(t *testing.T) {
+	e := fleet.Explanation{Session: "s1", Found: true, Definition: &fleet.Definition{IntervalMs: 1000}, Planned: "w1", PlanUnit: "polls/day",
+		Lease:   &fleet.LeaseFacts{Holder: "w1", Live: true, Current: true, AcquiredAgoMs: -1},
+		Ranking: []fleet.RankedWorker{{ID: "w1", Weight: 1, Planned: 460800, Cap: 455885}, {ID: "w2", Weight: 1, Planned: 100, Cap: 455885}}}
+	var out strings.Builder
+	printExplanation(&out, e, nil)
+	require.Contains(t, out.String(), "not recorded yet: its holder sends it with every poll (X-Poll-Token)")
+	require.Contains(t, out.String(), "a load above its cap: the plan never splits a bucket")
+
+	e.Lease, e.Ranking[0].Planned = nil, 1000
+	out.Reset()
+	printExplanation(&out, e, nil)
+	require.Contains(t, out.String(), "none recorded (a session's fencing record is created by its first graceful release")
+	require.NotContains(t, out.String(), "above its cap")
+}

@@ -57,8 +57,8 @@ func initCommand() *cli.Command {
 				case res.Written == 0:
 					fmt.Fprintf(w, "keyspace %q is initialised already (its loss marker exists): nothing to do\n", a.keys.Prefix)
 				default:
-					fmt.Fprintf(w, "keyspace %q is new (%d keys checked: no worker, lease, fencing record or counter, handoff mark, token high-water mark or state): "+
-						"declared fresh, the first workers take their leases at once\n", a.keys.Prefix, res.Checked)
+					fmt.Fprintf(w, "keyspace %q is new (%s checked: no worker, lease, fencing record or counter, handoff mark, token high-water mark or state): "+
+						"declared fresh, the first workers take their leases at once\n", a.keys.Prefix, plural(int(res.Checked), "key"))
 				}
 				return nil
 			})

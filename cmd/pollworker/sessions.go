@@ -152,7 +152,7 @@ func sessionsAddCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "id", Usage: "session id: letters, digits and . _ - : @ /", Required: true},
 			&cli.StringFlag{Name: "url", Usage: "what to poll: an absolute http or https URL with a host", Required: true},
-			&cli.DurationFlag{Name: "interval", Usage: "time between the starts of two polls, from 10ms to 24h (or --schedule); after a start or a change a poll may come up to a tenth of it later, for about ten polls, while the worker spreads its sessions over the interval"},
+			&cli.DurationFlag{Name: "interval", HideDefault: true, Usage: "time between the starts of two polls, from 10ms to 24h (or --schedule); after a start or a change a poll may come up to a tenth of it later, for about ten polls, while the worker spreads its sessions over the interval"},
 			&cli.StringSliceFlag{Name: "label", Usage: "metadata key=value; repeat for several"},
 			&cli.BoolFlag{Name: "paused", Usage: "add it paused (polled by nobody until resumed)"},
 			&cli.BoolFlag{Name: "replace", Usage: "overwrite an existing session of that id"},

@@ -427,12 +427,13 @@ func (p applyPlan) summary(dryRun bool) string {
 	return b.String()
 }
 
-// plural is "1 session" or "2 sessions" ("entry" becomes "entries").
+// plural is "1 session" or "2 sessions" ("entry" becomes "entries",
+// "key" "keys").
 func plural(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun
 	}
-	if s, ok := strings.CutSuffix(noun, "y"); ok {
+	if s, ok := strings.CutSuffix(noun, "y"); ok && s != "" && !strings.ContainsRune("aeiou", rune(s[len(s)-1])) {
 		return fmt.Sprintf("%d %sies", n, s)
 	}
 	return fmt.Sprintf("%d %ss", n, noun)

@@ -406,3 +406,12 @@ func TestSessionsExportSaysTheURLRule(t *testing.T) {
 	r = cli("export", "--format", "json")
 	require.NotContains(t, r.stdout, "url-rule", "JSON has no comments")
 }
+
+func TestPlural(t *testing.T) {
+	for _, tt := range []struct {
+		n          int
+		noun, want string
+	}{{1, "key", "1 key"}, {2, "key", "2 keys"}, {0, "entry", "0 entries"}, {3, "session", "3 sessions"}, {1, "entry", "1 entry"}} {
+		require.Equal(t, tt.want, plural(tt.n, tt.noun))
+	}
+}

@@ -66,7 +66,7 @@ func sessionsSyncCommand() *cli.Command {
 			&cli.StringFlag{Name: "method", Usage: "the HTTP method of every session (default GET)"},
 			&cli.StringFlag{Name: "expect", Usage: "the statuses that count as success for every session (default 200-399)"},
 			&cli.StringFlag{Name: "profile", Usage: "the worker-side profile of every session"},
-			&cli.DurationFlag{Name: "poll-timeout", Usage: "how long a poll of every session waits for the response, at most --interval (default: the worker's --poll-timeout)"},
+			&cli.DurationFlag{Name: "poll-timeout", HideDefault: true, Usage: "how long a poll of every session waits for the response, at most --interval (default: the worker's --poll-timeout)"},
 			&cli.BoolFlag{Name: "watch", Usage: "keep running and re-sync when the source changes"},
 			&cli.DurationFlag{Name: "refresh", Value: 30 * time.Second, Usage: "with --watch, how often the source is read again regardless (http_sd: its refresh)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print what would change and write nothing"},
