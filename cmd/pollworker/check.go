@@ -103,7 +103,9 @@ func checkCommand() *cli.Command {
 			"                                      of the wrong type (or a counter not a decimal below 2^53-1): nobody\n" +
 			"                                      acquires it until it is repaired by hand (not also session-without-lease)\n" +
 			"  malformed-session                   a session's definition in the store cannot be decoded or breaks a rule:\n" +
-			"                                      no worker that reads it polls it (sessions list shows why)\n" +
+			"                                      a worker stops polling it when it reads it again: at once after a change\n" +
+			"                                      made with pollworker, within 2 minutes after one around it (redis-cli)\n" +
+			"                                      (sessions list shows why)\n" +
 			"  corrupt-state                       a session's saved state is unreadable (not a hash, a field not a decimal):\n" +
 			"                                      polled as never saved; its next save overwrites it\n" +
 			"  junk-member                         an entry of the node index is not a live worker (an invalid id, or no\n" +
@@ -293,7 +295,7 @@ func runChecks(ctx context.Context, a admin, grace time.Duration, maxNotPlanned 
 			r.Problems = append(r.Problems, checkProblem{Check: checkMalformed, Detail: fmt.Sprintf("and %d more malformed sessions", len(last.Malformed)-i), Count: len(last.Malformed) - i})
 			break
 		}
-		detail := fmt.Sprintf("session %s: %s: no worker that reads it polls it; write it again (sessions add --replace) or remove it", m.ID, firstLine(m.Err.Error()))
+		detail := fmt.Sprintf("session %s: %s: a worker stops polling it when it reads it again (within 2 minutes of a write around pollworker, as with redis-cli); write it again (sessions add --replace) or remove it", m.ID, firstLine(m.Err.Error()))
 		if m.Bucket { // the error says what to do
 			detail = fmt.Sprintf("%s; pollworker explain ID of a session indexed there says so", firstLine(m.Err.Error()))
 		}
