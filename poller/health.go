@@ -3,13 +3,17 @@ package poller
 import (
 	"context"
 	"errors"
-	"github.com/pollworker/pollworker/lease"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
+
+	"github.com/pollworker/pollworker/lease"
 )
 
 // health is what the worker reports about itself; atomics, written by the
@@ -94,7 +98,7 @@ func (h *health) notLive() string {
 	case at == 0:
 		return "no heartbeat written yet"
 	case !h.redisOK.Load():
-		return "its last request to Redis failed"
+		return "its last request to Redis failed" + h.failing()
 	case h.redisFull.Load():
 		return "Redis is over maxmemory: it takes no session until Redis has room (it keeps polling those it holds)"
 	case h.clock.Since(time.Unix(0, at)) >= h.fresh:
@@ -126,6 +130,22 @@ func (h *health) redisFailed(op, what string, err error) {
 		return
 	}
 	h.log.Warn(what+" failed; the same error again is logged at debug level until it works", zap.Error(err))
+}
+
+// failing is ": what: error" for each run of failures not yet ended
+// (redisFailed), sorted by what; "" when none (a failed renewal records
+// none).
+func (h *health) failing() string {
+	h.readsMu.Lock()
+	defer h.readsMu.Unlock()
+	var b strings.Builder
+	for _, what := range slices.Sorted(maps.Keys(h.reads)) {
+		b.WriteString("; " + what + ": " + h.reads[what])
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return ":" + b.String()[1:]
 }
 
 // worksAgain ends a run of failures of what (redisFailed), if one was

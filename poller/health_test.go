@@ -124,3 +124,20 @@ func TestHeartbeatFresh(t *testing.T) {
 		})
 	}
 }
+
+// TestNotLiveSaysWhichRequestFails: not ready for a failing request says
+// which and why (a heartbeat key of the wrong type, say), until it works.
+func TestNotLiveSaysWhichRequestFails(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	h := newHealth(clk, time.Second, NopObserver{}, zap.NewNop())
+	h.heartbeatAt.Store(clk.Now().UnixNano())
+	h.redisOK.Store(true)
+	require.Empty(t, h.notLive())
+	h.redisFailed("heartbeat", "heartbeat", errors.New("key poll:node:x1 has the wrong type"))
+	require.Equal(t, "its last request to Redis failed: heartbeat: key poll:node:x1 has the wrong type", h.notLive())
+	h.redisFailed("members", "member read", errors.New("refused"))
+	require.Equal(t, "its last request to Redis failed: heartbeat: key poll:node:x1 has the wrong type; member read: refused", h.notLive())
+	h.worksAgain("heartbeat")
+	h.worksAgain("member read")
+	require.Equal(t, "its last request to Redis failed", h.notLive(), "a failed renewal records no text")
+}
