@@ -27,6 +27,7 @@ type health struct {
 	shareTaken      atomic.Bool  // held its planned share once since start (or readyBound passed)
 	peerRoom        atomic.Bool  // a peer kept up as of the last read of the members' infos (peersWithRoom)
 	pollPanics      atomic.Int64
+	observerPanics  atomic.Int64
 	pollErrors      atomic.Int64
 	polls           atomic.Int64
 

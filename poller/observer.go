@@ -14,7 +14,9 @@ import "time"
 // different sessions), never after Run has returned; an implementation
 // must be safe for concurrent use, and no hook may block: each runs on a
 // path that renews leases or runs polls, and delays it for as long as it
-// takes.
+// takes. A hook that panics is recovered: the panic is logged (the first
+// of each hook at error level, with its stack) and counted
+// (Status.ObserverPanics), and the worker goes on.
 type Observer interface {
 	// LeaseEvent reports one change of one of this worker's leases, in
 	// the goroutine that changed it: the main loop (acquired, released at

@@ -75,6 +75,7 @@ func (r *reporter) snapshot(leases *lease.Manager) Status {
 		}
 	}
 	s.Polls, s.PollErrors, s.PollPanics = r.health.polls.Load(), r.health.pollErrors.Load(), r.health.pollPanics.Load()
+	s.ObserverPanics = r.health.observerPanics.Load()
 	ps := r.pollStats(true)
 	s.PollsRunning, s.PollsWaiting, s.PollsDeferred, s.PollsLate, s.Backoff = ps.Running, ps.Waiting, ps.Deferred, ps.Late, ps.Backoff
 	s.Behind = ps.Behind
@@ -164,6 +165,9 @@ type Status struct {
 	Owned []string
 	// Polls, PollErrors and PollPanics count polls since start.
 	Polls, PollErrors, PollPanics int64
+	// ObserverPanics counts the panics of Config.Observer's methods,
+	// recovered (the first of each method logged with its stack).
+	ObserverPanics int64
 	// PollsRunning and PollsWaiting are the polls running now and those
 	// due but waiting for a slot (Config.MaxPolls).
 	PollsRunning, PollsWaiting int

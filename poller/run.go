@@ -62,8 +62,11 @@ func contextTimeouts(client redis.UniversalClient) (enabled, known bool) {
 // background loops (heartbeat, renewer) and the reporter.
 func assemble(cfg Config, reg *nodes.Registry, store *session.Store) (*Coordinator, error) {
 	log := cfg.Logger.With(zap.String("instance", cfg.ID))
+	guard := &guardedObserver{o: cfg.Observer, log: log}
+	cfg.Observer = guard
 	nw := newNews(cfg.Client, cfg.Keys, cfg.ID, log)
 	hl := newHealth(cfg.Clock, heartbeatFresh(cfg.HeartbeatTTL, cfg.DriftMargin), cfg.Observer, log)
+	guard.panics = &hl.observerPanics
 	announce := &announcer{client: cfg.Client, keys: cfg.Keys, me: cfg.ID, timeout: cfg.RequestTimeout, obs: cfg.Observer, log: log}
 	bad := &badData{log: log, obs: cfg.Observer, keys: cfg.Keys}
 	cl := newClaims(cfg.Clock, nw.trigger, cfg.OrphanGrace)
