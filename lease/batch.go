@@ -110,9 +110,12 @@ func (m *transport) pipelines(n int) int {
 	return max(p, 1)
 }
 
-// send runs calls with EVALSHA in parts pipelines sent concurrently, and
-// resends the calls that met NOSCRIPT, in one more pipeline, after loading
-// the script. Each call records the time its request was sent. done is
+// send runs calls with EVALSHA in parts pipelines sent concurrently (under
+// Redis Cluster, at least one per master: partsOf), and sends the calls
+// that met NOSCRIPT again once the script is loaded: with one server, all
+// of them in one more pipeline after the others returned; under Cluster,
+// each pipeline's own, loaded on its master, without waiting for the other
+// masters. Each call records the time its request was sent. done is
 // called, from the goroutine that ran them, with each group of finished
 // calls (never a call twice) and the time the replies had all arrived;
 // calls of different groups may be handled concurrently. send returns after
@@ -120,18 +123,22 @@ func (m *transport) pipelines(n int) int {
 // pipeline ends with a WAIT (exec).
 func (m *transport) send(ctx context.Context, script *redis.Script, calls []*call, parts int, wait bool,
 	done func(calls []*call, now time.Time)) {
-	parts = max(1, min(parts, len(calls)))
-	missing := make([][]*call, parts) // NOSCRIPT, per part
 	wait = wait && m.waitReplicas > 0
+	_, cluster := m.client.(*redis.ClusterClient)
+	all := m.partsOf(ctx, calls, parts)
+	missing := make([][]*call, len(all)) // NOSCRIPT, per part, with one server
 	var wg sync.WaitGroup
-	for p := 0; p < parts; p++ {
-		part := calls[p*len(calls)/parts : (p+1)*len(calls)/parts]
+	for p, part := range all {
 		run := func() {
-			var ok []*call
-			ok, missing[p] = m.exec(ctx, part, wait)
+			ok, miss := m.exec(ctx, part, wait)
 			done(ok, m.clock.Now())
+			if cluster {
+				m.resend(ctx, script, miss, wait, done)
+			} else {
+				missing[p] = miss
+			}
 		}
-		if p == parts-1 {
+		if p == len(all)-1 {
 			run() // the last part in this goroutine
 			continue
 		}
@@ -146,18 +153,67 @@ func (m *transport) send(ctx context.Context, script *redis.Script, calls []*cal
 	for _, cs := range missing {
 		again = append(again, cs...)
 	}
-	if len(again) == 0 {
+	m.resend(ctx, script, again, wait, done)
+}
+
+// resend loads script for calls, which met NOSCRIPT, sends them again in
+// one pipeline and hands them all to done (failed: the load, or NOSCRIPT
+// again).
+func (m *transport) resend(ctx context.Context, script *redis.Script, calls []*call, wait bool, done func(calls []*call, now time.Time)) {
+	if len(calls) == 0 {
 		return
 	}
-	again, failed := m.loadScript(ctx, script, again)
+	again, failed := m.loadScript(ctx, script, calls)
 	if len(failed) > 0 {
 		done(failed, m.clock.Now())
 	}
-	if len(again) == 0 {
-		return
+	if len(again) > 0 {
+		ok, still := m.exec(ctx, again, wait)
+		done(append(ok, still...), m.clock.Now())
 	}
-	ok, still := m.exec(ctx, again, wait)
-	done(append(ok, still...), m.clock.Now())
+}
+
+// partsOf splits calls into the pipelines of one send: n parts of about
+// equal size; under Redis Cluster, n parts (at least one) of the calls of
+// each master, by the client's slot map (a call whose master it cannot
+// name goes with the others of none). go-redis fails every command of a
+// Cluster pipeline whose retry a deadline cut short, replies already
+// received included (setCmdsErr): in one pipeline, a master that did not
+// answer failed the renewals on every other master too.
+func (m *transport) partsOf(ctx context.Context, calls []*call, n int) [][]*call {
+	cc, ok := m.client.(*redis.ClusterClient)
+	if !ok || len(calls) == 0 {
+		return split(calls, n)
+	}
+	var masters []string
+	byMaster := make(map[string][]*call)
+	for _, c := range calls {
+		addr := ""
+		key, _ := c.args[3].(string) // every script call has keys, all in one slot
+		if master, err := cc.MasterForKey(ctx, key); err == nil {
+			addr = master.Options().Addr
+		}
+		if _, seen := byMaster[addr]; !seen {
+			masters = append(masters, addr)
+		}
+		byMaster[addr] = append(byMaster[addr], c)
+	}
+	var parts [][]*call
+	for _, addr := range masters {
+		parts = append(parts, split(byMaster[addr], n)...)
+	}
+	return parts
+}
+
+// split splits calls into n parts of about equal size (fewer when there
+// are fewer calls, at least one).
+func split(calls []*call, n int) [][]*call {
+	n = max(1, min(n, len(calls)))
+	parts := make([][]*call, n)
+	for p := range parts {
+		parts[p] = calls[p*len(calls)/n : (p+1)*len(calls)/n]
+	}
+	return parts
 }
 
 // loadScript loads script for the calls that met NOSCRIPT and returns

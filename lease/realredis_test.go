@@ -686,7 +686,12 @@ func TestRealFailClosedWhenRedisGoesAway(t *testing.T) {
 		require.Equal(t, Uncertain, st)
 	}
 
-	require.Eventually(t, func() bool { return l.State() == Lost }, 3*time.Second, time.Millisecond)
+	// OnChange runs after the state is set: wait for both.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return l.State() == Lost && !lostAt.IsZero()
+	}, 3*time.Second, time.Millisecond)
 	require.Equal(t, "deadline passed", l.Reason())
 	mu.Lock()
 	require.False(t, lostAt.Before(l.Deadline()), "lost at %v, before its deadline %v", lostAt, l.Deadline())

@@ -53,7 +53,10 @@ func TestRealClusterFailedMasterStopsOnlyItsYoungLeases(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	ctx := context.Background()
-	quick := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ReadTimeout: 300 * time.Millisecond, MaxRedirects: -1})
+	// go-redis's defaults (3 s read timeout, 3 redirects) and a cycle
+	// bounded by its context, as the workers run it: the paused master's
+	// request ends at the deadline, and its retry is cut short.
+	quick := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = quick.Close() })
 	require.NoError(t, quick.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }))
 
@@ -81,16 +84,18 @@ func TestRealClusterFailedMasterStopsOnlyItsYoungLeases(t *testing.T) {
 		return out
 	}
 	olds := leases(old)
+	require.Equal(t, 3, m.RenewAll(ctx).Renewed, "the renew script is loaded on every master")
 	clock.Step(20 * time.Second) // local time only: the keys live a real minute
 	youngs := leases(young)
 	deadlines := []time.Time{youngs[1].Deadline(), youngs[2].Deadline()}
 
-	// Master 0 answers nobody for a while: its renewals fail. The renew
-	// script was never loaded: the others load it (on their own) and
-	// renew.
+	// Master 0 answers nobody for a while: its renewals fail, and go-redis
+	// fails every command of a Cluster pipeline whose retry the deadline
+	// cut short (replies received included): each master has pipelines of
+	// its own.
 	paused := cl.Servers[0].Client(t)
 	require.NoError(t, paused.Do(ctx, "client", "pause", 4000, "all").Err())
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	rep := m.RenewAll(cctx)
 	cancel()
 	require.Error(t, rep.Err)
