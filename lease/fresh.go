@@ -101,18 +101,21 @@ type InUseError struct {
 // Error lists what was found.
 func (e *InUseError) Error() string {
 	var parts []string
-	add := func(n int64, what string) {
-		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, what))
+	add := func(n int64, one, many string) {
+		switch {
+		case n == 1:
+			parts = append(parts, "1 "+one)
+		case n > 1:
+			parts = append(parts, fmt.Sprintf("%d %s", n, many))
 		}
 	}
-	add(e.Members, "workers in the node index")
-	add(int64(e.Leases), "leases")
-	add(int64(e.Fences), "fencing records")
-	add(int64(e.Marks), "handoff marks")
-	add(int64(e.States), "session states")
-	add(int64(e.Heartbeats), "worker heartbeats")
-	add(int64(e.HighWater), "token high-water marks")
+	add(e.Members, "worker in the node index", "workers in the node index")
+	add(int64(e.Leases), "lease", "leases")
+	add(int64(e.Fences), "fencing record", "fencing records")
+	add(int64(e.Marks), "handoff mark", "handoff marks")
+	add(int64(e.States), "session state", "session states")
+	add(int64(e.Heartbeats), "worker heartbeat", "worker heartbeats")
+	add(int64(e.HighWater), "token high-water mark", "token high-water marks")
 	msg := ErrInUse.Error() + ": " + strings.Join(parts, ", ")
 	if e.Example != "" {
 		msg += " (e.g. " + e.Example + ")"

@@ -36,7 +36,7 @@ func TestInitCommand(t *testing.T) {
 	r = runApp(t, "init", "--redis-url", srv.URL())
 	require.Equal(t, exitUsage, r.code)
 	oneLine(t, r.stderr)
-	require.Contains(t, r.stderr, `init: refused, keyspace "poll" was used: lease: keyspace in use: 1 fencing records (e.g. poll:fence:{s1})`)
+	require.Contains(t, r.stderr, `init: refused, keyspace "poll" was used: lease: keyspace in use: 1 fencing record (e.g. poll:fence:{s1})`)
 	require.Zero(t, client.Exists(ctx, marker).Val(), "nothing written")
 
 	// Another keyspace on the same server needs its own session prefix:
