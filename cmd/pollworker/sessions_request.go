@@ -33,7 +33,7 @@ func requestFlags() []cli.Flag {
 		&cli.StringFlag{Name: "body-file", Usage: "read the request body from this file, now (at most 32 KiB)"},
 		&cli.StringFlag{Name: "expect", Usage: "statuses that count as success, codes and ranges like 200-299,304; any other is a failure", Value: session.DefaultExpect},
 		&cli.StringFlag{Name: "profile", Usage: "name of a worker-side profile (pollworker run --profiles) holding credentials and TLS settings"},
-		&cli.DurationFlag{Name: "poll-timeout", HideDefault: true, Usage: "how long a poll of this session waits for the response before it fails as a timeout, from 10ms to 5m and at most --interval (default: the worker's pollworker run --poll-timeout, 10s)"},
+		&cli.DurationFlag{Name: "poll-timeout", HideDefault: true, Usage: "how long a poll of this session waits for the response before it fails as a timeout, from 10ms to 5m and at most --interval (unset or 0: the worker's pollworker run --poll-timeout, 10s by default)"},
 	}
 }
 

@@ -128,7 +128,7 @@ func newSyncer(cmd *cli.Command) (*syncer, error) {
 	probe := sy.template
 	probe.ID, probe.URL = sy.name+"-probe", "http://probe.invalid/"
 	if err := probe.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--interval, --method, --expect, --profile or --poll-timeout make no valid session: %w", err)
 	}
 	return sy, nil
 }
